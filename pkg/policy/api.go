@@ -1,0 +1,65 @@
+// Package policy joins the static CPU policy (pkg/allocator) and the
+// topology manager (pkg/hints) into one pure decision engine, used the same
+// way by the NRI daemon and by `nri-cpualign simulate`: given the topology,
+// the configuration, the current State and one container's request, it
+// returns the decision and the next State. No I/O, no clocks, no globals.
+package policy
+
+import (
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+)
+
+// Config is the policy part of the daemon's configuration, with the
+// kubelet's names and values.
+type Config struct {
+	CPUManagerPolicy string            // "none" | "static"
+	ReservedCPUs     cpuset.CPUSet     // reserved_system_cpus; wins over ReservedCount
+	ReservedCount    int               // reserved_cpu_count, used when ReservedCPUs is empty
+	CPUOptions       map[string]string // cpu_manager_policy_options
+	TopologyPolicy   string            // "none" | "best-effort" | "restricted" | "single-numa-node"
+	TopologyScope    string            // "container" | "pod"
+	TopologyOptions  map[string]string // topology_manager_policy_options
+}
+
+// QoS is a pod's Kubernetes QoS class.
+type QoS string
+
+// QoS classes.
+const (
+	Guaranteed QoS = "guaranteed"
+	Burstable  QoS = "burstable"
+	BestEffort QoS = "besteffort"
+)
+
+// Request describes one container being created.
+type Request struct {
+	Pod             string // pod UID
+	Container       string // container name
+	QoS             QoS
+	CPURequestMilli int64
+	CPULimitMilli   int64
+	Type            allocator.ContainerType
+	// Hints are other providers' hints by resource name. A nil slice for a
+	// resource means "no preference"; an empty non-nil slice means "cannot
+	// be placed".
+	Hints map[string][]hints.Hint
+	// AffinityOverride, when set, skips the merge: allocate as if the
+	// topology manager had chosen this hint.
+	AffinityOverride *hints.Hint
+	// PodCPURequestMilli is the pod's effective CPU request (larger of the
+	// largest init container and the sum of the app containers), used by
+	// the pod scope; 0 = unknown (the container's own request is used).
+	PodCPURequestMilli int64
+}
+
+// Decision is the outcome for one admitted container.
+type Decision struct {
+	CPUs      cpuset.CPUSet // the container's cpuset.cpus
+	Mems      cpuset.CPUSet // the container's cpuset.mems (NUMA node ids)
+	Exclusive bool          // CPUs are exclusive to it (false: shared pool)
+	Affinity  hints.Hint    // merged hint; empty Affinity = any node
+	Existing  bool          // the container already had this assignment
+}
