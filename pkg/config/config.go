@@ -1,0 +1,564 @@
+// Package config is the one TOML loader of nri-cpualign, used for the
+// daemon's --config file, the runtime's NRI Configure string, `simulate`
+// and the deploy manifest test. The keys mirror the kubelet's configuration
+// (cpu_manager_policy, reserved_system_cpus, topology_manager_policy, ...).
+//
+// Loading is strict: an unknown key, a value of the wrong type or a bad
+// value is an *Error naming the key, the line and the value. Keys that are
+// absent keep their Default.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
+
+// TOML key names, exactly as the configuration file spells them.
+const (
+	KeyCPUManagerPolicy             = "cpu_manager_policy"
+	KeyCPUManagerPolicyOptions      = "cpu_manager_policy_options"
+	KeyReservedSystemCPUs           = "reserved_system_cpus"
+	KeyReservedCPUCount             = "reserved_cpu_count"
+	KeyTopologyManagerPolicy        = "topology_manager_policy"
+	KeyTopologyManagerScope         = "topology_manager_scope"
+	KeyTopologyManagerPolicyOptions = "topology_manager_policy_options"
+	KeyStateDir                     = "state_dir"
+	KeySysfsRoot                    = "sysfs_root"
+	KeyCgroupRoot                   = "cgroup_root"
+	KeySocketPath                   = "socket_path"
+	KeyMetricsAddress               = "metrics_address"
+	KeyReconcilePeriod              = "reconcile_period"
+	KeyLogLevel                     = "log_level"
+	KeyLogFormat                    = "log_format"
+)
+
+// Default values of the daemon-level keys.
+const (
+	DefaultStateDir        = "/var/lib/nri-cpualign"
+	DefaultSysfsRoot       = "/sys"
+	DefaultCgroupRoot      = "/sys/fs/cgroup"
+	DefaultSocketPath      = "/var/run/nri/nri.sock"
+	DefaultMetricsAddress  = "127.0.0.1:9464"
+	DefaultReconcilePeriod = 10 * time.Second
+)
+
+// Values accepted by the enumerated keys, in the kubelet's spelling
+// (comma-separated so that they stay constants).
+const (
+	cpuPolicies      = "none,static"
+	topologyPolicies = "none,best-effort,restricted,single-numa-node"
+	topologyScopes   = "container,pod"
+	logLevels        = "trace,debug,info,warn,warning,error,fatal,panic"
+	logFormats       = "text,json"
+)
+
+// Config is the whole configuration of the daemon. The toml tags are the
+// file's keys.
+type Config struct {
+	CPUManagerPolicy             string            `toml:"cpu_manager_policy"`
+	CPUManagerPolicyOptions      map[string]string `toml:"cpu_manager_policy_options"`
+	ReservedSystemCPUs           string            `toml:"reserved_system_cpus"`
+	ReservedCPUCount             int               `toml:"reserved_cpu_count"`
+	TopologyManagerPolicy        string            `toml:"topology_manager_policy"`
+	TopologyManagerScope         string            `toml:"topology_manager_scope"`
+	TopologyManagerPolicyOptions map[string]string `toml:"topology_manager_policy_options"`
+	StateDir                     string            `toml:"state_dir"`
+	SysfsRoot                    string            `toml:"sysfs_root"`
+	CgroupRoot                   string            `toml:"cgroup_root"`
+	SocketPath                   string            `toml:"socket_path"`
+	MetricsAddress               string            `toml:"metrics_address"`
+	// ReconcilePeriod is how often the reconcile loop compares cgroups with
+	// the assignments; 0 turns the loop off.
+	ReconcilePeriod Duration `toml:"reconcile_period"`
+	LogLevel        string   `toml:"log_level"`
+	LogFormat       string   `toml:"log_format"`
+
+	// source and lines remember where the configuration came from so that
+	// errors found later (e.g. by policy.New) can name the line.
+	source string
+	lines  map[string]int
+}
+
+// Duration is a time.Duration written in TOML as a Go duration string
+// ("10s", "1m30s"); the integer 0 is accepted too and means 0.
+type Duration time.Duration
+
+// MarshalText writes d as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Default is the configuration used for every key a file leaves out: the
+// static policy, no topology manager, no reservation (which the daemon
+// refuses under static, as the kubelet does: set reserved_system_cpus or
+// reserved_cpu_count), metrics on localhost.
+func Default() Config {
+	return Config{
+		CPUManagerPolicy:             "static",
+		CPUManagerPolicyOptions:      map[string]string{},
+		TopologyManagerPolicy:        "none",
+		TopologyManagerScope:         "container",
+		TopologyManagerPolicyOptions: map[string]string{},
+		StateDir:                     DefaultStateDir,
+		SysfsRoot:                    DefaultSysfsRoot,
+		CgroupRoot:                   DefaultCgroupRoot,
+		SocketPath:                   DefaultSocketPath,
+		MetricsAddress:               DefaultMetricsAddress,
+		ReconcilePeriod:              Duration(DefaultReconcilePeriod),
+		LogLevel:                     "info",
+		LogFormat:                    "text",
+	}
+}
+
+// Error is one problem in a configuration. Line is 0 when the problem is
+// not tied to one line (e.g. a value set by a flag); Value is the offending
+// value as written, empty for an unknown key or a syntax error.
+type Error struct {
+	File  string // file name, empty for an in-memory document
+	Line  int
+	Key   string // dotted key, e.g. "cpu_manager_policy_options.full-pcpus-only"
+	Value string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("config")
+	if e.File != "" {
+		b.WriteString(" " + e.File)
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, " line %d", e.Line)
+	}
+	if e.Key != "" {
+		fmt.Fprintf(&b, ": key %q", e.Key)
+	}
+	if e.Value != "" {
+		fmt.Fprintf(&b, ": bad value %q", e.Value)
+	}
+	b.WriteString(": " + e.Msg)
+	return b.String()
+}
+
+// raw is what the TOML document decodes into: the option tables and the
+// period take several TOML types, which Load converts and checks itself.
+type raw struct {
+	CPUManagerPolicy             *string        `toml:"cpu_manager_policy"`
+	CPUManagerPolicyOptions      map[string]any `toml:"cpu_manager_policy_options"`
+	ReservedSystemCPUs           *string        `toml:"reserved_system_cpus"`
+	ReservedCPUCount             *int64         `toml:"reserved_cpu_count"`
+	TopologyManagerPolicy        *string        `toml:"topology_manager_policy"`
+	TopologyManagerScope         *string        `toml:"topology_manager_scope"`
+	TopologyManagerPolicyOptions map[string]any `toml:"topology_manager_policy_options"`
+	StateDir                     *string        `toml:"state_dir"`
+	SysfsRoot                    *string        `toml:"sysfs_root"`
+	CgroupRoot                   *string        `toml:"cgroup_root"`
+	SocketPath                   *string        `toml:"socket_path"`
+	MetricsAddress               *string        `toml:"metrics_address"`
+	ReconcilePeriod              any            `toml:"reconcile_period"`
+	LogLevel                     *string        `toml:"log_level"`
+	LogFormat                    *string        `toml:"log_format"`
+}
+
+// Load parses a TOML document over Default and validates it. Every problem
+// is an *Error (several are joined with errors.Join).
+func Load(data []byte) (Config, error) { return load(data, "") }
+
+// LoadFile is Load of a file; errors also name the file.
+func LoadFile(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return load(data, path)
+}
+
+func load(data []byte, file string) (Config, error) {
+	var r raw
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Config{}, decodeError(err, file)
+	}
+	c := Default()
+	c.source = file
+	c.lines = keyLines(data)
+	var errs []error
+	bad := func(key, value, format string, args ...any) {
+		errs = append(errs, &Error{File: file, Line: c.lines[key], Key: key, Value: value, Msg: fmt.Sprintf(format, args...)})
+	}
+	setStr := func(dst *string, src *string) {
+		if src != nil {
+			*dst = *src
+		}
+	}
+	setStr(&c.CPUManagerPolicy, r.CPUManagerPolicy)
+	setStr(&c.ReservedSystemCPUs, r.ReservedSystemCPUs)
+	setStr(&c.TopologyManagerPolicy, r.TopologyManagerPolicy)
+	setStr(&c.TopologyManagerScope, r.TopologyManagerScope)
+	setStr(&c.StateDir, r.StateDir)
+	setStr(&c.SysfsRoot, r.SysfsRoot)
+	setStr(&c.CgroupRoot, r.CgroupRoot)
+	setStr(&c.SocketPath, r.SocketPath)
+	setStr(&c.MetricsAddress, r.MetricsAddress)
+	setStr(&c.LogLevel, r.LogLevel)
+	setStr(&c.LogFormat, r.LogFormat)
+	if r.ReservedCPUCount != nil {
+		n := *r.ReservedCPUCount
+		if n < 0 || n > 1<<20 {
+			bad(KeyReservedCPUCount, strconv.FormatInt(n, 10), "want a CPU count >= 0")
+		} else {
+			c.ReservedCPUCount = int(n)
+		}
+	}
+	c.CPUManagerPolicyOptions = optionTable(KeyCPUManagerPolicyOptions, r.CPUManagerPolicyOptions, bad)
+	c.TopologyManagerPolicyOptions = optionTable(KeyTopologyManagerPolicyOptions, r.TopologyManagerPolicyOptions, bad)
+	if r.ReconcilePeriod != nil {
+		d, value, err := parsePeriod(r.ReconcilePeriod)
+		if err != nil {
+			bad(KeyReconcilePeriod, value, "%v", err)
+		} else {
+			c.ReconcilePeriod = Duration(d)
+		}
+	}
+	for _, e := range c.problems() {
+		e.File, e.Line = file, c.lines[e.Key]
+		errs = append(errs, e)
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// optionTable converts a policy-options table: the kubelet writes option
+// values as strings ("true"), TOML users write booleans; both are kept as
+// the string the kubelet would see. Option names are checked by the policy.
+func optionTable(key string, in map[string]any, bad func(key, value, format string, args ...any)) map[string]string {
+	out := map[string]string{}
+	for name, v := range in {
+		switch v := v.(type) {
+		case string:
+			out[name] = v
+		case bool:
+			out[name] = strconv.FormatBool(v)
+		case int64:
+			out[name] = strconv.FormatInt(v, 10)
+		default:
+			bad(key+"."+name, fmt.Sprint(v), "want a string or boolean option value, got %T", v)
+		}
+	}
+	return out
+}
+
+func parsePeriod(v any) (time.Duration, string, error) {
+	switch v := v.(type) {
+	case string:
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, v, errors.New(`want a duration like "10s" or "0" (off)`)
+		}
+		if d < 0 {
+			return 0, v, errors.New("want a duration >= 0 (0 = off)")
+		}
+		return d, v, nil
+	case int64:
+		if v == 0 {
+			return 0, "0", nil
+		}
+		return 0, strconv.FormatInt(v, 10), errors.New(`want a duration string like "10s" (a bare number has no unit; only 0 = off is allowed)`)
+	default:
+		return 0, fmt.Sprint(v), errors.New(`want a duration string like "10s"`)
+	}
+}
+
+// Validate checks every value of c (as Load does); use it for a Config
+// built or changed in code, e.g. after command-line flags override keys.
+// Checks that need the machine (option names, reserved CPUs online) are
+// policy.New's.
+func (c Config) Validate() error {
+	var errs []error
+	for _, e := range c.problems() {
+		e.File, e.Line = c.source, c.lines[e.Key]
+		errs = append(errs, e)
+	}
+	return errors.Join(errs...)
+}
+
+// problems returns one *Error per bad value, without file and line.
+func (c Config) problems() []*Error {
+	var out []*Error
+	bad := func(key, value, format string, args ...any) {
+		out = append(out, &Error{Key: key, Value: value, Msg: fmt.Sprintf(format, args...)})
+	}
+	oneOf := func(key, value string, allowed string) {
+		for _, a := range strings.Split(allowed, ",") {
+			if value == a {
+				return
+			}
+		}
+		bad(key, value, "want one of %s", strings.ReplaceAll(allowed, ",", ", "))
+	}
+	oneOf(KeyCPUManagerPolicy, c.CPUManagerPolicy, cpuPolicies)
+	oneOf(KeyTopologyManagerPolicy, c.TopologyManagerPolicy, topologyPolicies)
+	oneOf(KeyTopologyManagerScope, c.TopologyManagerScope, topologyScopes)
+	oneOf(KeyLogLevel, c.LogLevel, logLevels)
+	oneOf(KeyLogFormat, c.LogFormat, logFormats)
+	if strings.TrimSpace(c.ReservedSystemCPUs) != "" {
+		if _, err := cpuset.Parse(strings.TrimSpace(c.ReservedSystemCPUs)); err != nil {
+			bad(KeyReservedSystemCPUs, c.ReservedSystemCPUs, `want a Linux CPU list like "0,1" or "0-3,8-11"`)
+		}
+	}
+	if c.ReservedCPUCount < 0 {
+		bad(KeyReservedCPUCount, strconv.Itoa(c.ReservedCPUCount), "want a CPU count >= 0")
+	}
+	if c.ReconcilePeriod < 0 {
+		bad(KeyReconcilePeriod, time.Duration(c.ReconcilePeriod).String(), "want a duration >= 0 (0 = off)")
+	}
+	for _, k := range []struct{ key, value string }{
+		{KeyStateDir, c.StateDir}, {KeySysfsRoot, c.SysfsRoot}, {KeyCgroupRoot, c.CgroupRoot}, {KeySocketPath, c.SocketPath},
+	} {
+		if strings.TrimSpace(k.value) == "" {
+			bad(k.key, "", "must not be empty")
+		}
+	}
+	if c.MetricsAddress != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddress); err != nil {
+			bad(KeyMetricsAddress, c.MetricsAddress, `want host:port like "127.0.0.1:9464", or "" to turn metrics off`)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			bad(KeyMetricsAddress, c.MetricsAddress, "want a port number 0-65535")
+		}
+	}
+	for _, t := range []struct {
+		key  string
+		opts map[string]string
+	}{{KeyCPUManagerPolicyOptions, c.CPUManagerPolicyOptions}, {KeyTopologyManagerPolicyOptions, c.TopologyManagerPolicyOptions}} {
+		for name := range t.opts {
+			if strings.TrimSpace(name) == "" {
+				bad(t.key, "", "an option name must not be empty")
+			}
+		}
+	}
+	return out
+}
+
+// Policy returns the engine's part of the configuration, with
+// reserved_system_cpus parsed.
+func (c Config) Policy() (policy.Config, error) {
+	reserved := cpuset.New()
+	if s := strings.TrimSpace(c.ReservedSystemCPUs); s != "" {
+		r, err := cpuset.Parse(s)
+		if err != nil {
+			return policy.Config{}, &Error{File: c.source, Line: c.lines[KeyReservedSystemCPUs], Key: KeyReservedSystemCPUs,
+				Value: c.ReservedSystemCPUs, Msg: `want a Linux CPU list like "0,1" or "0-3,8-11"`}
+		}
+		reserved = r
+	}
+	return policy.Config{
+		CPUManagerPolicy: c.CPUManagerPolicy,
+		ReservedCPUs:     reserved,
+		ReservedCount:    c.ReservedCPUCount,
+		CPUOptions:       copyMap(c.CPUManagerPolicyOptions),
+		TopologyPolicy:   c.TopologyManagerPolicy,
+		TopologyScope:    c.TopologyManagerScope,
+		TopologyOptions:  copyMap(c.TopologyManagerPolicyOptions),
+	}, nil
+}
+
+// HasReservation reports whether c reserves any CPU for the system, which
+// the daemon requires under the static policy.
+func (c Config) HasReservation() bool {
+	return strings.TrimSpace(c.ReservedSystemCPUs) != "" || c.ReservedCPUCount > 0
+}
+
+// Source is the file c was loaded from ("" for a document or a default).
+func (c Config) Source() string { return c.source }
+
+// Line is the line of the document on which key (dotted for table
+// entries, e.g. "cpu_manager_policy_options.full-pcpus-only") was set, 0
+// when it was not set there. For a table key it is the table's header line.
+func (c Config) Line(key string) int { return c.lines[key] }
+
+// KeyError builds an *Error about key for a problem found after loading
+// (e.g. by policy.New), naming the file and line where key was set.
+func (c Config) KeyError(key, value, msg string) *Error {
+	line := c.lines[key]
+	if line == 0 {
+		// An option table entry is reported at its own line when present,
+		// else at its table.
+		if i := strings.IndexByte(key, '.'); i > 0 {
+			line = c.lines[key[:i]]
+		}
+	}
+	return &Error{File: c.source, Line: line, Key: key, Value: value, Msg: msg}
+}
+
+// Encode writes c as a TOML document that Load reads back to c; the daemon
+// logs it as the effective configuration.
+func (c Config) Encode() ([]byte, error) {
+	var b bytes.Buffer
+	enc := toml.NewEncoder(&b)
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("config: encode: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// Summary is a one-line, key-sorted rendering of c for logs.
+func (c Config) Summary() string {
+	kv := map[string]string{
+		KeyCPUManagerPolicy:             c.CPUManagerPolicy,
+		KeyCPUManagerPolicyOptions:      mapString(c.CPUManagerPolicyOptions),
+		KeyReservedSystemCPUs:           strconv.Quote(c.ReservedSystemCPUs),
+		KeyReservedCPUCount:             strconv.Itoa(c.ReservedCPUCount),
+		KeyTopologyManagerPolicy:        c.TopologyManagerPolicy,
+		KeyTopologyManagerScope:         c.TopologyManagerScope,
+		KeyTopologyManagerPolicyOptions: mapString(c.TopologyManagerPolicyOptions),
+		KeyStateDir:                     c.StateDir,
+		KeySysfsRoot:                    c.SysfsRoot,
+		KeyCgroupRoot:                   c.CgroupRoot,
+		KeySocketPath:                   c.SocketPath,
+		KeyMetricsAddress:               strconv.Quote(c.MetricsAddress),
+		KeyReconcilePeriod:              time.Duration(c.ReconcilePeriod).String(),
+		KeyLogLevel:                     c.LogLevel,
+		KeyLogFormat:                    c.LogFormat,
+	}
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + kv[k]
+	}
+	return strings.Join(parts, " ")
+}
+
+func mapString(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + ":" + m[k]
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// decodeError turns a go-toml error into *Error values with key and line.
+func decodeError(err error, file string) error {
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		errs := make([]error, 0, len(strict.Errors))
+		for i := range strict.Errors {
+			e := &strict.Errors[i]
+			line, _ := e.Position()
+			errs = append(errs, &Error{File: file, Line: line, Key: strings.Join(e.Key(), "."), Msg: "unknown key"})
+		}
+		return errors.Join(errs...)
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, _ := de.Position()
+		key := strings.Join(de.Key(), ".")
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		// go-toml names the Go field ("cannot decode TOML string into
+		// struct field config.raw.X of type int"); say it in TOML terms.
+		if rest, ok := strings.CutPrefix(msg, "cannot decode TOML "); ok {
+			got, _, _ := strings.Cut(rest, " ")
+			msg = "wrong type: got a TOML " + got
+			if want := expectedType(key); want != "" {
+				msg += ", want " + want
+			}
+		}
+		return &Error{File: file, Line: line, Key: key, Msg: msg}
+	}
+	return &Error{File: file, Msg: err.Error()}
+}
+
+// expectedType names the TOML type a key takes, for type errors.
+func expectedType(key string) string {
+	switch key {
+	case KeyReservedCPUCount:
+		return "an integer"
+	case KeyCPUManagerPolicyOptions, KeyTopologyManagerPolicyOptions:
+		return "a table"
+	case KeyReconcilePeriod:
+		return `a duration string like "10s"`
+	}
+	if strings.Contains(key, ".") {
+		return ""
+	}
+	return "a string"
+}
+
+// keyLines maps every dotted key of a well-formed document to the line
+// where it is set; a table header maps its own name.
+func keyLines(data []byte) map[string]int {
+	lines := map[string]int{}
+	var p unstable.Parser
+	p.Reset(data)
+	var prefix []string
+	for p.NextExpression() {
+		e := p.Expression()
+		if e.Kind != unstable.KeyValue && e.Kind != unstable.Table && e.Kind != unstable.ArrayTable {
+			continue
+		}
+		var parts []string
+		line := 0
+		it := e.Key()
+		for it.Next() {
+			n := it.Node()
+			if line == 0 {
+				line = p.Shape(n.Raw).Start.Line
+			}
+			parts = append(parts, string(n.Data))
+		}
+		if e.Kind != unstable.KeyValue {
+			prefix = parts
+			lines[strings.Join(parts, ".")] = line
+			continue
+		}
+		full := append(append([]string{}, prefix...), parts...)
+		for i := 1; i <= len(full); i++ {
+			// A dotted key also sets its tables (a.b = 1 defines a).
+			k := strings.Join(full[:i], ".")
+			if _, seen := lines[k]; !seen {
+				lines[k] = line
+			}
+		}
+	}
+	return lines
+}

@@ -1,0 +1,265 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/utils/cpuset"
+)
+
+func TestLoadValid(t *testing.T) {
+	doc := `
+# every key once
+cpu_manager_policy = "static"
+reserved_system_cpus = "0,4"
+reserved_cpu_count = 0
+topology_manager_policy = "single-numa-node"
+topology_manager_scope = "pod"
+state_dir = "/tmp/state"
+sysfs_root = "/host/sys"
+cgroup_root = "/host/sys/fs/cgroup"
+socket_path = "/run/nri/nri.sock"
+metrics_address = ""
+reconcile_period = "30s"
+log_level = "debug"
+log_format = "json"
+
+[cpu_manager_policy_options]
+full-pcpus-only = true
+distribute-cpus-across-numa = "false"
+
+[topology_manager_policy_options]
+prefer-closest-numa-nodes = "true"
+max-allowable-numa-nodes = 16
+`
+	c, err := Load([]byte(doc))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := Config{
+		CPUManagerPolicy:             "static",
+		CPUManagerPolicyOptions:      map[string]string{"full-pcpus-only": "true", "distribute-cpus-across-numa": "false"},
+		ReservedSystemCPUs:           "0,4",
+		TopologyManagerPolicy:        "single-numa-node",
+		TopologyManagerScope:         "pod",
+		TopologyManagerPolicyOptions: map[string]string{"prefer-closest-numa-nodes": "true", "max-allowable-numa-nodes": "16"},
+		StateDir:                     "/tmp/state",
+		SysfsRoot:                    "/host/sys",
+		CgroupRoot:                   "/host/sys/fs/cgroup",
+		SocketPath:                   "/run/nri/nri.sock",
+		MetricsAddress:               "",
+		ReconcilePeriod:              Duration(30 * time.Second),
+		LogLevel:                     "debug",
+		LogFormat:                    "json",
+	}
+	got := c
+	got.source, got.lines = "", nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Load =\n%#v\nwant\n%#v", got, want)
+	}
+	if l := c.Line(KeyLogFormat); l != 15 {
+		t.Errorf("Line(log_format) = %d, want 15", l)
+	}
+	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 18 {
+		t.Errorf("Line(full-pcpus-only) = %d, want 18", l)
+	}
+	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 21 {
+		t.Errorf("Line(topology_manager_policy_options) = %d, want 21", l)
+	}
+
+	p, err := c.Policy()
+	if err != nil {
+		t.Fatalf("Policy: %v", err)
+	}
+	if !p.ReservedCPUs.Equals(cpuset.New(0, 4)) || p.TopologyPolicy != "single-numa-node" || p.TopologyScope != "pod" ||
+		p.CPUOptions["full-pcpus-only"] != "true" || p.TopologyOptions["max-allowable-numa-nodes"] != "16" {
+		t.Errorf("Policy = %+v", p)
+	}
+}
+
+func TestLoadEmptyIsDefault(t *testing.T) {
+	for _, doc := range []string{"", "# only a comment\n"} {
+		c, err := Load([]byte(doc))
+		if err != nil {
+			t.Fatalf("Load(%q): %v", doc, err)
+		}
+		c.lines = nil
+		if !reflect.DeepEqual(c, Default()) {
+			t.Errorf("Load(%q) = %+v, want Default %+v", doc, c, Default())
+		}
+	}
+	d := Default()
+	if d.CPUManagerPolicy != "static" || d.SocketPath != "/var/run/nri/nri.sock" || d.StateDir != "/var/lib/nri-cpualign" ||
+		time.Duration(d.ReconcilePeriod) != 10*time.Second || d.HasReservation() {
+		t.Errorf("Default = %+v", d)
+	}
+	if err := d.Validate(); err != nil {
+		t.Errorf("Default().Validate() = %v", err)
+	}
+}
+
+func TestReconcilePeriodForms(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		want time.Duration
+	}{
+		{`reconcile_period = "0"`, 0},
+		{`reconcile_period = 0`, 0},
+		{`reconcile_period = "1m30s"`, 90 * time.Second},
+		{`reconcile_period = "250ms"`, 250 * time.Millisecond},
+	} {
+		t.Run(tc.doc, func(t *testing.T) {
+			c, err := Load([]byte(tc.doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if time.Duration(c.ReconcilePeriod) != tc.want {
+				t.Errorf("got %v, want %v", time.Duration(c.ReconcilePeriod), tc.want)
+			}
+		})
+	}
+}
+
+// TestLoadErrors checks that every kind of mistake names its key, its line
+// and (for a bad value) the value.
+func TestLoadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		doc   string
+		key   string
+		line  int
+		value string
+		msg   string // substring of the message
+	}{
+		{"unknown top-level key", "cpu_manager_policy = \"static\"\ncpu_manager_polcy = \"static\"\n", "cpu_manager_polcy", 2, "", "unknown key"},
+		{"unknown table", "[cpu_manager]\npolicy = \"static\"\n", "cpu_manager", 1, "", "unknown key"},
+		{"syntax error", "log_level = \n", "", 1, "", "unexpected character"},
+		{"duplicate key", "log_level = \"info\"\nlog_level = \"debug\"\n", "log_level", 2, "", "already defined"},
+		{"wrong type string for int", "\n\nreserved_cpu_count = \"two\"\n", "reserved_cpu_count", 3, "", "wrong type: got a TOML string, want an integer"},
+		{"wrong type int for string", "cpu_manager_policy = 1\n", "cpu_manager_policy", 1, "", "wrong type"},
+		{"options not a table", "cpu_manager_policy_options = \"full-pcpus-only\"\n", "cpu_manager_policy_options", 1, "", "want a table"},
+		{"bad cpu policy", "\ncpu_manager_policy = \"dynamic\"\n", "cpu_manager_policy", 2, "dynamic", "none, static"},
+		{"bad topology policy", "topology_manager_policy = \"strict\"\n", "topology_manager_policy", 1, "strict", "single-numa-node"},
+		{"bad scope", "topology_manager_scope = \"node\"\n", "topology_manager_scope", 1, "node", "container, pod"},
+		{"bad reserved list", "reserved_system_cpus = \"0-\"\n", "reserved_system_cpus", 1, "0-", "CPU list"},
+		{"negative reserved count", "reserved_cpu_count = -1\n", "reserved_cpu_count", 1, "-1", ">= 0"},
+		{"bad period", "reconcile_period = \"10 seconds\"\n", "reconcile_period", 1, "10 seconds", "duration"},
+		{"negative period", "reconcile_period = \"-5s\"\n", "reconcile_period", 1, "-5s", ">= 0"},
+		{"period without unit", "reconcile_period = 10\n", "reconcile_period", 1, "10", "no unit"},
+		{"period of wrong type", "reconcile_period = true\n", "reconcile_period", 1, "true", "duration"},
+		{"bad log level", "log_level = \"loud\"\n", "log_level", 1, "loud", "debug"},
+		{"bad log format", "log_format = \"xml\"\n", "log_format", 1, "xml", "text, json"},
+		{"empty state dir", "state_dir = \"\"\n", "state_dir", 1, "", "must not be empty"},
+		{"empty socket", "socket_path = \" \"\n", "socket_path", 1, "", "must not be empty"},
+		{"empty sysfs root", "sysfs_root = \"\"\n", "sysfs_root", 1, "", "must not be empty"},
+		{"empty cgroup root", "cgroup_root = \"\"\n", "cgroup_root", 1, "", "must not be empty"},
+		{"metrics address without port", "metrics_address = \"localhost\"\n", "metrics_address", 1, "localhost", "host:port"},
+		{"metrics address bad port", "metrics_address = \":99999\"\n", "metrics_address", 1, ":99999", "port"},
+		{"option of wrong type", "[cpu_manager_policy_options]\n\nfull-pcpus-only = 1.5\n", "cpu_manager_policy_options.full-pcpus-only", 3, "1.5", "string or boolean"},
+		{"topology option of wrong type", "[topology_manager_policy_options]\nprefer-closest-numa-nodes = [true]\n", "topology_manager_policy_options.prefer-closest-numa-nodes", 2, "[true]", "string or boolean"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]byte(tc.doc))
+			if err == nil {
+				t.Fatalf("Load(%q) succeeded", tc.doc)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %v (%T) is not a *config.Error", err, err)
+			}
+			if ce.Key != tc.key || ce.Line != tc.line || ce.Value != tc.value {
+				t.Errorf("got key %q line %d value %q, want key %q line %d value %q (%v)", ce.Key, ce.Line, ce.Value, tc.key, tc.line, tc.value, err)
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error %q lacks %q", err, tc.msg)
+			}
+			if tc.key != "" && !strings.Contains(err.Error(), `key "`+tc.key+`"`) {
+				t.Errorf("error %q does not name key %q", err, tc.key)
+			}
+		})
+	}
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	doc := "log_level = \"loud\"\nlog_format = \"xml\"\ncpu_manager_policy = \"x\"\n"
+	_, err := Load([]byte(doc))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{`line 1: key "log_level"`, `line 2: key "log_format"`, `line 3: key "cpu_manager_policy"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	// Two unknown keys are both reported.
+	_, err = Load([]byte("a = 1\nb = 2\n"))
+	if err == nil || !strings.Contains(err.Error(), `line 1: key "a": unknown key`) || !strings.Contains(err.Error(), `line 2: key "b": unknown key`) {
+		t.Errorf("unknown keys: %v", err)
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cfg.toml")
+	if err := os.WriteFile(path, []byte("reserved_cpu_count = 2\nlog_format = \"yaml\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadFile(path)
+	if err == nil || !strings.Contains(err.Error(), "config "+path+" line 2: key \"log_format\": bad value \"yaml\"") {
+		t.Errorf("LoadFile error = %v", err)
+	}
+	if _, err := LoadFile(filepath.Join(dir, "missing.toml")); err == nil || !strings.Contains(err.Error(), "missing.toml") {
+		t.Errorf("missing file error = %v", err)
+	}
+	if err := os.WriteFile(path, []byte("reserved_cpu_count = 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadFile(path)
+	if err != nil || c.ReservedCPUCount != 2 || c.Source() != path || !c.HasReservation() {
+		t.Errorf("LoadFile = %+v, %v", c, err)
+	}
+	ke := c.KeyError(KeyReservedCPUCount, "2", "too many")
+	if ke.Error() != "config "+path+" line 1: key \"reserved_cpu_count\": bad value \"2\": too many" {
+		t.Errorf("KeyError = %q", ke)
+	}
+}
+
+func TestValidateAfterOverride(t *testing.T) {
+	c := Default()
+	c.ReservedSystemCPUs = "a-b"
+	c.ReconcilePeriod = Duration(-time.Second)
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), `key "reserved_system_cpus": bad value "a-b"`) || !strings.Contains(err.Error(), `key "reconcile_period": bad value "-1s"`) {
+		t.Errorf("Validate = %v", err)
+	}
+	if _, err := c.Policy(); err == nil || !strings.Contains(err.Error(), "reserved_system_cpus") {
+		t.Errorf("Policy with bad reserved list = %v", err)
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	c := Default()
+	c.ReservedSystemCPUs = "0-1"
+	c.CPUManagerPolicyOptions = map[string]string{"full-pcpus-only": "true"}
+	c.ReconcilePeriod = Duration(90 * time.Second)
+	b, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(b)
+	if err != nil {
+		t.Fatalf("Load(Encode()) = %v\n%s", err, b)
+	}
+	back.lines = nil
+	if !reflect.DeepEqual(back, c) {
+		t.Errorf("round trip:\n%s\ngot  %+v\nwant %+v", b, back, c)
+	}
+	if s := c.Summary(); !strings.Contains(s, "reconcile_period=1m30s") || !strings.Contains(s, "cpu_manager_policy_options={full-pcpus-only:true}") {
+		t.Errorf("Summary = %q", s)
+	}
+}
