@@ -1,0 +1,76 @@
+package sysfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// DeviceNUMANode returns the NUMA node of a character ("char") or block
+// ("block") device given by major:minor, as the device hint provider needs
+// it. It resolves root/dev/<kind>/<major>:<minor> (a symlink into
+// root/devices/...) and walks up from the device towards root/devices to the
+// first directory holding a numa_node file, usually the PCI function the
+// device hangs off.
+//
+// ok is false, with a nil error, when the device has no NUMA affinity: no
+// sysfs entry (a purely virtual device, or one sysfs does not show), no
+// numa_node on the way up, or numa_node < 0 (the kernel writes -1 when the
+// firmware gives no locality). Only paths derived from major:minor are read,
+// and the walk never leaves root. A numa_node file that does not parse, or
+// a link that points outside root, is an error naming the file.
+func DeviceNUMANode(root, kind string, major, minor int64) (node int, ok bool, err error) {
+	if kind != "char" && kind != "block" {
+		return 0, false, fmt.Errorf("device kind %q: want char or block", kind)
+	}
+	if major < 0 || minor < 0 {
+		return 0, false, fmt.Errorf("device %s %d:%d: negative major or minor", kind, major, minor)
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return 0, false, &FileError{Path: root, Err: unwrapPathError(err)}
+	}
+	link := filepath.Join(realRoot, "dev", kind, strconv.FormatInt(major, 10)+":"+strconv.FormatInt(minor, 10))
+	dir, err := filepath.EvalSymlinks(link)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, &FileError{Path: link, Err: unwrapPathError(err)}
+	}
+	stop := filepath.Join(realRoot, "devices")
+	if !within(dir, stop) {
+		return 0, false, &FileError{Path: link, Content: dir, Err: fmt.Errorf("link leads outside %s", stop)}
+	}
+	r := reader{root: realRoot}
+	for d := dir; within(d, stop) && d != stop; d = filepath.Dir(d) {
+		p := filepath.Join(d, "numa_node")
+		if _, err := os.Stat(p); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return 0, false, &FileError{Path: p, Err: unwrapPathError(err)}
+		}
+		n, err := r.readInt(p)
+		if err != nil {
+			return 0, false, err
+		}
+		if n < 0 {
+			return 0, false, nil
+		}
+		if n >= MaxNUMANodes {
+			return 0, false, &FileError{Path: p, Content: strconv.Itoa(n), Err: fmt.Errorf("NUMA node out of range 0-%d: %w", MaxNUMANodes-1, ErrSyntax)}
+		}
+		return n, true, nil
+	}
+	return 0, false, nil
+}
+
+// within reports whether path is dir or below it (both cleaned, absolute).
+func within(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
+}
