@@ -29,3 +29,11 @@ unit:
 
 e2e:
 	@echo "e2e: suite not written yet"
+
+## image: the container image as an OCI archive, built without a container
+## engine (same image as the Dockerfile; import with ctr -n k8s.io images import)
+IMAGE ?= ghcr.io/nri-cpualign/nri-cpualign:latest
+IMAGE_ARCHIVE ?= _output/nri-cpualign-image.tar
+.PHONY: image
+image:
+	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) VERSION=$(VERSION) bash scripts/image.sh
