@@ -25,14 +25,14 @@ import (
 // a link that points outside root, is an error naming the file.
 func DeviceNUMANode(root, kind string, major, minor int64) (node int, ok bool, err error) {
 	if kind != "char" && kind != "block" {
-		return 0, false, fmt.Errorf("device kind %q: want char or block", kind)
+		return 0, false, fmt.Errorf("sysfs: device kind %q: want char or block", kind)
 	}
 	if major < 0 || minor < 0 {
-		return 0, false, fmt.Errorf("device %s %d:%d: negative major or minor", kind, major, minor)
+		return 0, false, fmt.Errorf("sysfs: device %s %d:%d: negative major or minor", kind, major, minor)
 	}
 	realRoot, err := filepath.EvalSymlinks(root)
 	if err != nil {
-		return 0, false, &FileError{Path: root, Err: unwrapPathError(err)}
+		return 0, false, fmt.Errorf("sysfs: root: %w", err)
 	}
 	link := filepath.Join(realRoot, "dev", kind, strconv.FormatInt(major, 10)+":"+strconv.FormatInt(minor, 10))
 	dir, err := filepath.EvalSymlinks(link)
@@ -40,34 +40,44 @@ func DeviceNUMANode(root, kind string, major, minor int64) (node int, ok bool, e
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, &FileError{Path: link, Err: unwrapPathError(err)}
+		return 0, false, fmt.Errorf("sysfs: %w", err)
 	}
 	stop := filepath.Join(realRoot, "devices")
 	if !within(dir, stop) {
-		return 0, false, &FileError{Path: link, Content: dir, Err: fmt.Errorf("link leads outside %s", stop)}
+		return 0, false, fmt.Errorf("sysfs: %s: link leads to %s, outside %s", link, dir, stop)
 	}
-	r := reader{root: realRoot}
 	for d := dir; within(d, stop) && d != stop; d = filepath.Dir(d) {
 		p := filepath.Join(d, "numa_node")
-		if _, err := os.Stat(p); err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			return 0, false, &FileError{Path: p, Err: unwrapPathError(err)}
+		data, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
 		}
-		n, err := r.readInt(p)
 		if err != nil {
-			return 0, false, err
+			return 0, false, fmt.Errorf("sysfs: %w", err)
+		}
+		text := strings.TrimSpace(string(data))
+		n, err := strconv.Atoi(text)
+		if err != nil || n >= maxDeviceNUMANode {
+			return 0, false, fmt.Errorf("sysfs: %s: want a NUMA node id (or -1) below %d, content %q", p, maxDeviceNUMANode, shorten(text))
 		}
 		if n < 0 {
 			return 0, false, nil
 		}
-		if n >= MaxNUMANodes {
-			return 0, false, &FileError{Path: p, Content: strconv.Itoa(n), Err: fmt.Errorf("NUMA node out of range 0-%d: %w", MaxNUMANodes-1, ErrSyntax)}
-		}
 		return n, true, nil
 	}
 	return 0, false, nil
+}
+
+// maxDeviceNUMANode bounds the node ids DeviceNUMANode accepts: hints.Mask
+// holds 64 nodes.
+const maxDeviceNUMANode = 64
+
+// shorten keeps error texts readable when a file holds garbage.
+func shorten(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // within reports whether path is dir or below it (both cleaned, absolute).
