@@ -1,0 +1,58 @@
+# shellcheck shell=bash
+# Common bits of scripts/e2e.sh and scripts/demo*.sh: where the shared
+# containerd setup lives, and how to build the plugin. Sourced, not run.
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shared/ sits beside the repository (../shared from the repo root).
+SHARED_E2E=${SHARED_E2E:-$(cd "$REPO_ROOT/.." && pwd)/shared/e2e}
+SETUP_SCRIPT=$SHARED_E2E/setup-containerd.sh
+TEARDOWN_SCRIPT=$SHARED_E2E/teardown-containerd.sh
+E2E_RUN=${E2E_RUN:-/run/nri-e2e}
+PLUGIN_BIN=$REPO_ROOT/bin/nri-cpualign
+export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
+
+log() { printf '[%s %(%T)T] %s\n' "$(basename "$0" .sh)" -1 "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+check_prereqs() {
+	[ "$(id -u)" = 0 ] || die "must run as root (containerd, runc and cgroups need it)"
+	[ -f "$SETUP_SCRIPT" ] && [ -f "$TEARDOWN_SCRIPT" ] ||
+		die "containerd setup not found: expected $SETUP_SCRIPT and $TEARDOWN_SCRIPT (the shared/ directory beside the repository; set SHARED_E2E to its e2e/ directory)"
+	command -v go >/dev/null || die "go not found (looked in PATH and /usr/local/go/bin)"
+}
+
+# setup_containerd starts (or finds running) the test containerd and loads
+# its environment. A cold machine builds containerd and runc first (minutes).
+setup_containerd() {
+	local t0=$SECONDS
+	log "setting up containerd ($SETUP_SCRIPT)"
+	bash "$SETUP_SCRIPT" >/dev/null || die "containerd setup failed"
+	# shellcheck disable=SC1091
+	source "$E2E_RUN/env"
+	log "containerd ready in $((SECONDS - t0))s (pid $E2E_CONTAINERD_PID, NRI socket $NRI_SOCKET)"
+}
+
+teardown_containerd() {
+	bash "$TEARDOWN_SCRIPT" >&2 || log "teardown reported errors"
+}
+
+build_plugin() {
+	log "building $PLUGIN_BIN"
+	(cd "$REPO_ROOT" && CGO_ENABLED=0 go build -o "$PLUGIN_BIN" ./cmd/nri-cpualign) || die "build failed"
+}
+
+# kill_pids_of_bin FILE BIN: SIGKILL every pid listed in FILE that still runs
+# BIN (checked through /proc/PID/exe, so a reused pid is left alone).
+kill_pids_of_bin() {
+	local file=$1 bin pid exe
+	bin=$(readlink -f "$2")
+	[ -s "$file" ] || return 0
+	while read -r pid; do
+		[ -n "$pid" ] || continue
+		exe=$(readlink -f "/proc/$pid/exe" 2>/dev/null) || continue
+		if [ "$exe" = "$bin" ]; then
+			log "killing leftover plugin pid $pid"
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+	done <"$file"
+}

@@ -1,0 +1,268 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/cpuset"
+)
+
+// Client is a CRI client for the test containerd: the calls the kubelet makes.
+type Client struct {
+	conn  *grpc.ClientConn
+	RT    cri.RuntimeServiceClient // raw runtime service, for calls not wrapped here
+	Image string                   // image every container runs (the busybox test image)
+}
+
+// Dial connects to the CRI socket at addr (a path) and checks the runtime
+// answers Version.
+func Dial(ctx context.Context, addr, image string) (*Client, error) {
+	conn, err := grpc.NewClient("unix://"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("CRI dial %s: %w", addr, err)
+	}
+	c := &Client{conn: conn, RT: cri.NewRuntimeServiceClient(conn), Image: image}
+	if _, err := c.RT.Version(ctx, &cri.VersionRequest{}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("CRI Version on %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// PodSpec describes a pod the way the kubelet would run it: its QoS class and
+// pod cgroup follow from its containers' resources.
+type PodSpec struct {
+	Name       string
+	Namespace  string
+	UID        string            // must be unique per pod: it names the pod cgroup
+	Containers []Resources       // for the QoS class and the pod-level resources
+	Labels     map[string]string // extra sandbox labels
+}
+
+// Pod is a running pod sandbox.
+type Pod struct {
+	ID     string
+	QOS    QOS
+	Config *cri.PodSandboxConfig
+}
+
+// CgroupParent is the pod's cgroup (relative to a v1 hierarchy's root).
+func (p *Pod) CgroupParent() string { return p.Config.GetLinux().GetCgroupParent() }
+
+// RunPod runs a pod sandbox with host networking (no CNI here), its own PID
+// namespace per container, and the kubelet's cgroup parent and pod-level
+// resources.
+func (c *Client) RunPod(ctx context.Context, s PodSpec) (*Pod, error) {
+	if s.Namespace == "" {
+		s.Namespace = "e2e"
+	}
+	q := PodQOS(s.Containers...)
+	labels := map[string]string{
+		"io.kubernetes.pod.name":      s.Name,
+		"io.kubernetes.pod.namespace": s.Namespace,
+		"io.kubernetes.pod.uid":       s.UID,
+	}
+	for k, v := range s.Labels {
+		labels[k] = v
+	}
+	cfg := &cri.PodSandboxConfig{
+		Metadata:    &cri.PodSandboxMetadata{Name: s.Name, Uid: s.UID, Namespace: s.Namespace},
+		Labels:      labels,
+		Annotations: map[string]string{},
+		Linux: &cri.LinuxPodSandboxConfig{
+			CgroupParent: CgroupParent(q, s.UID),
+			Resources:    PodCRI(q, s.Containers...),
+			SecurityContext: &cri.LinuxSandboxSecurityContext{
+				// No hostname with host networking: runc refuses it without a UTS namespace.
+				NamespaceOptions: &cri.NamespaceOption{
+					Network: cri.NamespaceMode_NODE,
+					Pid:     cri.NamespaceMode_CONTAINER,
+					Ipc:     cri.NamespaceMode_POD,
+				},
+			},
+		},
+	}
+	r, err := c.RT.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: cfg})
+	if err != nil {
+		return nil, fmt.Errorf("RunPodSandbox %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return &Pod{ID: r.PodSandboxId, QOS: q, Config: cfg}, nil
+}
+
+// RemovePod stops and removes a pod sandbox (with its containers) and then
+// removes the pod cgroup in every hierarchy, the kubelet's job that runc
+// leaves undone. A pod that is already gone is fine. It tries every step
+// and joins the errors.
+func (c *Client) RemovePod(ctx context.Context, id, cgroupParent string) error {
+	var errs []error
+	if _, err := c.RT.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: id}); err != nil && status.Code(err) != codes.NotFound {
+		errs = append(errs, fmt.Errorf("StopPodSandbox %s: %w", id, err))
+	}
+	if _, err := c.RT.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: id}); err != nil && status.Code(err) != codes.NotFound {
+		errs = append(errs, fmt.Errorf("RemovePodSandbox %s: %w", id, err))
+	}
+	if cgroupParent != "" {
+		if err := RemovePodCgroups(cgroupParent); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RemovePodCgroups removes the pod cgroup directory in every v1 hierarchy.
+// Missing directories are fine; a cgroup that still has processes is an error.
+func RemovePodCgroups(cgroupParent string) error {
+	if !strings.HasPrefix(cgroupParent, "/kubepods/") {
+		return fmt.Errorf("refusing to remove cgroup %q outside /kubepods", cgroupParent)
+	}
+	dirs, err := filepath.Glob(filepath.Join(CgroupRoot, "*") + cgroupParent)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range dirs {
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove pod cgroup: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Container is a created container.
+type Container struct {
+	ID   string
+	Name string
+	Pod  *Pod
+}
+
+// CgroupsPath is the container's cgroup (relative to a v1 hierarchy's root),
+// as runc names it with the cgroupfs driver.
+func (ct *Container) CgroupsPath() string { return ct.Pod.CgroupParent() + "/" + ct.ID }
+
+// CreateContainer creates (does not start) a container running the test
+// image's default command (sleep until SIGTERM) with the kubelet's resources
+// for r in the pod's QoS class.
+func (c *Client) CreateContainer(ctx context.Context, p *Pod, name string, r Resources) (*Container, error) {
+	cfg := &cri.ContainerConfig{
+		Metadata:    &cri.ContainerMetadata{Name: name},
+		Image:       &cri.ImageSpec{Image: c.Image},
+		Labels:      map[string]string{"io.kubernetes.container.name": name},
+		Annotations: map[string]string{},
+		Linux: &cri.LinuxContainerConfig{
+			Resources: r.CRI(p.QOS),
+			// The zero NamespaceMode is POD: without repeating the pod's
+			// options the container would share the pause container's PID
+			// namespace and /proc/1 would not be its own process.
+			SecurityContext: &cri.LinuxContainerSecurityContext{
+				NamespaceOptions: p.Config.GetLinux().GetSecurityContext().GetNamespaceOptions(),
+			},
+		},
+	}
+	resp, err := c.RT.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: p.ID, Config: cfg, SandboxConfig: p.Config})
+	if err != nil {
+		return nil, fmt.Errorf("CreateContainer %s in pod %s: %w", name, p.Config.GetMetadata().GetName(), err)
+	}
+	return &Container{ID: resp.ContainerId, Name: name, Pod: p}, nil
+}
+
+// StartContainer starts a created container.
+func (c *Client) StartContainer(ctx context.Context, ct *Container) error {
+	if _, err := c.RT.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: ct.ID}); err != nil {
+		return fmt.Errorf("StartContainer %s: %w", ct.Name, err)
+	}
+	return nil
+}
+
+// RunContainer creates and starts a container.
+func (c *Client) RunContainer(ctx context.Context, p *Pod, name string, r Resources) (*Container, error) {
+	ct, err := c.CreateContainer(ctx, p, name, r)
+	if err != nil {
+		return nil, err
+	}
+	return ct, c.StartContainer(ctx, ct)
+}
+
+// StopContainer stops a container (SIGTERM, the test image exits at once).
+func (c *Client) StopContainer(ctx context.Context, ct *Container) error {
+	if _, err := c.RT.StopContainer(ctx, &cri.StopContainerRequest{ContainerId: ct.ID, Timeout: 10}); err != nil {
+		return fmt.Errorf("StopContainer %s: %w", ct.Name, err)
+	}
+	return nil
+}
+
+// RemoveContainer removes a (stopped) container.
+func (c *Client) RemoveContainer(ctx context.Context, ct *Container) error {
+	if _, err := c.RT.RemoveContainer(ctx, &cri.RemoveContainerRequest{ContainerId: ct.ID}); err != nil {
+		return fmt.Errorf("RemoveContainer %s: %w", ct.Name, err)
+	}
+	return nil
+}
+
+// ContainerCount is the number of containers the runtime knows, in any state.
+func (c *Client) ContainerCount(ctx context.Context) (int, error) {
+	r, err := c.RT.ListContainers(ctx, &cri.ListContainersRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("ListContainers: %w", err)
+	}
+	return len(r.Containers), nil
+}
+
+// Exec runs cmd in the container and returns its stdout; a non-zero exit is
+// an error carrying stderr.
+func (c *Client) Exec(ctx context.Context, ct *Container, cmd ...string) (string, error) {
+	r, err := c.RT.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: ct.ID, Cmd: cmd, Timeout: 20})
+	if err != nil {
+		return "", fmt.Errorf("ExecSync %v in %s: %w", cmd, ct.Name, err)
+	}
+	if r.ExitCode != 0 {
+		return "", fmt.Errorf("ExecSync %v in %s: exit %d: %s", cmd, ct.Name, r.ExitCode, r.Stderr)
+	}
+	return string(r.Stdout), nil
+}
+
+// CPUsAllowed returns Cpus_allowed_list of PID 1 inside the container: the
+// CPUs the workload can really run on.
+func (c *Client) CPUsAllowed(ctx context.Context, ct *Container) (cpuset.CPUSet, error) {
+	out, err := c.Exec(ctx, ct, "cat", "/proc/1/status")
+	if err != nil {
+		return cpuset.CPUSet{}, err
+	}
+	return ParseStatusCPUs(out)
+}
+
+// ParseStatusCPUs extracts Cpus_allowed_list from a /proc/<pid>/status text.
+func ParseStatusCPUs(status string) (cpuset.CPUSet, error) {
+	for _, l := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			s, err := cpuset.Parse(strings.TrimSpace(v))
+			if err != nil {
+				return cpuset.CPUSet{}, fmt.Errorf("Cpus_allowed_list %q: %w", strings.TrimSpace(v), err)
+			}
+			return s, nil
+		}
+	}
+	return cpuset.CPUSet{}, errors.New("no Cpus_allowed_list line in /proc/1/status")
+}
+
+// ListPods returns the pod sandboxes (in any state) carrying every label in sel.
+func (c *Client) ListPods(ctx context.Context, sel map[string]string) ([]*cri.PodSandbox, error) {
+	r, err := c.RT.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{Filter: &cri.PodSandboxFilter{LabelSelector: sel}})
+	if err != nil {
+		return nil, fmt.Errorf("ListPodSandbox: %w", err)
+	}
+	return r.Items, nil
+}
