@@ -1,0 +1,129 @@
+package daemon
+
+import (
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
+
+// The kubelet's CPU conversions for cgroup values: it writes
+// cpu.shares = max(2, milli*1024/1000) and, with a CPU limit,
+// cfs_quota = milli*period/1000 with period 100000. This file turns them
+// back into milli-CPUs.
+const (
+	sharesPerCPU = 1024
+	milliPerCPU  = 1000
+	minShares    = 2
+)
+
+// milliFromShares is the CPU request the kubelet turned into shares.
+// Shares of 2 or less are the kubelet's floor (BestEffort, or a request
+// below 2m): no request.
+func milliFromShares(shares uint64) int64 {
+	if shares <= minShares {
+		return 0
+	}
+	return int64(shares * milliPerCPU / sharesPerCPU)
+}
+
+// milliFromQuota is the CPU limit the kubelet turned into a CFS quota; a
+// quota <= 0 (-1 = unlimited, 0 = unset) or no period means no limit.
+func milliFromQuota(quota int64, period uint64) int64 {
+	if quota <= 0 || period == 0 {
+		return 0
+	}
+	return quota * milliPerCPU / int64(period)
+}
+
+// qosFromCgroupParent derives the pod's QoS class from the cgroup parent
+// the kubelet chose for it: /kubepods/burstable/pod<uid> (cgroupfs) or
+// kubepods-burstable-pod<uid>.slice (systemd) is Burstable, the same with
+// besteffort is BestEffort, and a pod directly under kubepods is
+// Guaranteed.
+func qosFromCgroupParent(parent string) policy.QoS {
+	p := strings.ToLower(parent)
+	// Only the kubelet's own path components count, not a pod UID or
+	// container ID that happens to contain the word.
+	for _, part := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == ':' }) {
+		part = strings.TrimSuffix(part, ".slice")
+		for _, word := range strings.Split(part, "-") {
+			switch word {
+			case "besteffort":
+				return policy.BestEffort
+			case "burstable":
+				return policy.Burstable
+			}
+		}
+	}
+	return policy.Guaranteed
+}
+
+// cpuOf returns the LinuxCPU of a resources message, or nil.
+func cpuOf(r *api.LinuxResources) *api.LinuxCPU {
+	if r == nil {
+		return nil
+	}
+	return r.GetCpu()
+}
+
+// requestFromCPU turns cgroup CPU values into milli-CPU request and limit.
+func requestFromCPU(cpu *api.LinuxCPU) (request, limit int64) {
+	if cpu == nil {
+		return 0, 0
+	}
+	return milliFromShares(cpu.GetShares().GetValue()), milliFromQuota(cpu.GetQuota().GetValue(), cpu.GetPeriod().GetValue())
+}
+
+// requestFor builds the engine request for a container from what NRI
+// reports: QoS from the pod's cgroup parent (or the container's cgroups
+// path when the pod has none), request and limit from cpu.shares and the
+// CFS quota, and under the pod scope the pod's request from the pod-level
+// resources the kubelet sends with the sandbox. NRI does not tell init
+// containers from app containers, so every container is an app container.
+//
+// The engine decides exclusivity from these values (Guaranteed, request
+// equal to limit, whole CPUs). Because shares lose precision
+// (333m -> 340 shares -> 332m), a non-integral request never comes back as
+// an integral one, while n CPUs always come back as exactly n*1000.
+func requestFor(pod *api.PodSandbox, ctr *api.Container) policy.Request {
+	parent := pod.GetLinux().GetCgroupParent()
+	if parent == "" {
+		parent = ctr.GetLinux().GetCgroupsPath()
+	}
+	req, lim := requestFromCPU(cpuOf(ctr.GetLinux().GetResources()))
+	var podReq int64
+	if r := pod.GetLinux().GetPodResources(); cpuOf(r) != nil {
+		podReq, _ = requestFromCPU(cpuOf(r))
+	} else if r := pod.GetLinux().GetResources(); cpuOf(r) != nil {
+		podReq, _ = requestFromCPU(cpuOf(r))
+	}
+	return policy.Request{
+		Pod:                podKey(pod),
+		Container:          ctr.GetName(),
+		QoS:                qosFromCgroupParent(parent),
+		CPURequestMilli:    req,
+		CPULimitMilli:      lim,
+		Type:               allocator.App,
+		PodCPURequestMilli: podReq,
+	}
+}
+
+// podKey is the engine's pod key: the pod UID, or the sandbox ID for a
+// sandbox without one (not created by the kubelet).
+func podKey(pod *api.PodSandbox) string {
+	if uid := pod.GetUid(); uid != "" {
+		return uid
+	}
+	return pod.GetId()
+}
+
+// podName is namespace/name for logs.
+func podName(pod *api.PodSandbox) string {
+	if pod.GetNamespace() == "" {
+		return pod.GetName()
+	}
+	return pod.GetNamespace() + "/" + pod.GetName()
+}
