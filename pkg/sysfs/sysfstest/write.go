@@ -1,0 +1,170 @@
+package sysfstest
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing/fstest"
+
+	"k8s.io/utils/cpuset"
+)
+
+// Write writes the fake sysfs tree of s under dir, which plays /sys. Like
+// the kernel, it leaves offline CPUs out of every list and gives them no
+// topology or cache directory (only cpuN/online = 0).
+func Write(dir string, s Spec) error {
+	files, err := Files(s)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	made := map[string]bool{}
+	for _, name := range names {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if d := filepath.Dir(p); !made[d] {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			made[d] = true
+		}
+		if err := os.WriteFile(p, []byte(files[name]), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FS returns the tree Write would write, in memory, for sysfs.ReadFS.
+func FS(s Spec) (fstest.MapFS, error) {
+	files, err := Files(s)
+	if err != nil {
+		return nil, err
+	}
+	m := make(fstest.MapFS, len(files))
+	for name, content := range files {
+		m[name] = &fstest.MapFile{Data: []byte(content), Mode: 0o444}
+	}
+	return m, nil
+}
+
+// Files returns the tree of s as file contents keyed by slash-separated
+// path relative to the /sys root ("devices/system/cpu/online").
+func Files(s Spec) (map[string]string, error) {
+	lay, err := s.lay()
+	if err != nil {
+		return nil, err
+	}
+	w := writer{}
+	online := func(cpus []int) cpuset.CPUSet {
+		var on []int
+		for _, cpu := range cpus {
+			if !lay.offline[cpu] {
+				on = append(on, cpu)
+			}
+		}
+		return cpuset.New(on...)
+	}
+	all := make([]int, lay.numCPUs)
+	for i := range all {
+		all[i] = i
+	}
+	bySocket := map[int][]int{}
+	byNode := map[int][]int{}
+	byL3 := map[int][]int{}
+	for _, c := range lay.cores {
+		bySocket[c.socket] = append(bySocket[c.socket], c.threads...)
+		byNode[c.node] = append(byNode[c.node], c.threads...)
+		byL3[c.l3] = append(byL3[c.l3], c.threads...)
+	}
+
+	cpuDir := "devices/system/cpu"
+	w.file(path.Join(cpuDir, "online"), online(all).String())
+	w.file(path.Join(cpuDir, "offline"), cpuset.New(sortedKeys(lay.offline)...).String())
+	w.file(path.Join(cpuDir, "possible"), cpuset.New(all...).String())
+	w.file(path.Join(cpuDir, "present"), cpuset.New(all...).String())
+	w.file(path.Join(cpuDir, "isolated"), s.Isolated)
+
+	for cpu := 0; cpu < lay.numCPUs; cpu++ {
+		base := path.Join(cpuDir, "cpu"+strconv.Itoa(cpu))
+		if lay.offline[cpu] {
+			w.file(path.Join(base, "online"), "0")
+			continue
+		}
+		w.file(path.Join(base, "online"), "1")
+		c := lay.cores[lay.cpuCore[cpu]]
+		siblings := online(c.threads).String()
+		td := path.Join(base, "topology")
+		w.file(path.Join(td, "core_id"), strconv.Itoa(c.index))
+		w.file(path.Join(td, "physical_package_id"), strconv.Itoa(c.socket))
+		if !s.NoDieID {
+			w.file(path.Join(td, "die_id"), "0")
+		}
+		w.file(path.Join(td, "thread_siblings_list"), siblings)
+		w.file(path.Join(td, "core_siblings_list"), online(bySocket[c.socket]).String())
+		// L1d, L1i and L2 are private to the core, as on every fixture
+		// machine; they are written so the reader has to pick level 3.
+		cd := path.Join(base, "cache")
+		coreIdx := lay.cpuCore[c.threads[0]]
+		for i, lv := range []struct {
+			level int
+			typ   string
+		}{{1, "Data"}, {1, "Instruction"}, {2, "Unified"}} {
+			id := path.Join(cd, "index"+strconv.Itoa(i))
+			w.file(path.Join(id, "level"), strconv.Itoa(lv.level))
+			w.file(path.Join(id, "type"), lv.typ)
+			w.file(path.Join(id, "id"), strconv.Itoa(coreIdx))
+			w.file(path.Join(id, "shared_cpu_list"), siblings)
+		}
+		if !s.NoL3 {
+			id := path.Join(cd, "index3")
+			w.file(path.Join(id, "level"), "3")
+			w.file(path.Join(id, "type"), "Unified")
+			if !s.NoL3ID {
+				w.file(path.Join(id, "id"), strconv.Itoa(s.L3IDBase+c.l3))
+			}
+			w.file(path.Join(id, "shared_cpu_list"), online(byL3[c.l3]).String())
+		}
+	}
+
+	if !s.NoNodeDir {
+		nodeDir := "devices/system/node"
+		nodes := lay.cpuNodes + s.MemoryOnlyNodes
+		mib := s.MemoryMiBPerNode
+		if mib == 0 {
+			mib = 16384
+		}
+		var ids []int
+		for n := 0; n < nodes; n++ {
+			ids = append(ids, n)
+			nd := path.Join(nodeDir, "node"+strconv.Itoa(n))
+			w.file(path.Join(nd, "cpulist"), online(byNode[n]).String())
+			row := make([]string, nodes)
+			for m := range row {
+				row[m] = strconv.Itoa(s.distance(n, m))
+			}
+			w.file(path.Join(nd, "distance"), strings.Join(row, " "))
+			kb := mib * 1024
+			w.file(path.Join(nd, "meminfo"), fmt.Sprintf(
+				"Node %d MemTotal:       %d kB\nNode %d MemFree:        %d kB\nNode %d MemUsed:        %d kB\n",
+				n, kb, n, kb/2, n, kb-kb/2))
+		}
+		w.file(path.Join(nodeDir, "online"), cpuset.New(ids...).String())
+		w.file(path.Join(nodeDir, "possible"), cpuset.New(ids...).String())
+		w.file(path.Join(nodeDir, "has_cpu"), cpuset.New(ids[:lay.cpuNodes]...).String())
+		w.file(path.Join(nodeDir, "has_memory"), cpuset.New(ids...).String())
+	}
+	return w, nil
+}
+
+// writer collects files; content gets the kernel's trailing newline.
+type writer map[string]string
+
+func (w writer) file(p, content string) { w[p] = content + "\n" }
