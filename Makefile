@@ -27,8 +27,18 @@ vet:
 unit:
 	$(GO) test -race -count=1 ./...
 
+## e2e: the real-containerd suite (test/e2e) against ../shared/e2e's containerd;
+## root, builds containerd on first use, one run at a time (flock)
 e2e:
-	@echo "e2e: suite not written yet"
+	bash scripts/e2e.sh
+
+## demo: containerd + nri-cpualign + three demo pods, left running; demo-down stops it all
+.PHONY: demo demo-down
+demo:
+	bash scripts/demo.sh
+
+demo-down:
+	bash scripts/demo-down.sh
 
 ## image: the container image as an OCI archive, built without a container
 ## engine (same image as the Dockerfile; import with ctr -n k8s.io images import)

@@ -20,6 +20,14 @@ if ! flock -n 9; then
 	flock 9
 fi
 
+# The demo's plugin would clash with the suite's (same NRI name), and the
+# teardown at the end stops its containerd anyway.
+if demo_plugin_running; then
+	log "a demo is running: stopping it first (as make demo-down would)"
+	stop_demo_plugin
+	rm -rf "$DEMO_RUN"
+fi
+
 T0=$SECONDS
 WORK=$(mktemp -d /tmp/nri-cpualign-e2e.XXXXXX)
 PIDFILE=$WORK/plugin.pids
@@ -41,8 +49,10 @@ build_plugin
 
 export NRI_CPUALIGN_BIN=$PLUGIN_BIN E2E_WORK_DIR=$WORK NRI_CPUALIGN_E2E_PIDFILE=$PIDFILE
 cd "$REPO_ROOT"
+color=()
+[ -t 1 ] || color=(-ginkgo.no-color)
 set +e
-go test -tags e2e -count=1 -timeout 20m ./test/e2e -ginkgo.v "$@"
+go test -tags e2e -count=1 -timeout 20m -v ./test/e2e -ginkgo.v "${color[@]}" "$@"
 status=$?
 set -e
 exit "$status"

@@ -56,3 +56,30 @@ kill_pids_of_bin() {
 		fi
 	done <"$file"
 }
+
+# The demo's plugin: run directory with its pid file, log, config and state.
+DEMO_RUN=${DEMO_RUN:-/run/nri-cpualign-demo}
+DEMO_PIDFILE=$DEMO_RUN/plugin.pid
+DEMO_TOOL=$REPO_ROOT/bin/e2e-demo
+
+# demo_plugin_running: true when the demo's plugin process is alive.
+demo_plugin_running() {
+	local pid
+	[ -s "$DEMO_PIDFILE" ] || return 1
+	pid=$(cat "$DEMO_PIDFILE")
+	[ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$PLUGIN_BIN")" ] &&
+		! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null
+}
+
+# stop_demo_plugin: SIGTERM the demo's plugin (by its pid file, checked
+# against the binary), SIGKILL after 5 s.
+stop_demo_plugin() {
+	local pid i
+	demo_plugin_running || { rm -f "$DEMO_PIDFILE"; return 0; }
+	pid=$(cat "$DEMO_PIDFILE")
+	log "stopping the demo plugin (pid $pid)"
+	kill -TERM "$pid" 2>/dev/null || true
+	for i in $(seq 50); do demo_plugin_running || break; sleep 0.1; done
+	demo_plugin_running && kill -KILL "$pid" 2>/dev/null
+	rm -f "$DEMO_PIDFILE"
+}
