@@ -64,6 +64,7 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 	}
 
 	BeforeAll(func(ctx SpecContext) {
+		RequireContainerd()
 		if Host.CPUs.Size() < 2 {
 			Skip("the static policy needs 2 CPUs: one reserved, one to give out exclusively")
 		}
