@@ -1,0 +1,360 @@
+package allocator
+
+// accumulator is one run of the kubelet's topology-aware best fit: it claims
+// CPUs from the free set, whole groups first, until need reaches zero. It
+// lives for one takeByTopology call.
+type accumulator struct {
+	m      *machine
+	free   bitset // CPUs that may still be claimed
+	result bitset // CPUs claimed so far
+	need   int
+
+	coreFree, sockFree, numaFree, l3Free []int // free CPUs per group
+	l1Free, l2Free                       []int // aliases by hierarchy level
+}
+
+func (m *machine) newAccumulator(avail bitset, need int) *accumulator {
+	a := &accumulator{
+		m:        m,
+		free:     avail.clone(),
+		result:   newBitset(m.n),
+		need:     need,
+		coreFree: make([]int, len(m.cores.ids)),
+		sockFree: make([]int, len(m.socks.ids)),
+		numaFree: make([]int, len(m.numas.ids)),
+		l3Free:   make([]int, len(m.l3s.ids)),
+	}
+	a.free.forEach(func(p int) {
+		a.coreFree[m.coreOf[p]]++
+		a.sockFree[m.sockOf[p]]++
+		a.numaFree[m.numaOf[p]]++
+		a.l3Free[m.l3Of[p]]++
+	})
+	if m.numaFirst {
+		a.l1Free, a.l2Free = a.numaFree, a.sockFree
+	} else {
+		a.l1Free, a.l2Free = a.sockFree, a.numaFree
+	}
+	return a
+}
+
+func (a *accumulator) satisfied() bool         { return a.need < 1 }
+func (a *accumulator) failed() bool            { return a.need > a.free.count() }
+func (a *accumulator) needsAtLeast(n int) bool { return a.need >= n }
+
+// take claims one CPU position (it must be free).
+func (a *accumulator) take(p int) {
+	m := a.m
+	a.free.clear(p)
+	a.result.set(p)
+	a.coreFree[m.coreOf[p]]--
+	a.sockFree[m.sockOf[p]]--
+	a.numaFree[m.numaOf[p]]--
+	a.l3Free[m.l3Of[p]]--
+	a.need--
+}
+
+// takeAll claims every free CPU among cpus.
+func (a *accumulator) takeAll(cpus []int) {
+	for _, p := range cpus {
+		if a.free.has(p) {
+			a.take(p)
+		}
+	}
+}
+
+// sortByFree orders group indexes by ascending free CPUs, ties by ascending
+// index (= ascending id): the kubelet's best-fit order. The input must be in
+// ascending index order; the sort is stable.
+func sortByFree(idx []int, free []int) {
+	for i := 1; i < len(idx); i++ {
+		for j := i; j > 0 && free[idx[j]] < free[idx[j-1]]; j-- {
+			idx[j], idx[j-1] = idx[j-1], idx[j]
+		}
+	}
+}
+
+// sortedL1 is the first-level groups with free CPUs in best-fit order.
+func (a *accumulator) sortedL1() []int {
+	out := make([]int, 0, len(a.l1Free))
+	for g, f := range a.l1Free {
+		if f > 0 {
+			out = append(out, g)
+		}
+	}
+	sortByFree(out, a.l1Free)
+	return out
+}
+
+// sortedL2 is the second-level groups, nested under the sorted first-level
+// groups: for each first-level group, the second-level groups with free CPUs
+// inside it, sorted by their own free CPUs. On machines where a second-level
+// group spans several first-level groups the kubelet would list it (and its
+// cores) twice; it is listed once, at its first place.
+func (a *accumulator) sortedL2(l1 []int) []int {
+	m := a.m
+	out := make([]int, 0, len(a.l2Free))
+	seen := make([]bool, len(a.l2Free))
+	for _, g1 := range l1 {
+		start := len(out)
+		for k, g2 := range m.l1Kids[g1] {
+			if seen[g2] || a.l2Free[g2] == 0 || !m.l1KidMask[g1][k].intersects(a.free) {
+				continue
+			}
+			seen[g2] = true
+			out = append(out, g2)
+		}
+		sortByFree(out[start:], a.l2Free)
+	}
+	return out
+}
+
+// sortedCores is every core with free CPUs in the nested best-fit order
+// (first level, second level, core; each by ascending free CPUs then id).
+func (a *accumulator) sortedCores() []int {
+	m := a.m
+	l2 := a.sortedL2(a.sortedL1())
+	out := make([]int, 0, len(a.coreFree))
+	for _, g2 := range l2 {
+		cores := m.l2Cores[g2]
+		// Counting sort by free CPUs: a core has at most maxThreads, and the
+		// cores are listed in ascending id order, so this is the stable
+		// (free, id) order in linear time.
+		for f := 1; f <= m.maxThreads; f++ {
+			for _, c := range cores {
+				if a.coreFree[c] == f {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// sortedNUMA is the NUMA nodes with free CPUs in hierarchy order.
+func (a *accumulator) sortedNUMA() []int {
+	if a.m.numaFirst {
+		return a.sortedL1()
+	}
+	return a.sortedL2(a.sortedL1())
+}
+
+// sortedSockets is the sockets with free CPUs in hierarchy order.
+func (a *accumulator) sortedSockets() []int {
+	if a.m.numaFirst {
+		return a.sortedL2(a.sortedL1())
+	}
+	return a.sortedL1()
+}
+
+// takeFullNUMANodes claims whole free NUMA nodes (free = all its CPUs free)
+// while the need is at least a node's size.
+func (a *accumulator) takeFullNUMANodes() {
+	for _, g := range a.freeGroups(a.sortedNUMA(), a.numaFree, func(g int) int { return a.m.numas.size(g) }) {
+		if a.needsAtLeast(a.m.numas.size(g)) {
+			a.takeAll(a.m.numas.cpus[g])
+		}
+	}
+}
+
+// takeFullSockets claims whole free sockets. A socket is free when its free
+// CPUs equal the machine average CPUs per socket, as in the kubelet.
+func (a *accumulator) takeFullSockets() {
+	for _, g := range a.freeGroups(a.sortedSockets(), a.sockFree, func(int) int { return a.m.cpusPerSocket }) {
+		if a.needsAtLeast(a.m.socks.size(g)) {
+			a.takeAll(a.m.socks.cpus[g])
+		}
+	}
+}
+
+// takeFullCores claims whole free cores (free CPUs == the machine average
+// CPUs per core, so on hybrid parts where that is 1 a two-thread core is
+// never "free").
+func (a *accumulator) takeFullCores() {
+	for _, c := range a.freeGroups(a.sortedCores(), a.coreFree, func(int) int { return a.m.cpusPerCore }) {
+		if a.needsAtLeast(a.m.cores.size(c)) {
+			a.takeAll(a.m.cores.cpus[c])
+		}
+	}
+}
+
+func (a *accumulator) freeGroups(order []int, free []int, full func(g int) int) []int {
+	out := order[:0:0]
+	for _, g := range order {
+		if free[g] == full(g) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// takeRemainingCPUs claims single CPUs in the packed order: cores in
+// best-fit order, each core's free CPUs by id. The kubelet re-sorts after
+// each CPU; taking a CPU only lowers the free counts of the groups that
+// already come first, so one sort gives the same sequence.
+func (a *accumulator) takeRemainingCPUs() {
+	for _, c := range a.sortedCores() {
+		for _, p := range a.m.cores.cpus[c] {
+			if a.satisfied() {
+				return
+			}
+			if a.free.has(p) {
+				a.take(p)
+			}
+		}
+	}
+}
+
+// takeRemainingCPUsSpread is distribute-cpus-across-cores: sockets in
+// best-fit order, then the socket's free CPUs by ascending id.
+func (a *accumulator) takeRemainingCPUsSpread() {
+	for _, s := range a.sortedSockets() {
+		for _, p := range a.m.socks.cpus[s] {
+			if a.satisfied() {
+				return
+			}
+			if a.free.has(p) {
+				a.take(p)
+			}
+		}
+	}
+}
+
+// sortedUncore is the uncore-cache walk order: NUMA nodes in hierarchy
+// order, inside each the caches with free CPUs in that node by ascending
+// free CPUs (whole cache), then id. A cache spanning several NUMA nodes is
+// listed under each of them, as in the kubelet.
+func (a *accumulator) sortedUncore() []int {
+	m := a.m
+	var out []int
+	for _, n := range a.sortedNUMA() {
+		start := len(out)
+		for k, u := range m.numaL3[n] {
+			if a.l3Free[u] > 0 && m.numaL3Mask[n][k].intersects(a.free) {
+				out = append(out, u)
+			}
+		}
+		sortByFree(out[start:], a.l3Free)
+	}
+	return out
+}
+
+// takeUncoreCache is the prefer-align-cpus-by-uncorecache step.
+func (a *accumulator) takeUncoreCache() {
+	for _, u := range a.sortedUncore() {
+		if a.needsAtLeast(a.m.cpusPerL3) {
+			a.takeFullUncore()
+		}
+		if a.satisfied() {
+			return
+		}
+		a.takePartialUncore(u)
+		if a.satisfied() {
+			return
+		}
+	}
+}
+
+// takeFullUncore claims whole free uncore caches (free = all its CPUs free,
+// real size) while the need is at least the cache's size.
+func (a *accumulator) takeFullUncore() {
+	m := a.m
+	order := a.sortedUncore()
+	var seen []bool
+	for _, u := range order {
+		if a.l3Free[u] != m.l3s.size(u) || !a.needsAtLeast(m.l3s.size(u)) {
+			continue
+		}
+		if seen == nil {
+			seen = make([]bool, len(a.l3Free))
+		}
+		if seen[u] {
+			continue
+		}
+		seen[u] = true
+		a.takeAll(m.l3s.cpus[u])
+	}
+}
+
+// takePartialUncore claims the remaining need inside one uncore cache when
+// it fits exactly, with the kubelet's quirks: it looks at the lowest-id
+// ceil(need/CPUsPerCore) cores that have any free CPU in the cache, takes
+// their free CPUs, drops the highest one when the need is odd (need%2, not
+// need%CPUsPerCore) on an SMT machine, and claims only on an exact match.
+func (a *accumulator) takePartialUncore(u int) {
+	m := a.m
+	coresNeeded := (a.need + m.cpusPerCore - 1) / m.cpusPerCore
+	cpus := make([]int, 0, coresNeeded*m.maxThreads)
+	taken := 0
+	for _, c := range m.l3Cores[u] {
+		if taken == coresNeeded {
+			break
+		}
+		if a.coreFree[c] == 0 {
+			continue
+		}
+		taken++
+		for _, p := range m.cores.cpus[c] {
+			if a.free.has(p) {
+				cpus = append(cpus, p)
+			}
+		}
+	}
+	sortInts(cpus)
+	if a.need%2 != 0 && m.cpusPerCore > 1 && len(cpus) > a.need {
+		cpus = cpus[:len(cpus)-1]
+	}
+	if len(cpus) != a.need {
+		return
+	}
+	for _, p := range cpus {
+		a.take(p)
+	}
+}
+
+// takePacked is the kubelet's takeByTopologyNUMAPacked. It returns nil when
+// the request cannot be met from avail.
+func (m *machine) takePacked(avail bitset, n int, spread, uncore bool) bitset {
+	a := m.newAccumulator(avail, n)
+	if a.satisfied() {
+		return a.result
+	}
+	if a.failed() {
+		return nil
+	}
+	if m.numaFirst {
+		a.takeFullNUMANodes()
+		if a.satisfied() {
+			return a.result
+		}
+		a.takeFullSockets()
+	} else {
+		a.takeFullSockets()
+		if a.satisfied() {
+			return a.result
+		}
+		a.takeFullNUMANodes()
+	}
+	if a.satisfied() {
+		return a.result
+	}
+	if uncore {
+		a.takeUncoreCache()
+		if a.satisfied() {
+			return a.result
+		}
+	}
+	if !spread {
+		a.takeFullCores()
+		if a.satisfied() {
+			return a.result
+		}
+		a.takeRemainingCPUs()
+	} else {
+		a.takeRemainingCPUsSpread()
+	}
+	if a.satisfied() {
+		return a.result
+	}
+	return nil
+}

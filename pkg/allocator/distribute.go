@@ -1,0 +1,240 @@
+package allocator
+
+import "math"
+
+// takeDistributed is distribute-cpus-across-numa (KEP-2902) as the kubelet
+// implements it (takeByTopologyNUMADistributed): spread the request evenly,
+// in groups of groupSize CPUs, over the fewest NUMA nodes that can hold it,
+// the remainder striped to the subset that leaves the free CPUs best
+// balanced. Falls back to packed when no combination works. Returns nil
+// when the request cannot be met.
+func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread bool) bitset {
+	if n%groupSize != 0 {
+		return m.takePacked(avail, n, spread, false)
+	}
+	a := m.newAccumulator(avail, n)
+	if a.satisfied() {
+		return a.result
+	}
+	if a.failed() {
+		return nil
+	}
+	numas := a.sortedNUMA()
+	minK, maxK := a.rangeNUMANodesNeeded(groupSize)
+	// after[i] is the free CPU count of numas[i] after a candidate
+	// allocation; pos maps a NUMA index to its place in numas.
+	pos := make([]int, len(m.numas.ids))
+	for i, g := range numas {
+		pos[g] = i
+	}
+	after := make([]int, len(numas))
+	scratch := make([]int, len(numas))
+
+	for k := minK; k <= maxK; k++ {
+		bestBalance := math.MaxFloat64
+		var bestCombo, bestRemainder []int
+		iterateCombinations(numas, k, func(combo []int) bool {
+			if bestBalance == 0 {
+				return false
+			}
+			total, groups := 0, 0
+			for _, g := range combo {
+				total += a.numaFree[g]
+				groups += a.numaFree[g] / groupSize
+			}
+			if total < n || groups*groupSize < n {
+				return true
+			}
+			distribution := (n / len(combo) / groupSize) * groupSize
+			for _, g := range combo {
+				if a.numaFree[g] < distribution {
+					return true
+				}
+			}
+			for i, g := range numas {
+				after[i] = a.numaFree[g]
+			}
+			for _, g := range combo {
+				after[pos[g]] -= distribution
+			}
+			remainder := n - distribution*len(combo)
+			var remainderCombo []int
+			for _, g := range combo {
+				if after[pos[g]] >= groupSize {
+					remainderCombo = append(remainderCombo, g)
+				}
+			}
+			bestLocal := math.MaxFloat64
+			var bestLocalRemainder []int
+			if remainder == 0 {
+				bestLocal = standardDeviation(after)
+			}
+			for kk := len(remainderCombo); remainder > 0 && kk >= 1; kk-- {
+				iterateCombinations(remainderCombo, kk, func(subset []int) bool {
+					copy(scratch, after)
+					sum := 0
+					for _, g := range subset {
+						sum += scratch[pos[g]]
+					}
+					if sum < remainder {
+						return true
+					}
+					if !stripe(scratch, subset, pos, remainder, groupSize) {
+						// The kubelet would loop forever here; a subset that
+						// cannot take the remainder in whole groups is skipped.
+						return true
+					}
+					if b := standardDeviation(scratch); b < bestLocal {
+						bestLocal = b
+						bestLocalRemainder = append([]int(nil), subset...)
+					}
+					return true
+				})
+			}
+			if bestLocal < bestBalance {
+				bestBalance = bestLocal
+				bestRemainder = bestLocalRemainder
+				bestCombo = append([]int(nil), combo...)
+			}
+			return true
+		})
+		if bestCombo == nil {
+			continue
+		}
+		distribution := (n / len(bestCombo) / groupSize) * groupSize
+		for _, g := range bestCombo {
+			got := m.takePacked(a.free.and(m.numas.mask[g]), distribution, spread, false)
+			if got == nil {
+				return nil
+			}
+			got.forEach(a.take)
+		}
+		remainder := n - distribution*len(bestCombo)
+		for remainder > 0 {
+			progress := false
+			for _, g := range bestRemainder {
+				if remainder == 0 {
+					break
+				}
+				if a.numaFree[g] < groupSize {
+					continue
+				}
+				got := m.takePacked(a.free.and(m.numas.mask[g]), groupSize, spread, false)
+				if got == nil {
+					return nil
+				}
+				got.forEach(a.take)
+				remainder -= groupSize
+				progress = true
+			}
+			if !progress {
+				return nil
+			}
+		}
+		if a.need != 0 {
+			return nil
+		}
+		return a.result
+	}
+	return m.takePacked(avail, n, spread, false)
+}
+
+// stripe hands out remainder CPUs in groups round-robin over subset,
+// updating free (indexed through pos). It reports false when a round makes
+// no progress.
+func stripe(free []int, subset []int, pos []int, remainder, groupSize int) bool {
+	for remainder > 0 {
+		progress := false
+		for _, g := range subset {
+			if remainder == 0 {
+				break
+			}
+			if free[pos[g]] < groupSize {
+				continue
+			}
+			free[pos[g]] -= groupSize
+			remainder -= groupSize
+			progress = true
+		}
+		if !progress {
+			return false
+		}
+	}
+	return true
+}
+
+// rangeNUMANodesNeeded is the kubelet's bound on how many NUMA nodes a
+// distributed allocation may use: the minimum from CPU-group arithmetic on
+// the machine's total CPUs per node, the maximum the groups needed or the
+// nodes with free CPUs.
+func (a *accumulator) rangeNUMANodesNeeded(groupSize int) (int, int) {
+	m := a.m
+	numNUMA := len(m.numas.ids)
+	available := 0
+	for _, f := range a.numaFree {
+		if f > 0 {
+			available++
+		}
+	}
+	groups := (m.n-1)/groupSize + 1
+	perNode := (groups-1)/numNUMA + 1
+	needed := (a.need-1)/groupSize + 1
+	minK := (needed-1)/perNode + 1
+	maxK := needed
+	if available < maxK {
+		maxK = available
+	}
+	return minK, maxK
+}
+
+// iterateCombinations calls f with every k-element combination of items in
+// lexicographic order of positions, until f returns false. The slice passed
+// to f is reused; copy it to keep it.
+func iterateCombinations(items []int, k int, f func([]int) bool) {
+	if k < 1 || k > len(items) {
+		return
+	}
+	idx := make([]int, k)
+	combo := make([]int, k)
+	for i := range idx {
+		idx[i] = i
+	}
+	for {
+		for i, j := range idx {
+			combo[i] = items[j]
+		}
+		if !f(combo) {
+			return
+		}
+		i := k - 1
+		for i >= 0 && idx[i] == len(items)-k+i {
+			i--
+		}
+		if i < 0 {
+			return
+		}
+		idx[i]++
+		for j := i + 1; j < k; j++ {
+			idx[j] = idx[j-1] + 1
+		}
+	}
+}
+
+// standardDeviation is the population standard deviation with the kubelet's
+// rounding: the mean and the result are rounded to 3 decimals.
+func standardDeviation(xs []int) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, x := range xs {
+		sum += float64(x)
+	}
+	mean := math.Round(sum/float64(len(xs))*1000) / 1000
+	sq := 0.0
+	for _, x := range xs {
+		d := float64(x) - mean
+		sq += d * d
+	}
+	return math.Round(math.Sqrt(sq/float64(len(xs)))*1000) / 1000
+}

@@ -1,0 +1,284 @@
+package allocator
+
+import (
+	"math/bits"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
+)
+
+// bitset is a set of CPU positions (indexes into machine.cpuID). The
+// allocator works on bitsets internally and converts to cpuset.CPUSet only
+// at its API boundary: a 256-CPU machine is four words.
+type bitset []uint64
+
+func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
+
+func (b bitset) has(i int) bool { return b[i>>6]&(1<<uint(i&63)) != 0 }
+func (b bitset) set(i int)      { b[i>>6] |= 1 << uint(i&63) }
+func (b bitset) clear(i int)    { b[i>>6] &^= 1 << uint(i&63) }
+
+func (b bitset) count() int {
+	n := 0
+	for _, w := range b {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+func (b bitset) clone() bitset { return append(bitset(nil), b...) }
+
+// intersects reports whether b and o share a position.
+func (b bitset) intersects(o bitset) bool {
+	for i, w := range b {
+		if w&o[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// and returns b ∩ o as a new bitset.
+func (b bitset) and(o bitset) bitset {
+	out := make(bitset, len(b))
+	for i, w := range b {
+		out[i] = w & o[i]
+	}
+	return out
+}
+
+// andNot returns b − o as a new bitset.
+func (b bitset) andNot(o bitset) bitset {
+	out := make(bitset, len(b))
+	for i, w := range b {
+		out[i] = w &^ o[i]
+	}
+	return out
+}
+
+// or returns b ∪ o as a new bitset.
+func (b bitset) or(o bitset) bitset {
+	out := make(bitset, len(b))
+	for i, w := range b {
+		out[i] = w | o[i]
+	}
+	return out
+}
+
+// forEach calls f for every position, ascending.
+func (b bitset) forEach(f func(i int)) {
+	for wi, w := range b {
+		for w != 0 {
+			t := bits.TrailingZeros64(w)
+			f(wi<<6 + t)
+			w &= w - 1
+		}
+	}
+}
+
+// level is one grouping of the machine's CPUs (cores, sockets, NUMA nodes
+// or uncore caches), indexed densely in ascending id order so that "lowest
+// id first" tie-breaks compare indexes.
+type level struct {
+	ids  []int    // index -> group id
+	cpus [][]int  // index -> CPU positions, ascending
+	mask []bitset // index -> the same CPUs as a bitset
+}
+
+func (l *level) size(g int) int { return len(l.cpus[g]) }
+
+// machine is the allocator's precomputed view of a Topology: every
+// grouping the kubelet's accumulator queries, built once in NewStatic so a
+// decision costs time linear in the CPUs and allocates little.
+type machine struct {
+	topo  *topology.Topology
+	n     int   // online CPUs
+	cpuID []int // position -> CPU id, ascending
+	posOf []int // CPU id -> position, -1 for ids that are not online
+
+	coreOf, sockOf, numaOf, l3Of []int // position -> group index
+	cores, socks, numas, l3s     level
+
+	cpusPerCore   int // machine averages, as the kubelet computes them
+	cpusPerSocket int
+	cpusPerL3     int
+	maxThreads    int
+
+	// numaFirst: NumSockets >= NumNUMANodes, so NUMA nodes are the first
+	// (larger) level of the hierarchy; otherwise sockets are.
+	numaFirst bool
+	// l1/l2 are the first and second hierarchy levels; l1Kids lists, for
+	// each first-level group, the second-level groups sharing CPUs with it
+	// and l1KidMask those shared CPUs. l2Cores lists each second-level
+	// group's cores.
+	l1, l2    *level
+	l1Kids    [][]int
+	l1KidMask [][]bitset
+	l2Cores   [][]int
+	// numaL3 lists each NUMA node's uncore caches and numaL3Mask the CPUs
+	// they share; l3Cores each uncore cache's cores.
+	numaL3     [][]int
+	numaL3Mask [][]bitset
+	l3Cores    [][]int
+}
+
+func newMachine(t *topology.Topology) *machine {
+	details := t.Details()
+	m := &machine{topo: t, n: len(details)}
+	maxID := 0
+	for _, c := range details {
+		if c.CPU > maxID {
+			maxID = c.CPU
+		}
+	}
+	m.posOf = make([]int, maxID+1)
+	for i := range m.posOf {
+		m.posOf[i] = -1
+	}
+	m.cpuID = make([]int, m.n)
+	for i, c := range details {
+		m.cpuID[i] = c.CPU
+		m.posOf[c.CPU] = i
+	}
+	m.coreOf = buildLevel(&m.cores, details, func(c topology.CPUInfo) int { return c.Core })
+	m.sockOf = buildLevel(&m.socks, details, func(c topology.CPUInfo) int { return c.Socket })
+	m.numaOf = buildLevel(&m.numas, details, func(c topology.CPUInfo) int { return c.NUMA })
+	m.l3Of = buildLevel(&m.l3s, details, func(c topology.CPUInfo) int { return c.L3 })
+
+	m.cpusPerCore = m.n / len(m.cores.ids)
+	m.cpusPerSocket = m.n / len(m.socks.ids)
+	m.cpusPerL3 = m.n / len(m.l3s.ids)
+	for _, c := range m.cores.cpus {
+		if len(c) > m.maxThreads {
+			m.maxThreads = len(c)
+		}
+	}
+	m.numaFirst = len(m.socks.ids) >= len(m.numas.ids)
+	var l1Of, l2Of []int
+	if m.numaFirst {
+		m.l1, m.l2, l1Of, l2Of = &m.numas, &m.socks, m.numaOf, m.sockOf
+	} else {
+		m.l1, m.l2, l1Of, l2Of = &m.socks, &m.numas, m.sockOf, m.numaOf
+	}
+	m.l1Kids, m.l1KidMask = m.crossing(len(m.l1.ids), len(m.l2.ids), l1Of, l2Of)
+	m.l2Cores = m.members(len(m.l2.ids), l2Of)
+	m.numaL3, m.numaL3Mask = m.crossing(len(m.numas.ids), len(m.l3s.ids), m.numaOf, m.l3Of)
+	m.l3Cores = m.members(len(m.l3s.ids), m.l3Of)
+	return m
+}
+
+// buildLevel groups the CPUs by key into lv and returns position -> index.
+func buildLevel(lv *level, details []topology.CPUInfo, key func(topology.CPUInfo) int) []int {
+	seen := map[int]bool{}
+	for _, c := range details {
+		if k := key(c); !seen[k] {
+			seen[k] = true
+			lv.ids = append(lv.ids, k)
+		}
+	}
+	sortInts(lv.ids)
+	idx := make(map[int]int, len(lv.ids))
+	for i, id := range lv.ids {
+		idx[id] = i
+	}
+	lv.cpus = make([][]int, len(lv.ids))
+	lv.mask = make([]bitset, len(lv.ids))
+	of := make([]int, len(details))
+	for p, c := range details {
+		g := idx[key(c)]
+		of[p] = g
+		lv.cpus[g] = append(lv.cpus[g], p)
+	}
+	for g, cpus := range lv.cpus {
+		lv.mask[g] = newBitset(len(details))
+		for _, p := range cpus {
+			lv.mask[g].set(p)
+		}
+	}
+	return of
+}
+
+// crossing lists, for each group of an outer level, the inner-level groups
+// that share CPUs with it (ascending) and the shared CPUs.
+func (m *machine) crossing(nOuter, nInner int, outerOf, innerOf []int) ([][]int, [][]bitset) {
+	kids := make([][]int, nOuter)
+	masks := make([][]bitset, nOuter)
+	slot := make([]map[int]int, nOuter)
+	for o := range slot {
+		slot[o] = map[int]int{}
+	}
+	for p := 0; p < m.n; p++ {
+		o, in := outerOf[p], innerOf[p]
+		k, ok := slot[o][in]
+		if !ok {
+			k = len(kids[o])
+			slot[o][in] = k
+			kids[o] = append(kids[o], in)
+			masks[o] = append(masks[o], newBitset(m.n))
+		}
+		masks[o][k].set(p)
+	}
+	for o := range kids {
+		// Sort kids ascending, keeping masks parallel.
+		for i := 1; i < len(kids[o]); i++ {
+			for j := i; j > 0 && kids[o][j] < kids[o][j-1]; j-- {
+				kids[o][j], kids[o][j-1] = kids[o][j-1], kids[o][j]
+				masks[o][j], masks[o][j-1] = masks[o][j-1], masks[o][j]
+			}
+		}
+	}
+	return kids, masks
+}
+
+// members lists, for each group of a level, the cores with a CPU in it
+// (ascending core index).
+func (m *machine) members(nGroups int, groupOf []int) [][]int {
+	out := make([][]int, nGroups)
+	for c, cpus := range m.cores.cpus {
+		seen := map[int]bool{}
+		for _, p := range cpus {
+			if g := groupOf[p]; !seen[g] {
+				seen[g] = true
+				out[g] = append(out[g], c)
+			}
+		}
+	}
+	return out
+}
+
+func sortInts(a []int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+// toBits converts a CPUSet; CPUs that are not online are ignored (callers
+// validate first where that matters).
+func (m *machine) toBits(s cpuset.CPUSet) bitset {
+	b := newBitset(m.n)
+	for _, cpu := range s.UnsortedList() {
+		if cpu >= 0 && cpu < len(m.posOf) && m.posOf[cpu] >= 0 {
+			b.set(m.posOf[cpu])
+		}
+	}
+	return b
+}
+
+// toSet converts back to a CPUSet.
+func (m *machine) toSet(b bitset) cpuset.CPUSet {
+	ids := make([]int, 0, b.count())
+	b.forEach(func(p int) { ids = append(ids, m.cpuID[p]) })
+	return cpuset.New(ids...)
+}
+
+// all returns every online CPU.
+func (m *machine) all() bitset {
+	b := newBitset(m.n)
+	for p := 0; p < m.n; p++ {
+		b.set(p)
+	}
+	return b
+}

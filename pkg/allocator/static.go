@@ -1,0 +1,454 @@
+package allocator
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
+)
+
+// Static is the configured static policy for one machine. It is immutable
+// and safe for concurrent use; all mutable data travels in State values.
+type Static struct {
+	topo         *topology.Topology
+	m            *machine
+	opts         Options
+	reserved     cpuset.CPUSet
+	reservedBits bitset
+	// reservedPhys is the reserved CPUs plus all their thread siblings:
+	// full-pcpus-only counts them as unavailable.
+	reservedPhysBits bitset
+}
+
+// ReservedByCount chooses n reserved CPUs the way the kubelet does for a
+// count-only reservation: takeByTopology over all online CPUs with the
+// configured options (so the distribute and uncore options change the
+// choice). On an idle machine that is the lowest-id whole cores of the
+// first NUMA node or socket.
+func ReservedByCount(topo *topology.Topology, o Options, n int) (cpuset.CPUSet, error) {
+	if topo == nil {
+		return cpuset.New(), fmt.Errorf("reserved CPUs: no topology")
+	}
+	if n < 0 {
+		return cpuset.New(), fmt.Errorf("reserved CPUs: negative count %d", n)
+	}
+	if n == 0 {
+		return cpuset.New(), nil
+	}
+	m := newMachine(topo)
+	if n > m.n {
+		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: m.n}
+	}
+	got := takeByTopology(m, o, m.all(), n)
+	if got == nil || got.count() != n {
+		return cpuset.New(), fmt.Errorf("reserved CPUs: unable to reserve %d CPUs", n)
+	}
+	return m.toSet(got), nil
+}
+
+// takeByTopology dispatches to the packed or the NUMA-distributed best fit
+// with the options, as the kubelet's static policy does.
+func takeByTopology(m *machine, o Options, avail bitset, n int) bitset {
+	if o.DistributeCPUsAcrossNUMA {
+		group := 1
+		if o.FullPCPUsOnly {
+			group = m.cpusPerCore
+		}
+		return m.takeDistributed(avail, n, group, o.DistributeCPUsAcrossCores)
+	}
+	return m.takePacked(avail, n, o.DistributeCPUsAcrossCores, o.PreferAlignByUncoreCache)
+}
+
+// NewStatic validates the options against topo and the reserved CPUs (all
+// online) and builds the policy. An empty reserved set is accepted (the
+// daemon refuses it separately).
+func NewStatic(topo *topology.Topology, o Options, reserved cpuset.CPUSet) (*Static, error) {
+	if topo == nil {
+		return nil, fmt.Errorf("static policy: no topology")
+	}
+	if err := o.Validate(topo); err != nil {
+		return nil, err
+	}
+	if off := reserved.Difference(topo.CPUs()); !off.IsEmpty() {
+		return nil, fmt.Errorf("static policy: reserved CPUs %s are not online (online: %s)", off, topo.CPUs())
+	}
+	m := newMachine(topo)
+	s := &Static{topo: topo, m: m, opts: o, reserved: reserved.Clone(), reservedBits: m.toBits(reserved)}
+	phys := newBitset(m.n)
+	s.reservedBits.forEach(func(p int) {
+		for _, q := range m.cores.cpus[m.coreOf[p]] {
+			phys.set(q)
+		}
+	})
+	s.reservedPhysBits = phys
+	return s, nil
+}
+
+// Options returns the policy options.
+func (s *Static) Options() Options { return s.opts }
+
+// Reserved returns the reserved CPUs.
+func (s *Static) Reserved() cpuset.CPUSet { return s.reserved }
+
+// Topology returns the machine the policy places CPUs on.
+func (s *Static) Topology() *topology.Topology { return s.topo }
+
+// NewState is the state of an idle machine: every online CPU shared, minus
+// the reserved ones under strict-cpu-reservation.
+func (s *Static) NewState() State {
+	def := s.topo.CPUs()
+	if s.opts.StrictCPUReservation {
+		def = def.Difference(s.reserved)
+	}
+	return State{Default: def, Assignments: map[string]map[string]cpuset.CPUSet{}, Reusable: cpuset.New()}
+}
+
+// SharedCPUs is the cpuset of every shared-pool container (the default
+// set; it includes the reserved CPUs unless strict-cpu-reservation).
+func (s *Static) SharedCPUs(st State) cpuset.CPUSet { return st.Default }
+
+// Assignment returns a container's exclusive CPUs.
+func (s *Static) Assignment(st State, pod, container string) (cpuset.CPUSet, bool) {
+	c, ok := st.Assignments[pod][container]
+	return c, ok
+}
+
+// AvailableCPUs is the assignable pool: shared minus reserved.
+func (s *Static) AvailableCPUs(st State) cpuset.CPUSet { return st.Default.Difference(s.reserved) }
+
+// reusable returns the CPUs of the pod's finished init containers that its
+// next container may take, minus anything another pod holds (possible only
+// after an Assign) or that is reserved.
+func (s *Static) reusable(st State, pod string) bitset {
+	if st.ReusablePod != pod || st.Reusable.IsEmpty() {
+		return newBitset(s.m.n)
+	}
+	r := s.m.toBits(st.Reusable).andNot(s.reservedBits)
+	for p, cs := range st.Assignments {
+		if p == pod {
+			continue
+		}
+		for _, c := range cs {
+			r = r.andNot(s.m.toBits(c))
+		}
+	}
+	return r
+}
+
+// Allocate gives req.CPUs exclusive CPUs to a container, as the kubelet's
+// static policy does: full-pcpus-only checks first, then an existing
+// assignment is returned as is, then CPUs are taken from the hinted NUMA
+// nodes (affinity; 0 = any) with takeByTopology and the rest from all
+// assignable CPUs. The pod's reusable init-container CPUs count as
+// assignable. A request of 0 CPUs is a shared-pool container: no CPUs, no
+// error. st is never modified.
+func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cpuset.CPUSet, error) {
+	n := req.CPUs
+	if n < 1 {
+		return st, cpuset.New(), nil
+	}
+	m := s.m
+	if s.opts.FullPCPUsOnly {
+		if n%m.cpusPerCore != 0 {
+			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore}
+		}
+		availPhys := m.toBits(st.Default).andNot(s.reservedPhysBits).count()
+		if n > availPhys {
+			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore, AvailablePhysicalCPUs: availPhys, CausedByPhysicalCPUs: true}
+		}
+	}
+	if cur, ok := st.Assignments[req.Pod][req.Container]; ok {
+		next := st
+		next.ReusablePod, next.Reusable = updateReuse(st, req, cur)
+		return next, cur, nil
+	}
+
+	def := m.toBits(st.Default)
+	allocatable := def.andNot(s.reservedBits).or(s.reusable(st, req.Pod))
+	avail := allocatable.count()
+	// The shared pool must keep a CPU: when none of its CPUs is outside the
+	// allocatable set (no reservation, or strict-cpu-reservation), one of
+	// them must stay.
+	keepsShared := def.andNot(allocatable).count() > 0
+	if !keepsShared {
+		avail--
+	}
+	if n > avail {
+		if avail < 0 {
+			avail = 0
+		}
+		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
+	}
+
+	result := newBitset(m.n)
+	if affinity.Affinity != 0 {
+		aligned := allocatable.and(s.alignedMask(affinity.Affinity))
+		k := aligned.count()
+		if n < k {
+			k = n
+		}
+		got := takeByTopology(m, s.opts, aligned, k)
+		if got == nil {
+			return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
+		}
+		result = got
+	}
+	if rest := n - result.count(); rest > 0 {
+		got := takeByTopology(m, s.opts, allocatable.andNot(result), rest)
+		if got == nil {
+			return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
+		}
+		result = result.or(got)
+	}
+	newDef := def.andNot(result)
+	if newDef.count() == 0 {
+		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
+	}
+	cpus := m.toSet(result)
+	next := withAssignment(st, req.Pod, req.Container, cpus)
+	next.Default = m.toSet(newDef)
+	next.ReusablePod, next.Reusable = updateReuse(st, req, cpus)
+	return next, cpus, nil
+}
+
+// alignedMask is the CPUs of the hinted NUMA nodes, widened to their
+// sockets under align-by-socket.
+func (s *Static) alignedMask(aff hints.Mask) bitset {
+	m := s.m
+	out := newBitset(m.n)
+	if s.opts.AlignBySocket {
+		socks := make([]bool, len(m.socks.ids))
+		for g, id := range m.numas.ids {
+			if aff.IsSet(id) {
+				for _, p := range m.numas.cpus[g] {
+					socks[m.sockOf[p]] = true
+				}
+			}
+		}
+		for g, on := range socks {
+			if on {
+				out = out.or(m.socks.mask[g])
+			}
+		}
+		return out
+	}
+	for g, id := range m.numas.ids {
+		if aff.IsSet(id) {
+			out = out.or(m.numas.mask[g])
+		}
+	}
+	return out
+}
+
+// updateReuse keeps the reuse set of the most recently allocated pod only:
+// an init container's CPUs join it, an app container's or a sidecar's
+// leave it.
+func updateReuse(st State, req Request, cpus cpuset.CPUSet) (string, cpuset.CPUSet) {
+	reuse := st.Reusable
+	if st.ReusablePod != req.Pod {
+		reuse = cpuset.New()
+	}
+	if req.Type == Init {
+		return req.Pod, reuse.Union(cpus)
+	}
+	return req.Pod, reuse.Difference(cpus)
+}
+
+// withAssignment returns st with (pod, container) set to cpus, copying
+// only the maps it changes.
+func withAssignment(st State, pod, container string, cpus cpuset.CPUSet) State {
+	out := make(map[string]map[string]cpuset.CPUSet, len(st.Assignments)+1)
+	for p, cs := range st.Assignments {
+		out[p] = cs
+	}
+	inner := make(map[string]cpuset.CPUSet, len(st.Assignments[pod])+1)
+	for c, set := range st.Assignments[pod] {
+		inner[c] = set
+	}
+	inner[container] = cpus
+	out[pod] = inner
+	st.Assignments = out
+	return st
+}
+
+// withoutAssignment returns st without (pod, container).
+func withoutAssignment(st State, pod, container string) State {
+	out := make(map[string]map[string]cpuset.CPUSet, len(st.Assignments))
+	for p, cs := range st.Assignments {
+		out[p] = cs
+	}
+	inner := make(map[string]cpuset.CPUSet, len(st.Assignments[pod]))
+	for c, set := range st.Assignments[pod] {
+		if c != container {
+			inner[c] = set
+		}
+	}
+	if len(inner) == 0 {
+		delete(out, pod)
+	} else {
+		out[pod] = inner
+	}
+	st.Assignments = out
+	return st
+}
+
+// Release drops a container's assignment and returns its CPUs to the shared
+// pool, except those another container of the same pod still holds (an
+// app container reusing an init container's CPUs). Idempotent.
+func (s *Static) Release(st State, pod, container string) State {
+	cpus, ok := st.Assignments[pod][container]
+	if !ok {
+		return st
+	}
+	inUse := cpuset.New()
+	for c, set := range st.Assignments[pod] {
+		if c != container {
+			inUse = inUse.Union(set)
+		}
+	}
+	next := withoutAssignment(st, pod, container)
+	next.Default = st.Default.Union(cpus.Difference(inUse))
+	return next
+}
+
+// Assign restores an exclusive assignment (from a checkpoint or imported
+// kubelet state). Every CPU must be online, not reserved, and not held by a
+// container of another pod (containers of the same pod may share CPUs, as
+// after init-container reuse); otherwise *InvalidStateError. An existing
+// assignment of the container is replaced.
+func (s *Static) Assign(st State, pod, container string, cpus cpuset.CPUSet) (State, error) {
+	bad := func(format string, args ...any) (State, error) {
+		return st, &InvalidStateError{Pod: pod, Container: container, Msg: fmt.Sprintf(format, args...)}
+	}
+	if cpus.IsEmpty() {
+		return bad("empty cpuset")
+	}
+	if off := cpus.Difference(s.topo.CPUs()); !off.IsEmpty() {
+		return bad("CPUs %s are not online", off)
+	}
+	if r := cpus.Intersection(s.reserved); !r.IsEmpty() {
+		return bad("CPUs %s are reserved", r)
+	}
+	for p, cs := range st.Assignments {
+		if p == pod {
+			continue
+		}
+		for c, set := range cs {
+			if o := cpus.Intersection(set); !o.IsEmpty() {
+				return bad("CPUs %s are held by pod %q container %q", o, p, c)
+			}
+		}
+	}
+	next := s.Release(st, pod, container)
+	next = withAssignment(next, pod, container, cpus)
+	next.Default = next.Default.Difference(cpus)
+	if next.Default.IsEmpty() {
+		return bad("assigning %s would leave the shared pool empty", cpus)
+	}
+	if next.ReusablePod != pod && !next.Reusable.IsEmpty() {
+		next.Reusable = next.Reusable.Difference(cpus)
+	}
+	return next, nil
+}
+
+// Validate checks the pool invariants: reserved ⊆ shared (reserved ∩
+// shared = ∅ under strict-cpu-reservation); exclusive sets disjoint from
+// the shared pool, from the reserved CPUs and from other pods' sets (a
+// pod's own containers may overlap through init-container reuse); shared ∪
+// exclusive (∪ reserved under strict) = all online CPUs; shared never
+// empty. All violations are reported in one *InvalidStateError.
+func (s *Static) Validate(st State) error {
+	var probs []string
+	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	all := s.topo.CPUs()
+	if st.Default.IsEmpty() {
+		add("shared pool is empty")
+	}
+	if off := st.Default.Difference(all); !off.IsEmpty() {
+		add("shared pool holds CPUs %s that are not online", off)
+	}
+	if s.opts.StrictCPUReservation {
+		if r := st.Default.Intersection(s.reserved); !r.IsEmpty() {
+			add("shared pool holds reserved CPUs %s under %s", r, OptStrictCPUReservation)
+		}
+	} else if miss := s.reserved.Difference(st.Default); !miss.IsEmpty() {
+		add("reserved CPUs %s are not in the shared pool", miss)
+	}
+	union := st.Default
+	if s.opts.StrictCPUReservation {
+		union = union.Union(s.reserved)
+	}
+	pods := make([]string, 0, len(st.Assignments))
+	for p := range st.Assignments {
+		pods = append(pods, p)
+	}
+	sort.Strings(pods)
+	podSets := make(map[string]cpuset.CPUSet, len(pods))
+	for _, p := range pods {
+		names := make([]string, 0, len(st.Assignments[p]))
+		for c := range st.Assignments[p] {
+			names = append(names, c)
+		}
+		sort.Strings(names)
+		ps := cpuset.New()
+		for _, c := range names {
+			set := st.Assignments[p][c]
+			if set.IsEmpty() {
+				add("pod %q container %q has an empty assignment", p, c)
+			}
+			if off := set.Difference(all); !off.IsEmpty() {
+				add("pod %q container %q holds CPUs %s that are not online", p, c, off)
+			}
+			if o := set.Intersection(st.Default); !o.IsEmpty() {
+				add("pod %q container %q holds CPUs %s that are also shared", p, c, o)
+			}
+			if o := set.Intersection(s.reserved); !o.IsEmpty() {
+				add("pod %q container %q holds reserved CPUs %s", p, c, o)
+			}
+			ps = ps.Union(set)
+		}
+		for _, q := range pods {
+			if q >= p {
+				break
+			}
+			if o := ps.Intersection(podSets[q]); !o.IsEmpty() {
+				add("pods %q and %q both hold CPUs %s", q, p, o)
+			}
+		}
+		podSets[p] = ps
+		union = union.Union(ps)
+	}
+	if miss := all.Difference(union); !miss.IsEmpty() {
+		add("CPUs %s are neither shared nor assigned", miss)
+	}
+	if !st.Reusable.IsEmpty() {
+		for _, q := range pods {
+			if q == st.ReusablePod {
+				continue
+			}
+			if o := st.Reusable.Intersection(podSets[q]); !o.IsEmpty() {
+				add("reusable CPUs %s of pod %q are held by pod %q", o, st.ReusablePod, q)
+			}
+		}
+	}
+	if len(probs) > 0 {
+		return &InvalidStateError{Msg: strings.Join(probs, "; ")}
+	}
+	return nil
+}
+
+// ExclusiveCPUs is the number of exclusive CPUs the static policy gives a
+// container (the kubelet's guaranteedCPUs): its CPU request when the pod is
+// Guaranteed and the request is a whole number of CPUs (>= 1); 0 — the
+// shared pool — for Burstable and BestEffort pods, fractional requests and
+// containers without a CPU request.
+func ExclusiveCPUs(guaranteed bool, requestMilli int64) int {
+	if !guaranteed || requestMilli <= 0 || requestMilli%1000 != 0 {
+		return 0
+	}
+	return int(requestMilli / 1000)
+}
