@@ -2,6 +2,8 @@ package policy
 
 import (
 	"errors"
+	"fmt"
+	"sort"
 
 	"k8s.io/utils/cpuset"
 
@@ -10,12 +12,28 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
 
-// CONTRACT STUB: the signatures below are the API the daemon and simulate
-// code against; the bodies are being written.
-var errTODO = errors.New("policy: not implemented yet")
+// CPU manager policy names.
+const (
+	CPUPolicyNone   = "none"
+	CPUPolicyStatic = "static"
+)
+
+// Configuration keys named by *ConfigError, the TOML keys of the daemon's
+// configuration.
+const (
+	KeyCPUManagerPolicy             = "cpu_manager_policy"
+	KeyCPUManagerPolicyOptions      = "cpu_manager_policy_options"
+	KeyReservedSystemCPUs           = "reserved_system_cpus"
+	KeyReservedCPUCount             = "reserved_cpu_count"
+	KeyTopologyManagerPolicy        = "topology_manager_policy"
+	KeyTopologyManagerScope         = "topology_manager_scope"
+	KeyTopologyManagerPolicyOptions = "topology_manager_policy_options"
+)
 
 // State is the engine's whole mutable state: the static policy's pools and
-// assignments, and under the pod scope each pod's merged affinity.
+// assignments, and under the pod scope each pod's merged affinity. Treat it
+// as immutable: the engine's methods return a new State and never modify
+// the one they are given.
 type State struct {
 	Alloc       allocator.State
 	PodAffinity map[string]hints.Hint
@@ -32,23 +50,156 @@ type Snapshot struct {
 	PodAffinity map[string]SnapshotHint      `json:"pod_affinity,omitempty"`
 }
 
-// SnapshotHint is a hints.Hint in JSON form; Numa nil = any node.
+// SnapshotHint is a hints.Hint in JSON form; NUMA nil = any node.
 type SnapshotHint struct {
 	NUMA      []int `json:"numa"`
 	Preferred bool  `json:"preferred"`
 }
 
+// HintOf converts a hint to its JSON form.
+func HintOf(h hints.Hint) SnapshotHint {
+	if h.Affinity == 0 {
+		return SnapshotHint{Preferred: h.Preferred}
+	}
+	return SnapshotHint{NUMA: h.Affinity.Nodes(), Preferred: h.Preferred}
+}
+
+// Hint converts the JSON form back; node ids outside [0, 64) are dropped.
+func (s SnapshotHint) Hint() hints.Hint {
+	return hints.Hint{Affinity: hints.NewMask(s.NUMA...), Preferred: s.Preferred}
+}
+
 // Engine is the configured, validated decision engine. It is immutable and
 // safe for concurrent use; all state travels in State values.
 type Engine struct {
-	topo *topology.Topology
-	cfg  Config
+	topo     *topology.Topology
+	cfg      Config
+	static   *allocator.Static // nil under cpu_manager_policy none
+	numa     hints.NUMAInfo
+	merger   *hints.Merger
+	reserved cpuset.CPUSet
+	memNodes []int // NUMA nodes with memory, ascending
 }
 
 // New validates cfg against topo (unknown or incompatible options, reserved
-// CPUs not online, no reservation under static, too many NUMA nodes, ...)
-// and returns the engine. Errors are *ConfigError.
-func New(topo *topology.Topology, cfg Config) (*Engine, error) { return nil, errTODO }
+// CPUs not online, too many NUMA nodes, ...) and returns the engine. Errors
+// are *ConfigError naming the offending key. Empty policy, scope fields
+// mean the kubelet's defaults: none, none, container. An empty reservation
+// is accepted (simulate allows it; the daemon refuses it itself).
+func New(topo *topology.Topology, cfg Config) (*Engine, error) {
+	if topo == nil {
+		return nil, &ConfigError{Key: "sysfs_root", Err: errors.New("no topology")}
+	}
+	if cfg.CPUManagerPolicy == "" {
+		cfg.CPUManagerPolicy = CPUPolicyNone
+	}
+	if cfg.TopologyPolicy == "" {
+		cfg.TopologyPolicy = hints.PolicyNone
+	}
+	if cfg.TopologyScope == "" {
+		cfg.TopologyScope = hints.ScopeContainer
+	}
+	cfg.CPUOptions = copyOptions(cfg.CPUOptions)
+	cfg.TopologyOptions = copyOptions(cfg.TopologyOptions)
+	e := &Engine{topo: topo, cfg: cfg, memNodes: topo.MemoryNodes()}
+
+	if cfg.CPUManagerPolicy != CPUPolicyNone && cfg.CPUManagerPolicy != CPUPolicyStatic {
+		return nil, &ConfigError{Key: KeyCPUManagerPolicy, Err: fmt.Errorf("unknown policy %q (want %s or %s)", cfg.CPUManagerPolicy, CPUPolicyNone, CPUPolicyStatic)}
+	}
+	if err := hints.ValidatePolicy(cfg.TopologyPolicy); err != nil {
+		return nil, &ConfigError{Key: KeyTopologyManagerPolicy, Err: err}
+	}
+	if err := hints.ValidateScope(cfg.TopologyScope); err != nil {
+		return nil, &ConfigError{Key: KeyTopologyManagerScope, Err: err}
+	}
+	topoOpts, err := hints.ParseOptions(cfg.TopologyOptions)
+	if err != nil {
+		return nil, &ConfigError{Key: KeyTopologyManagerPolicyOptions, Err: err}
+	}
+	cpuOpts, err := allocator.ParseOptions(cfg.CPUOptions)
+	if err != nil {
+		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: err}
+	}
+	if err := cpuOpts.Validate(topo); err != nil {
+		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: err}
+	}
+	if cfg.CPUManagerPolicy == CPUPolicyNone && len(cfg.CPUOptions) > 0 {
+		// As the kubelet: the none policy takes no options.
+		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: fmt.Errorf("cpu_manager_policy none takes no options (got %s); use static", optionNames(cfg.CPUOptions))}
+	}
+	if cpuOpts.AlignBySocket && cfg.TopologyPolicy == hints.PolicySingleNUMANode {
+		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: fmt.Errorf("option %s is incompatible with topology_manager_policy %s", allocator.OptAlignBySocket, hints.PolicySingleNUMANode)}
+	}
+
+	// The NUMA-node limit binds only a policy that merges hints, as in the
+	// kubelet; under none the info only serves device hints.
+	limitOpts := topoOpts
+	if cfg.TopologyPolicy == hints.PolicyNone {
+		limitOpts.MaxAllowableNUMANodes = hints.MaxNUMANodes
+	}
+	e.numa, err = hints.NewNUMAInfo(topo.NUMANodes(), topo.Distances(), limitOpts)
+	if err != nil {
+		return nil, &ConfigError{Key: KeyTopologyManagerPolicyOptions, Err: err}
+	}
+	e.merger, err = hints.NewMerger(cfg.TopologyPolicy, e.numa, topoOpts)
+	if err != nil {
+		return nil, &ConfigError{Key: KeyTopologyManagerPolicy, Err: err}
+	}
+
+	if off := cfg.ReservedCPUs.Difference(topo.CPUs()); off.Size() > 0 {
+		return nil, &ConfigError{Key: KeyReservedSystemCPUs, Err: fmt.Errorf("CPUs %s are not online (online: %s)", off, topo.CPUs())}
+	}
+	if cfg.ReservedCount < 0 {
+		return nil, &ConfigError{Key: KeyReservedCPUCount, Err: fmt.Errorf("negative count %d", cfg.ReservedCount)}
+	}
+	if cfg.CPUManagerPolicy == CPUPolicyNone {
+		e.reserved = cfg.ReservedCPUs
+		return e, nil
+	}
+	switch {
+	case cfg.ReservedCPUs.Size() > 0:
+		e.reserved = cfg.ReservedCPUs
+	case cfg.ReservedCount > 0:
+		if cfg.ReservedCount >= topo.NumCPUs() {
+			return nil, &ConfigError{Key: KeyReservedCPUCount, Err: fmt.Errorf("reserving %d CPUs leaves none of the %d online CPUs for workloads", cfg.ReservedCount, topo.NumCPUs())}
+		}
+		e.reserved, err = allocator.ReservedByCount(topo, cpuOpts, cfg.ReservedCount)
+		if err != nil {
+			return nil, &ConfigError{Key: KeyReservedCPUCount, Err: err}
+		}
+	default:
+		e.reserved = cpuset.New()
+	}
+	e.static, err = allocator.NewStatic(topo, cpuOpts, e.reserved)
+	if err != nil {
+		key := KeyReservedSystemCPUs
+		if cfg.ReservedCPUs.Size() == 0 {
+			key = KeyReservedCPUCount
+		}
+		return nil, &ConfigError{Key: key, Err: err}
+	}
+	return e, nil
+}
+
+func copyOptions(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func optionNames(m map[string]string) string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return fmt.Sprint(names)
+}
 
 // ConfigError is an invalid configuration; Key names the offending setting.
 type ConfigError struct {
@@ -57,59 +208,504 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string { return "InvalidConfig: " + e.Key + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying error.
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // Reason is "InvalidConfig".
 func (e *ConfigError) Reason() string { return "InvalidConfig" }
 
-// NewState is the state of an empty machine.
-func (e *Engine) NewState() State { return State{} }
+// RequestError is a request the engine cannot act on as given (a missing
+// name, a negative amount, a hint naming a NUMA node the machine does not
+// have, ...). Nothing is allocated.
+type RequestError struct {
+	Pod, Container string
+	Field          string // the request field at fault
+	Msg            string
+}
 
-// Add admits one container: merges hints, allocates, and returns the next
-// state and the decision. Rejections are errors with a Reason() word
-// (SMTAlignmentError, TopologyAffinityError, InsufficientCPUs, ...). Adding
-// a container that already has an assignment returns that assignment.
-func (e *Engine) Add(st State, req Request) (State, Decision, error) {
-	return st, Decision{}, errTODO
+func (e *RequestError) Error() string {
+	return fmt.Sprintf("%s: pod %q container %q: %s: %s", e.Reason(), e.Pod, e.Container, e.Field, e.Msg)
+}
+
+// Reason is "InvalidRequest".
+func (e *RequestError) Reason() string { return "InvalidRequest" }
+
+// Topology is the machine the engine was built for.
+func (e *Engine) Topology() *topology.Topology { return e.topo }
+
+// Config is the engine's configuration, with defaults filled in.
+func (e *Engine) Config() Config {
+	c := e.cfg
+	c.CPUOptions = copyOptions(c.CPUOptions)
+	c.TopologyOptions = copyOptions(c.TopologyOptions)
+	return c
+}
+
+// NUMA is the NUMA information hints are expressed over (the NUMA nodes
+// that have CPUs; memory-only nodes are never part of a CPU affinity).
+func (e *Engine) NUMA() hints.NUMAInfo { return e.numa }
+
+// DeviceHints turns the NUMA nodes of a container's devices (from
+// sysfs.DeviceNUMANode) into a hint provider's hints, ready for
+// Request.Hints: every mask covering the nodes, the narrowest preferred;
+// nil (no preference) when no node is known.
+func (e *Engine) DeviceHints(nodes []int) []hints.Hint { return hints.DeviceHints(e.numa, nodes) }
+
+// NewState is the state of an empty machine.
+func (e *Engine) NewState() State {
+	if e.static == nil {
+		return State{Alloc: allocator.State{Default: e.topo.CPUs()}}
+	}
+	return State{Alloc: e.static.NewState()}
+}
+
+// isExclusive applies the static policy's rule: a container of a
+// Guaranteed pod whose CPU request is a whole number >= 1 gets exclusive
+// CPUs; everything else runs on the shared pool.
+func (e *Engine) isExclusive(req Request) bool {
+	return e.static != nil && req.QoS == Guaranteed && req.CPURequestMilli == req.CPULimitMilli &&
+		req.CPURequestMilli >= 1000 && req.CPURequestMilli%1000 == 0
+}
+
+func (e *Engine) checkRequest(req Request) error {
+	bad := func(field, format string, args ...any) error {
+		return &RequestError{Pod: req.Pod, Container: req.Container, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if req.Pod == "" {
+		return bad("pod", "empty pod id")
+	}
+	if req.Container == "" {
+		return bad("container", "empty container name")
+	}
+	switch req.QoS {
+	case Guaranteed, Burstable, BestEffort:
+	default:
+		return bad("qos", "%q is not one of %s, %s, %s", req.QoS, Guaranteed, Burstable, BestEffort)
+	}
+	if req.CPURequestMilli < 0 || req.CPULimitMilli < 0 || req.PodCPURequestMilli < 0 {
+		return bad("cpu", "negative CPU amount")
+	}
+	if req.QoS == Guaranteed && req.CPURequestMilli != req.CPULimitMilli {
+		return bad("cpu_limit_milli", "a guaranteed container has its CPU limit equal to its request (request %d, limit %d)", req.CPURequestMilli, req.CPULimitMilli)
+	}
+	switch req.Type {
+	case allocator.App, allocator.Init, allocator.Sidecar:
+	default:
+		return bad("container_type", "unknown container type %d", req.Type)
+	}
+	all := e.numa.DefaultAffinity()
+	names := make([]string, 0, len(req.Hints))
+	for name := range req.Hints {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, h := range req.Hints[name] {
+			if h.Affinity&^all != 0 {
+				return bad("hints."+name, "hint names NUMA nodes %s; the machine's NUMA nodes with CPUs are %s", h.Affinity, all)
+			}
+		}
+	}
+	if o := req.AffinityOverride; o != nil && o.Affinity&^all != 0 {
+		return bad("affinity_override", "names NUMA nodes %s; the machine's NUMA nodes with CPUs are %s", o.Affinity, all)
+	}
+	return nil
+}
+
+// podCPUs is the pod-scope CPU request: the pod's effective request
+// (rounded down to whole CPUs), or the container's own when unknown.
+func (e *Engine) podCPUs(req Request) int {
+	if req.QoS != Guaranteed {
+		return 0
+	}
+	if req.PodCPURequestMilli > 0 {
+		return int(req.PodCPURequestMilli / 1000)
+	}
+	if e.isExclusive(req) {
+		return int(req.CPURequestMilli / 1000)
+	}
+	return 0
+}
+
+// cpuHints is the CPU hint provider: nil (no preference) for a shared-pool
+// container, else the allocator's hints for the container (container
+// scope) or for the pod's effective request (pod scope).
+func (e *Engine) cpuHints(st State, req Request) []hints.Hint {
+	if e.static == nil {
+		return nil
+	}
+	if e.cfg.TopologyScope == hints.ScopePod {
+		n := e.podCPUs(req)
+		if n < 1 {
+			return nil
+		}
+		return e.static.PodCPUHints(st.Alloc, req.Pod, n)
+	}
+	if !e.isExclusive(req) {
+		return nil
+	}
+	return e.static.CPUHints(st.Alloc, allocRequest(req))
+}
+
+func allocRequest(req Request) allocator.Request {
+	return allocator.Request{Pod: req.Pod, Container: req.Container, Type: req.Type, CPUs: int(req.CPURequestMilli / 1000)}
 }
 
 // Hints returns what the CPU hint provider offers for req, without
-// allocating; a nil slice means no preference.
-func (e *Engine) Hints(st State, req Request) map[string][]hints.Hint { return nil }
+// allocating: {"cpu": hints}, the list nil when there is no preference
+// (shared-pool container, or cpu_manager_policy none). Under the pod scope
+// these are the pod-level hints for the pod's effective request.
+func (e *Engine) Hints(st State, req Request) map[string][]hints.Hint {
+	return map[string][]hints.Hint{"cpu": e.cpuHints(st, req)}
+}
+
+// describe is the request as the TopologyAffinityError text shows it.
+func (e *Engine) describe(req Request) string {
+	what := "shared CPUs"
+	if e.isExclusive(req) {
+		what = fmt.Sprintf("%d exclusive CPUs", req.CPURequestMilli/1000)
+	}
+	if e.cfg.TopologyScope == hints.ScopePod {
+		what += fmt.Sprintf(" (pod scope, pod effective request %d CPUs)", e.podCPUs(req))
+	}
+	return fmt.Sprintf("pod %s container %s: %s", req.Pod, req.Container, what)
+}
+
+// affinity decides the topology manager's hint for req: the override, the
+// pod's stored affinity (pod scope), or the merge of the CPU hints with
+// req.Hints followed by admission. store reports a new pod affinity to
+// keep.
+func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err error) {
+	if req.AffinityOverride != nil {
+		return *req.AffinityOverride, false, nil
+	}
+	if e.cfg.TopologyScope == hints.ScopePod {
+		if h, ok := st.PodAffinity[req.Pod]; ok {
+			return h, false, nil
+		}
+	}
+	providers := []map[string][]hints.Hint{{"cpu": e.cpuHints(st, req)}}
+	if len(req.Hints) > 0 {
+		providers = append(providers, req.Hints)
+	}
+	best := e.merger.Merge(providers...)
+	if err := e.merger.Admit(best, e.describe(req)); err != nil {
+		return best, false, err
+	}
+	return best, e.cfg.TopologyScope == hints.ScopePod && e.cfg.TopologyPolicy != hints.PolicyNone, nil
+}
+
+// Add admits one container: merges hints, allocates, and returns the next
+// state and the decision. Rejections are errors with a Reason() word
+// (SMTAlignmentError, TopologyAffinityError, InsufficientCPUs, ...); on
+// error the returned State is st unchanged. Adding a container that
+// already has an assignment returns that assignment (Existing), without
+// admission.
+//
+// Steps:
+//  1. check the request;
+//  2. an existing exclusive assignment is returned as is (the allocator
+//     still applies the full-pcpus-only checks first, as the kubelet does);
+//  3. the topology manager's hint (see affinity) and admission;
+//  4. exclusive containers get CPUs from the allocator inside the hint;
+//     under restricted and single-numa-node an allocation that would leave
+//     the hint is refused (TopologyAffinityError);
+//  5. cpuset.mems: exclusive containers get the NUMA nodes of the hint and
+//     of their CPUs that have memory; shared-pool containers every memory
+//     node.
+func (e *Engine) Add(st State, req Request) (State, Decision, error) {
+	// Step 1.
+	if err := e.checkRequest(req); err != nil {
+		return st, Decision{}, err
+	}
+	exclusive := e.isExclusive(req)
+	// Step 2.
+	if exclusive {
+		if cpus, ok := e.Assignment(st, req.Pod, req.Container); ok {
+			h, _, _ := e.affinity(st, req)
+			_, got, err := e.static.Allocate(st.Alloc, allocRequest(req), h)
+			if err != nil {
+				return st, Decision{}, err
+			}
+			if !got.Equals(cpus) {
+				return st, Decision{}, &allocator.InvalidStateError{Pod: req.Pod, Container: req.Container,
+					Msg: fmt.Sprintf("allocator returned %s for a container that holds %s", got, cpus)}
+			}
+			return st, Decision{CPUs: cpus, Mems: e.memsFor(h.Affinity, cpus), Exclusive: true, Affinity: h, Existing: true}, nil
+		}
+	}
+	// Step 3.
+	h, store, err := e.affinity(st, req)
+	if err != nil {
+		return st, Decision{}, err
+	}
+	next := st
+	if store {
+		next.PodAffinity = copyAffinities(st.PodAffinity)
+		next.PodAffinity[req.Pod] = h
+	}
+	if !exclusive {
+		// Step 5, shared pool.
+		return next, Decision{CPUs: e.SharedCPUs(next), Mems: e.allMems(), Affinity: h}, nil
+	}
+	// Step 4.
+	alloc, cpus, err := e.static.Allocate(next.Alloc, allocRequest(req), h)
+	if err != nil {
+		return st, Decision{}, err
+	}
+	if h.Affinity != 0 && (e.cfg.TopologyPolicy == hints.PolicyRestricted || e.cfg.TopologyPolicy == hints.PolicySingleNUMANode) {
+		if outside := cpus.Difference(e.topo.CPUsInNUMANodes(h.Affinity.Nodes()...)); outside.Size() > 0 {
+			return st, Decision{}, &hints.TopologyAffinityError{Policy: e.cfg.TopologyPolicy, Hint: h,
+				Request: e.describe(req) + fmt.Sprintf(": only %d of the CPUs fit in NUMA %s", cpus.Size()-outside.Size(), h.Affinity)}
+		}
+	}
+	next.Alloc = alloc
+	// Step 5, exclusive.
+	return next, Decision{CPUs: cpus, Mems: e.memsFor(h.Affinity, cpus), Exclusive: true, Affinity: h}, nil
+}
+
+func copyAffinities(m map[string]hints.Hint) map[string]hints.Hint {
+	out := make(map[string]hints.Hint, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// allMems is every NUMA node with memory (every NUMA node when the
+// machine reports no memory at all).
+func (e *Engine) allMems() cpuset.CPUSet {
+	if len(e.memNodes) == 0 {
+		return cpuset.New(e.numa.Nodes()...)
+	}
+	return cpuset.New(e.memNodes...)
+}
+
+// memsFor is cpuset.mems of an exclusive container: the NUMA nodes of its
+// affinity and of its CPUs (a best-effort allocation may spill out of the
+// affinity) that have memory. Where none of them has memory (CPU-only
+// nodes) the nearest memory nodes are used, so mems is never empty.
+func (e *Engine) memsFor(affinity hints.Mask, cpus cpuset.CPUSet) cpuset.CPUSet {
+	nodes := cpuset.New(affinity.Nodes()...).Union(cpuset.New(e.topo.NUMANodesOf(cpus)...))
+	if len(e.memNodes) == 0 {
+		return nodes
+	}
+	withMem := nodes.Intersection(cpuset.New(e.memNodes...))
+	if withMem.Size() > 0 {
+		return withMem
+	}
+	best, bestD := []int{}, -1
+	for _, m := range e.memNodes {
+		for _, n := range nodes.List() {
+			d, ok := e.topo.Distance(n, m)
+			if !ok {
+				continue
+			}
+			switch {
+			case bestD < 0 || d < bestD:
+				best, bestD = []int{m}, d
+			case d == bestD:
+				best = append(best, m)
+			}
+		}
+	}
+	if len(best) == 0 {
+		return e.allMems()
+	}
+	return cpuset.New(best...)
+}
 
 // Remove releases a container's exclusive CPUs; idempotent. CPUs still used
 // by another container of the same pod stay out of the shared pool.
-func (e *Engine) Remove(st State, pod, container string) State { return st }
+func (e *Engine) Remove(st State, pod, container string) State {
+	if e.static == nil {
+		return st
+	}
+	st.Alloc = e.static.Release(st.Alloc, pod, container)
+	return st
+}
 
 // RemovePod releases every container of a pod and forgets its affinity.
-func (e *Engine) RemovePod(st State, pod string) State { return st }
+func (e *Engine) RemovePod(st State, pod string) State {
+	if e.static != nil {
+		names := make([]string, 0, len(st.Alloc.Assignments[pod]))
+		for c := range st.Alloc.Assignments[pod] {
+			names = append(names, c)
+		}
+		sort.Strings(names)
+		for _, c := range names {
+			st.Alloc = e.static.Release(st.Alloc, pod, c)
+		}
+	}
+	if _, ok := st.PodAffinity[pod]; ok {
+		pa := copyAffinities(st.PodAffinity)
+		delete(pa, pod)
+		st.PodAffinity = pa
+	}
+	return st
+}
 
 // Assign restores an exclusive assignment (from a checkpoint or imported
 // kubelet state); an offline, reserved or already held CPU is an
 // InvalidState error.
 func (e *Engine) Assign(st State, pod, container string, cpus cpuset.CPUSet) (State, error) {
-	return st, errTODO
+	if e.static == nil {
+		return st, &allocator.InvalidStateError{Pod: pod, Container: container, Msg: "cpu_manager_policy none has no exclusive CPUs"}
+	}
+	alloc, err := e.static.Assign(st.Alloc, pod, container, cpus)
+	if err != nil {
+		return st, err
+	}
+	st.Alloc = alloc
+	return st, nil
 }
 
 // Assignment returns a container's exclusive CPUs, if it has any.
 func (e *Engine) Assignment(st State, pod, container string) (cpuset.CPUSet, bool) {
-	return cpuset.New(), false
+	cpus, ok := st.Alloc.Assignments[pod][container]
+	return cpus, ok
 }
 
 // SharedCPUs is the cpuset every shared-pool container runs on.
-func (e *Engine) SharedCPUs(st State) cpuset.CPUSet { return cpuset.New() }
+func (e *Engine) SharedCPUs(st State) cpuset.CPUSet {
+	if e.static == nil {
+		return e.topo.CPUs()
+	}
+	return e.static.SharedCPUs(st.Alloc)
+}
 
 // Reserved is the resolved reserved CPU set.
-func (e *Engine) Reserved() cpuset.CPUSet { return cpuset.New() }
+func (e *Engine) Reserved() cpuset.CPUSet { return e.reserved }
 
-// Validate checks the pool invariants of st and returns every violation.
-func (e *Engine) Validate(st State) error { return errTODO }
+// Validate checks the pool invariants of st and the pod affinities, and
+// returns every violation.
+func (e *Engine) Validate(st State) error {
+	var errs []error
+	if e.static != nil {
+		if err := e.static.Validate(st.Alloc); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		if len(st.Alloc.Assignments) > 0 {
+			errs = append(errs, &allocator.InvalidStateError{Msg: "exclusive assignments under cpu_manager_policy none"})
+		}
+	}
+	all := e.numa.DefaultAffinity()
+	pods := make([]string, 0, len(st.PodAffinity))
+	for p := range st.PodAffinity {
+		pods = append(pods, p)
+	}
+	sort.Strings(pods)
+	for _, p := range pods {
+		if h := st.PodAffinity[p]; h.Affinity&^all != 0 {
+			errs = append(errs, &allocator.InvalidStateError{Pod: p, Msg: fmt.Sprintf("pod affinity names NUMA nodes %s outside %s", h.Affinity, all)})
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // Snapshot converts st for the checkpoint.
-func (e *Engine) Snapshot(st State) Snapshot { return Snapshot{} }
+func (e *Engine) Snapshot(st State) Snapshot {
+	s := Snapshot{
+		Shared:      e.SharedCPUs(st).String(),
+		Reserved:    e.reserved.String(),
+		Assignments: map[string]map[string]string{},
+	}
+	for pod, ctrs := range st.Alloc.Assignments {
+		m := make(map[string]string, len(ctrs))
+		for c, cpus := range ctrs {
+			m[c] = cpus.String()
+		}
+		s.Assignments[pod] = m
+	}
+	if st.Alloc.ReusablePod != "" && st.Alloc.Reusable.Size() > 0 {
+		s.ReusablePod, s.Reusable = st.Alloc.ReusablePod, st.Alloc.Reusable.String()
+	}
+	if len(st.PodAffinity) > 0 {
+		s.PodAffinity = make(map[string]SnapshotHint, len(st.PodAffinity))
+		for p, h := range st.PodAffinity {
+			s.PodAffinity[p] = HintOf(h)
+		}
+	}
+	return s
+}
 
 // FromSnapshot rebuilds a State from a checkpoint payload written perhaps
 // under another reserved set or options: entries that no longer fit (CPU
-// offline, now reserved, overlapping) are dropped and described in the
-// returned notes rather than trusted blindly.
-func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) { return State{}, nil, errTODO }
+// offline, now reserved, overlapping, unparsable) are dropped and described
+// in the returned notes rather than trusted blindly. The shared pool is
+// recomputed from the kept assignments. The error is reserved for a
+// snapshot that cannot be used at all (none today: every fault is local to
+// an entry).
+func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
+	st := e.NewState()
+	var notes []string
+	if s.Reserved != "" || e.reserved.Size() > 0 {
+		if r, err := cpuset.Parse(s.Reserved); err != nil || !r.Equals(e.reserved) {
+			notes = append(notes, fmt.Sprintf("reserved CPUs were %q in the checkpoint, now %q", s.Reserved, e.reserved.String()))
+		}
+	}
+	pods := make([]string, 0, len(s.Assignments))
+	for p := range s.Assignments {
+		pods = append(pods, p)
+	}
+	sort.Strings(pods)
+	for _, pod := range pods {
+		ctrs := make([]string, 0, len(s.Assignments[pod]))
+		for c := range s.Assignments[pod] {
+			ctrs = append(ctrs, c)
+		}
+		sort.Strings(ctrs)
+		for _, c := range ctrs {
+			text := s.Assignments[pod][c]
+			cpus, err := cpuset.Parse(text)
+			if err != nil || cpus.Size() == 0 {
+				notes = append(notes, fmt.Sprintf("dropped pod %s container %s: cpuset %q does not parse or is empty", pod, c, text))
+				continue
+			}
+			next, err := e.Assign(st, pod, c, cpus)
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("dropped pod %s container %s (%s): %v", pod, c, text, err))
+				continue
+			}
+			st = next
+		}
+	}
+	if s.ReusablePod != "" && s.Reusable != "" && e.static != nil {
+		r, err := cpuset.Parse(s.Reusable)
+		held := cpuset.New()
+		for _, cpus := range st.Alloc.Assignments[s.ReusablePod] {
+			held = held.Union(cpus)
+		}
+		if err != nil || !r.IsSubsetOf(held) {
+			notes = append(notes, fmt.Sprintf("dropped reusable CPUs %q of pod %s: not held by that pod", s.Reusable, s.ReusablePod))
+		} else {
+			st.Alloc.ReusablePod, st.Alloc.Reusable = s.ReusablePod, r
+		}
+	}
+	if len(s.PodAffinity) > 0 {
+		all := e.numa.DefaultAffinity()
+		st.PodAffinity = map[string]hints.Hint{}
+		names := make([]string, 0, len(s.PodAffinity))
+		for p := range s.PodAffinity {
+			names = append(names, p)
+		}
+		sort.Strings(names)
+		for _, p := range names {
+			sh := s.PodAffinity[p]
+			h := sh.Hint()
+			if h.Affinity&^all != 0 || len(h.Affinity.Nodes()) != len(sh.NUMA) {
+				notes = append(notes, fmt.Sprintf("dropped affinity %v of pod %s: NUMA nodes outside %s", sh.NUMA, p, all))
+				continue
+			}
+			st.PodAffinity[p] = h
+		}
+	}
+	if s.Shared != "" {
+		if sh, err := cpuset.Parse(s.Shared); err != nil || !sh.Equals(e.SharedCPUs(st)) {
+			notes = append(notes, fmt.Sprintf("shared pool recomputed: %q in the checkpoint, now %q", s.Shared, e.SharedCPUs(st).String()))
+		}
+	}
+	return st, notes, nil
+}
