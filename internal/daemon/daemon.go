@@ -1,0 +1,427 @@
+// Package daemon is the nri-cpualign NRI plugin: it joins the pure policy
+// engine (pkg/policy) to a container runtime through the NRI stub
+// (github.com/containerd/nri/pkg/stub), keeps the engine's state durable in
+// a checkpoint (pkg/checkpoint), serves metrics and a /state view, and runs
+// the reconcile loop that restores cpusets changed behind its back.
+//
+// Usage, in a command or in-process in a test:
+//
+//	d, err := daemon.New(cfg, daemon.WithTopology(topo), daemon.WithLogger(log))
+//	err = d.Run(ctx) // returns when ctx is cancelled, or on a fatal error
+//
+// One Daemon owns the engine State and the container index under one mutex.
+// Every NRI event takes the mutex, computes the next state with the engine,
+// writes the checkpoint, and commits the next state only after the write is
+// durable; the runtime gets its answer after that. Updates for other
+// containers are returned from the handler (never pushed with
+// stub.UpdateContainers inside a handler, which deadlocks the runtime);
+// events that cannot return updates (RemoveContainer, RemovePodSandbox)
+// wake a worker that pushes them from outside any handler.
+//
+// Connection loss: in the external (DaemonSet) mode the daemon reconnects
+// with exponential backoff (1 s doubling to 30 s) and re-synchronizes;
+// started by the runtime from its plugin directory (pre-registered mode)
+// it cannot redial the inherited socket, so Run returns an error and the
+// process exits non-zero for the runtime to start it again. Either way the
+// state is in the checkpoint.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
+	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
+)
+
+// Plugin registration defaults, used unless the runtime's environment
+// (pre-registered mode) names the plugin.
+const (
+	PluginName = "cpualign"
+	PluginIdx  = "90"
+	// CheckpointName is the state file's name inside state_dir.
+	CheckpointName = "cpualign_state.json"
+)
+
+// Reconnect backoff in the external mode.
+const (
+	backoffMin = time.Second
+	backoffMax = 30 * time.Second
+)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	topo        *topology.Topology
+	log         *logrus.Logger
+	kubeletFile string
+	stubOpts    []stub.Option
+}
+
+// WithTopology uses topo instead of reading sysfs_root.
+func WithTopology(topo *topology.Topology) Option { return func(o *options) { o.topo = topo } }
+
+// WithLogger sets the logger (default: a new logrus logger on stderr at the
+// configured level and format).
+func WithLogger(l *logrus.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithKubeletState imports the kubelet's cpu_manager_state file on a first
+// start (no checkpoint yet), adopting its exclusive assignments.
+func WithKubeletState(path string) Option { return func(o *options) { o.kubeletFile = path } }
+
+// WithStubOptions adds NRI stub options (tests use it, e.g. for a dialer).
+func WithStubOptions(opts ...stub.Option) Option {
+	return func(o *options) { o.stubOpts = append(o.stubOpts, opts...) }
+}
+
+// Daemon is the NRI plugin. Create it with New and start it with Run.
+type Daemon struct {
+	topo        *topology.Topology
+	log         *logrus.Logger
+	ckpt        *checkpoint.File
+	kubeletFile string
+	stubOpts    []stub.Option
+	metrics     *metrics
+
+	// mu guards everything below it. Handlers hold it for a whole event.
+	mu      sync.Mutex
+	cfg     config.Config
+	engine  *policy.Engine
+	st      policy.State
+	ctrs    map[string]ctrRecord // by container ID
+	gen     uint64               // bumped on every committed change
+	syncs   int                  // completed Synchronize calls
+	stub    stub.Stub            // current connection, nil between connections
+	syncedC chan struct{}        // closed after the first Synchronize
+
+	connected atomic.Bool
+	kickC     chan struct{} // wakes the update worker
+}
+
+// New validates cfg, reads the topology (unless WithTopology), builds the
+// engine and returns the daemon. It refuses the static policy without a
+// CPU reservation, as the kubelet does. Configuration errors name the key
+// (and line, for a loaded file).
+func New(cfg config.Config, opts ...Option) (*Daemon, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if o.log == nil {
+		o.log = logrus.New()
+		o.log.SetOutput(os.Stderr)
+	}
+	applyLogSettings(o.log, cfg)
+	topo := o.topo
+	if topo == nil {
+		t, err := sysfs.Read(cfg.SysfsRoot)
+		if err != nil {
+			return nil, fmt.Errorf("read topology from %s: %w", cfg.SysfsRoot, err)
+		}
+		topo = t
+	}
+	engine, err := buildEngine(topo, cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{
+		topo:        topo,
+		log:         o.log,
+		ckpt:        checkpoint.New(cfg.StateDir, CheckpointName),
+		kubeletFile: o.kubeletFile,
+		stubOpts:    o.stubOpts,
+		cfg:         cfg,
+		engine:      engine,
+		st:          engine.NewState(),
+		ctrs:        map[string]ctrRecord{},
+		syncedC:     make(chan struct{}),
+		kickC:       make(chan struct{}, 1),
+	}
+	d.metrics = newMetrics(d)
+	return d, nil
+}
+
+// buildEngine checks the daemon's own rule (no static policy without a
+// reservation) and builds the engine, reporting engine errors with the
+// configuration key and line.
+func buildEngine(topo *topology.Topology, cfg config.Config) (*policy.Engine, error) {
+	if cfg.CPUManagerPolicy == policy.CPUPolicyStatic && !cfg.HasReservation() {
+		return nil, cfg.KeyError(config.KeyCPUManagerPolicy, cfg.CPUManagerPolicy,
+			"the static policy needs a CPU reservation: set reserved_system_cpus or reserved_cpu_count "+
+				"(the kubelet refuses the static policy without one too; otherwise the shared pool could become empty)")
+	}
+	pc, err := cfg.Policy()
+	if err != nil {
+		return nil, err
+	}
+	engine, err := policy.New(topo, pc)
+	if err != nil {
+		var ce *policy.ConfigError
+		if errors.As(err, &ce) {
+			return nil, fmt.Errorf("%w (%v)", cfg.KeyError(ce.Key, "", ce.Err.Error()), ce.Reason())
+		}
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return engine, nil
+}
+
+func applyLogSettings(l *logrus.Logger, cfg config.Config) {
+	if lvl, err := logrus.ParseLevel(cfg.LogLevel); err == nil {
+		l.SetLevel(lvl)
+	}
+	if cfg.LogFormat == "json" {
+		l.SetFormatter(&logrus.JSONFormatter{})
+	} else {
+		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+	}
+}
+
+// Config returns the effective configuration.
+func (d *Daemon) Config() config.Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg
+}
+
+// Synchronized is closed once the runtime's first Synchronize is handled.
+func (d *Daemon) Synchronized() <-chan struct{} { return d.syncedC }
+
+// Connected reports whether the daemon is connected to the runtime.
+func (d *Daemon) Connected() bool { return d.connected.Load() }
+
+// preRegistered reports whether the runtime started this process from its
+// plugin directory and handed it a connected socket.
+func preRegistered() bool { return os.Getenv(api.PluginSocketEnvVar) != "" }
+
+// Run locks the state directory, restores the state (checkpoint, or the
+// kubelet's state on a first start), starts the metrics server and the
+// reconcile loop, and serves the runtime until ctx is cancelled. It returns
+// nil on cancellation and an error when it cannot go on (state directory
+// locked, unreadable checkpoint, lost connection in pre-registered mode).
+func (d *Daemon) Run(ctx context.Context) error {
+	unlock, err := d.ckpt.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := d.ckpt.RemoveStaleTemps(); err != nil {
+		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
+	}
+	d.logStartup()
+	if err := d.restore(); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	if addr := d.Config().MetricsAddress; addr != "" {
+		srv, err := d.metrics.listen(addr)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		d.log.WithField("address", srv.Addr).Info("serving /metrics, /state and /healthz")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-ctx.Done()
+			shutdownCtx, c := context.WithTimeout(context.Background(), 2*time.Second)
+			defer c()
+			_ = srv.Shutdown(shutdownCtx)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.updateWorker(ctx)
+	}()
+
+	return d.serve(ctx)
+}
+
+// serve connects to the runtime and keeps reconnecting (external mode).
+func (d *Daemon) serve(ctx context.Context) error {
+	backoff := backoffMin
+	for {
+		s, err := d.newStub()
+		if err != nil {
+			return err
+		}
+		started := time.Now()
+		err = s.Run(ctx)
+		d.setStub(nil)
+		if ctx.Err() != nil {
+			s.Stop()
+			return nil
+		}
+		if preRegistered() {
+			return fmt.Errorf("NRI connection lost (%v); the runtime restarts pre-registered plugins, exiting", err)
+		}
+		if time.Since(started) > backoffMax {
+			backoff = backoffMin // it was a working connection, not a retry storm
+		}
+		d.log.WithError(err).WithField("retry_in", backoff.String()).Warn("NRI connection lost or refused; reconnecting")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, backoffMax)
+	}
+}
+
+func (d *Daemon) newStub() (stub.Stub, error) {
+	cfg := d.Config()
+	opts := []stub.Option{
+		stub.WithSocketPath(cfg.SocketPath),
+		stub.WithOnClose(func() {
+			d.connected.Store(false)
+			d.log.Warn("NRI connection closed by the runtime")
+		}),
+	}
+	// In pre-registered mode the runtime names the plugin through the
+	// environment, and the stub refuses a second index.
+	if os.Getenv(api.PluginNameEnvVar) == "" {
+		opts = append(opts, stub.WithPluginName(PluginName))
+	}
+	if os.Getenv(api.PluginIdxEnvVar) == "" {
+		opts = append(opts, stub.WithPluginIdx(PluginIdx))
+	}
+	opts = append(opts, d.stubOpts...)
+	s, err := stub.New(&plugin{d: d}, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("NRI stub: %w", err)
+	}
+	d.setStub(s)
+	return s, nil
+}
+
+func (d *Daemon) setStub(s stub.Stub) {
+	d.mu.Lock()
+	d.stub = s
+	d.mu.Unlock()
+	if s == nil {
+		d.connected.Store(false)
+	}
+}
+
+func (d *Daemon) logStartup() {
+	t := d.topo
+	d.log.WithFields(logrus.Fields{
+		"cpus":             t.CPUs().String(),
+		"num_cpus":         t.NumCPUs(),
+		"cores":            t.NumCores(),
+		"sockets":          t.NumSockets(),
+		"numa_nodes":       t.NumNUMANodes(),
+		"l3_groups":        t.NumL3(),
+		"threads_per_core": t.CPUsPerCore(),
+		"memory_nodes":     fmt.Sprint(t.MemoryNodes()),
+		"isolated":         t.Isolated().String(),
+	}).Info("detected CPU topology")
+	d.mu.Lock()
+	cfg, engine := d.cfg, d.engine
+	d.mu.Unlock()
+	d.log.WithFields(logrus.Fields{
+		"config":   cfg.Summary(),
+		"source":   cfg.Source(),
+		"reserved": engine.Reserved().String(),
+	}).Info("effective configuration")
+}
+
+// configure applies a configuration handed over by the runtime (the
+// pre-registered plugin's config file): policy keys, log settings and the
+// reconcile period take effect; process-level keys (state_dir,
+// socket_path, sysfs_root, cgroup_root, metrics_address) are fixed at
+// start-up and only logged when they differ.
+func (d *Daemon) configure(doc string) error {
+	if strings.TrimSpace(doc) == "" {
+		return nil
+	}
+	in, err := config.Load([]byte(doc))
+	if err != nil {
+		return fmt.Errorf("configuration from the runtime: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	next := d.cfg
+	set := func(key string) bool { return in.Line(key) > 0 }
+	if set(config.KeyCPUManagerPolicy) {
+		next.CPUManagerPolicy = in.CPUManagerPolicy
+	}
+	if set(config.KeyCPUManagerPolicyOptions) {
+		next.CPUManagerPolicyOptions = in.CPUManagerPolicyOptions
+	}
+	if set(config.KeyReservedSystemCPUs) {
+		next.ReservedSystemCPUs = in.ReservedSystemCPUs
+	}
+	if set(config.KeyReservedCPUCount) {
+		next.ReservedCPUCount = in.ReservedCPUCount
+	}
+	if set(config.KeyTopologyManagerPolicy) {
+		next.TopologyManagerPolicy = in.TopologyManagerPolicy
+	}
+	if set(config.KeyTopologyManagerScope) {
+		next.TopologyManagerScope = in.TopologyManagerScope
+	}
+	if set(config.KeyTopologyManagerPolicyOptions) {
+		next.TopologyManagerPolicyOptions = in.TopologyManagerPolicyOptions
+	}
+	if set(config.KeyReconcilePeriod) {
+		next.ReconcilePeriod = in.ReconcilePeriod
+	}
+	if set(config.KeyLogLevel) {
+		next.LogLevel = in.LogLevel
+	}
+	if set(config.KeyLogFormat) {
+		next.LogFormat = in.LogFormat
+	}
+	for _, k := range []struct{ key, got, have string }{
+		{config.KeyStateDir, in.StateDir, d.cfg.StateDir},
+		{config.KeySocketPath, in.SocketPath, d.cfg.SocketPath},
+		{config.KeySysfsRoot, in.SysfsRoot, d.cfg.SysfsRoot},
+		{config.KeyCgroupRoot, in.CgroupRoot, d.cfg.CgroupRoot},
+		{config.KeyMetricsAddress, in.MetricsAddress, d.cfg.MetricsAddress},
+	} {
+		if set(k.key) && k.got != k.have {
+			d.log.WithFields(logrus.Fields{"key": k.key, "runtime_value": k.got, "value": k.have}).
+				Warn("ignoring a process-level key from the runtime's configuration; set it with a flag or --config")
+		}
+	}
+	engine, err := buildEngine(d.topo, next)
+	if err != nil {
+		return fmt.Errorf("configuration from the runtime: %w", err)
+	}
+	// The state built under the old engine is carried over through a
+	// snapshot, which the new engine reconciles (reserved set, options).
+	st, notes, err := engine.FromSnapshot(d.engine.Snapshot(d.st))
+	if err != nil {
+		return fmt.Errorf("configuration from the runtime: rebuild state: %w", err)
+	}
+	for _, n := range notes {
+		d.log.WithField("note", n).Warn("state reconciled with the runtime's configuration")
+	}
+	d.cfg, d.engine, d.st = next, engine, st
+	applyLogSettings(d.log, next)
+	d.log.WithField("config", next.Summary()).Info("configuration from the runtime applied")
+	return nil
+}

@@ -1,0 +1,445 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
+
+// plugin is what the NRI stub sees; it forwards every event to the daemon.
+// Keeping it separate keeps the handler methods off Daemon's API.
+type plugin struct{ d *Daemon }
+
+// The NRI events the plugin handles (the stub subscribes to exactly these).
+var (
+	_ stub.ConfigureInterface       = (*plugin)(nil)
+	_ stub.SynchronizeInterface     = (*plugin)(nil)
+	_ stub.ShutdownInterface        = (*plugin)(nil)
+	_ stub.CreateContainerInterface = (*plugin)(nil)
+	_ stub.UpdateContainerInterface = (*plugin)(nil)
+	_ stub.StopContainerInterface   = (*plugin)(nil)
+	_ stub.RemoveContainerInterface = (*plugin)(nil)
+	_ stub.RemovePodInterface       = (*plugin)(nil)
+)
+
+// reasoner is implemented by the engine's admission errors.
+type reasoner interface{ Reason() string }
+
+// reasonOf is the reason word of an engine error ("" when it has none).
+func reasonOf(err error) string {
+	var r reasoner
+	if errors.As(err, &r) {
+		return r.Reason()
+	}
+	return ""
+}
+
+// admissionError makes the text of a rejected CreateContainer start with
+// the reason word, which is what `kubectl describe pod` shows first.
+func admissionError(err error) error {
+	reason := reasonOf(err)
+	if reason == "" {
+		reason = "AdmissionError"
+	}
+	if strings.HasPrefix(err.Error(), reason) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", reason, err)
+}
+
+func (p *plugin) Configure(_ context.Context, cfg, runtime, version string) (api.EventMask, error) {
+	d := p.d
+	d.log.WithFields(logrus.Fields{"runtime": runtime, "version": version, "has_config": strings.TrimSpace(cfg) != ""}).
+		Info("configured by the runtime")
+	if err := d.configure(cfg); err != nil {
+		d.log.WithError(err).Error("refusing the runtime's configuration")
+		return 0, err
+	}
+	return 0, nil // 0: every event the plugin implements
+}
+
+func (p *plugin) Shutdown(context.Context) {
+	p.d.log.Info("runtime is shutting down")
+}
+
+// live reports whether a container the runtime lists still holds CPUs.
+func live(c *api.Container) bool {
+	return c.GetState() != api.ContainerState_CONTAINER_STOPPED
+}
+
+// Synchronize rebuilds the state against the runtime: containers that are
+// gone are released, containers created while the plugin was away are
+// placed now (a rejection cannot fail a running container: it stays in the
+// shared pool and the rejection is logged), and the answer carries the
+// updates that bring every container to its right cpuset.
+func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	d := p.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+
+	podByID := make(map[string]*api.PodSandbox, len(pods))
+	for _, pod := range pods {
+		podByID[pod.GetId()] = pod
+	}
+	type key struct{ pod, name string }
+	liveCtrs := make([]*api.Container, 0, len(ctrs))
+	liveKeys := map[key]bool{}
+	livePods := map[string]bool{}
+	for _, pod := range pods {
+		livePods[podKey(pod)] = true
+	}
+	for _, c := range ctrs {
+		pod := podByID[c.GetPodSandboxId()]
+		if pod == nil || !live(c) {
+			continue
+		}
+		liveCtrs = append(liveCtrs, c)
+		liveKeys[key{podKey(pod), c.GetName()}] = true
+	}
+
+	st := d.st
+	recs := map[string]ctrRecord{}
+	released := 0
+	// Step 1: forget containers that are gone; release their CPUs unless a
+	// live container of the same pod and name (a restart) holds them.
+	for id, r := range d.ctrs {
+		stillLive := false
+		for _, c := range liveCtrs {
+			if c.GetId() == id {
+				stillLive = true
+				break
+			}
+		}
+		if stillLive {
+			recs[id] = r
+			continue
+		}
+		if !liveKeys[key{r.Pod, r.Name}] {
+			st = d.engine.Remove(st, r.Pod, r.Name)
+			released++
+		}
+	}
+	// Assignments without a live container (e.g. imported from the
+	// kubelet, or from a checkpoint whose index was lost) are released too.
+	for pod, byName := range st.Alloc.Assignments {
+		for name := range byName {
+			if !liveKeys[key{pod, name}] {
+				st = d.engine.Remove(st, pod, name)
+				released++
+			}
+		}
+	}
+	for pod := range st.PodAffinity {
+		if !livePods[pod] {
+			st = d.engine.RemovePod(st, pod)
+		}
+	}
+
+	// Step 2: place containers the index does not know, oldest first:
+	// those holding an assignment are adopted, the others admitted now.
+	sort.SliceStable(liveCtrs, func(i, j int) bool { return liveCtrs[i].GetCreatedAt() < liveCtrs[j].GetCreatedAt() })
+	placed := 0
+	for _, c := range liveCtrs {
+		pod := podByID[c.GetPodSandboxId()]
+		r, known := recs[c.GetId()]
+		if known {
+			if _, ok := d.engine.Assignment(st, r.Pod, r.Name); r.Exclusive && !ok {
+				// The reconciled state dropped its assignment: admit again.
+				known = false
+			}
+		}
+		if known {
+			continue
+		}
+		r = ctrRecord{ID: c.GetId(), Pod: podKey(pod), PodName: podName(pod), Name: c.GetName(), CgroupsPath: c.GetLinux().GetCgroupsPath()}
+		if _, ok := d.engine.Assignment(st, r.Pod, r.Name); ok {
+			r.Exclusive = true
+			recs[r.ID] = r
+			placed++
+			continue
+		}
+		req := requestFor(pod, c)
+		next, dec, err := d.engine.Add(st, req)
+		d.metrics.observeAdmission(req, err, 0)
+		entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
+		if err != nil {
+			entry.WithError(err).WithField("reason", reasonOf(err)).
+				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
+			recs[r.ID] = r
+			continue
+		}
+		st = next
+		r.Exclusive = dec.Exclusive
+		if dec.Exclusive && !dec.Mems.IsEmpty() {
+			r.Mems = dec.Mems.String()
+		}
+		recs[r.ID] = r
+		placed++
+		d.logDecision(entry, dec, "placed at synchronize")
+	}
+
+	if err := d.persist(st, recs); err != nil {
+		d.log.WithError(err).Error("synchronize: cannot write the checkpoint")
+		return nil, err
+	}
+	d.st, d.ctrs = st, recs
+	d.gen++
+	d.syncs++
+	d.metrics.updateGauges()
+
+	// Step 3: bring every live container to its right cpuset.
+	var updates []*api.ContainerUpdate
+	for _, c := range liveCtrs {
+		r := d.ctrs[c.GetId()]
+		want := d.rightCPUs(r)
+		have, err := cpuset.Parse(c.GetLinux().GetResources().GetCpu().GetCpus())
+		wantMems := r.Mems
+		haveMems := c.GetLinux().GetResources().GetCpu().GetMems()
+		if err == nil && have.Equals(want) && (wantMems == "" || sameList(wantMems, haveMems)) {
+			continue
+		}
+		u := &api.ContainerUpdate{}
+		u.SetContainerId(c.GetId())
+		u.SetLinuxCPUSetCPUs(want.String())
+		if wantMems != "" {
+			u.SetLinuxCPUSetMems(wantMems)
+		}
+		u.SetIgnoreFailure()
+		updates = append(updates, u)
+	}
+	d.log.WithFields(logrus.Fields{
+		"pods": len(pods), "containers": len(liveCtrs), "released": released, "placed": placed, "updates": len(updates),
+		"shared": d.engine.SharedCPUs(d.st).String(),
+	}).Info("synchronized with the runtime")
+	if d.syncs == 1 {
+		close(d.syncedC)
+	}
+	d.connected.Store(true)
+	return updates, nil
+}
+
+func sameList(a, b string) bool {
+	x, err1 := cpuset.Parse(a)
+	y, err2 := cpuset.Parse(b)
+	return err1 == nil && err2 == nil && x.Equals(y)
+}
+
+// CreateContainer admits the container: the engine's decision becomes the
+// adjustment (cpuset.cpus and, for exclusive CPUs, cpuset.mems), and when
+// the shared pool changed every other shared-pool container gets an
+// update. A rejection fails the creation with the reason word first.
+func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	d := p.d
+	req := requestFor(pod, ctr)
+	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	start := time.Now()
+	next, dec, err := d.engine.Add(d.st, req)
+	d.metrics.observeAdmission(req, err, time.Since(start))
+	if err != nil {
+		err = admissionError(err)
+		entry.WithError(err).WithField("reason", reasonOf(err)).Warn("container rejected")
+		return nil, nil, err
+	}
+	rec := ctrRecord{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
+		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Exclusive: dec.Exclusive}
+	if dec.Exclusive && !dec.Mems.IsEmpty() {
+		rec.Mems = dec.Mems.String()
+	}
+	recs := cloneRecords(d.ctrs)
+	// A container re-created under the same pod and name (a restart)
+	// replaces the old record; the engine already gave it the old CPUs.
+	for id, r := range recs {
+		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
+			delete(recs, id)
+		}
+	}
+	recs[rec.ID] = rec
+	if err := d.persist(next, recs); err != nil {
+		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
+		return nil, nil, err
+	}
+	prevShared := d.engine.SharedCPUs(d.st)
+	d.st, d.ctrs = next, recs
+	d.gen++
+	d.metrics.observeDecision(dec, d.topo)
+	d.metrics.updateGauges()
+
+	adj := &api.ContainerAdjustment{}
+	adj.SetLinuxCPUSetCPUs(dec.CPUs.String())
+	if !dec.Mems.IsEmpty() {
+		adj.SetLinuxCPUSetMems(dec.Mems.String())
+	}
+	var updates []*api.ContainerUpdate
+	if !prevShared.Equals(d.engine.SharedCPUs(d.st)) {
+		updates = d.sharedUpdates(rec.ID)
+	}
+	d.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
+	return adj, updates, nil
+}
+
+// logDecision writes the one info line per decision.
+func (d *Daemon) logDecision(entry *logrus.Entry, dec policy.Decision, msg string) {
+	entry.WithFields(logrus.Fields{
+		"cpus":      dec.CPUs.String(),
+		"mems":      dec.Mems.String(),
+		"numa":      fmt.Sprint(d.topo.NUMANodesOf(dec.CPUs)),
+		"l3":        fmt.Sprint(d.topo.L3GroupsOf(dec.CPUs)),
+		"exclusive": dec.Exclusive,
+	}).Info(msg)
+}
+
+// StopContainer releases the container's exclusive CPUs and returns the
+// updates that grow the shared pool of the others.
+func (p *plugin) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	d := p.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	changed, err := d.forget(ctr.GetId(), "stopped")
+	if err != nil || !changed {
+		return nil, err
+	}
+	return d.sharedUpdates(ctr.GetId()), nil
+}
+
+// forget releases and drops one container; it reports whether the shared
+// pool changed. Unknown containers are no-ops (idempotent).
+func (d *Daemon) forget(id, why string) (bool, error) {
+	r, ok := d.ctrs[id]
+	if !ok {
+		return false, nil
+	}
+	next := d.engine.Remove(d.st, r.Pod, r.Name)
+	recs := cloneRecords(d.ctrs)
+	delete(recs, id)
+	if err := d.persist(next, recs); err != nil {
+		d.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name}).Error("cannot write the checkpoint; the container's CPUs stay assigned")
+		return false, err
+	}
+	prevShared := d.engine.SharedCPUs(d.st)
+	d.st, d.ctrs = next, recs
+	d.gen++
+	d.metrics.updateGauges()
+	changed := !prevShared.Equals(d.engine.SharedCPUs(d.st))
+	if r.Exclusive {
+		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id, "shared": d.engine.SharedCPUs(d.st).String()}).
+			Info("container " + why + ": exclusive CPUs released")
+	}
+	return changed, nil
+}
+
+// RemoveContainer forgets the container (idempotent). It cannot return
+// updates, so a grown shared pool is pushed by the update worker.
+func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	d := p.d
+	d.mu.Lock()
+	changed, err := d.forget(ctr.GetId(), "removed")
+	d.mu.Unlock()
+	if changed {
+		d.kick()
+	}
+	return err
+}
+
+// RemovePodSandbox forgets every container of the pod and its pod-scope
+// affinity (idempotent).
+func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	d := p.d
+	d.mu.Lock()
+	key := podKey(pod)
+	next := d.engine.RemovePod(d.st, key)
+	recs := cloneRecords(d.ctrs)
+	for id, r := range recs {
+		if r.Pod == key {
+			next = d.engine.Remove(next, r.Pod, r.Name)
+			delete(recs, id)
+		}
+	}
+	if len(recs) == len(d.ctrs) && podUnknown(d.st, key) {
+		d.mu.Unlock()
+		return nil
+	}
+	if err := d.persist(next, recs); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	prevShared := d.engine.SharedCPUs(d.st)
+	d.st, d.ctrs = next, recs
+	d.gen++
+	d.metrics.updateGauges()
+	changed := !prevShared.Equals(d.engine.SharedCPUs(d.st))
+	d.mu.Unlock()
+	if changed {
+		d.kick()
+	}
+	return nil
+}
+
+// podUnknown reports whether st holds nothing for pod.
+func podUnknown(st policy.State, pod string) bool {
+	_, a := st.Alloc.Assignments[pod]
+	_, b := st.PodAffinity[pod]
+	return !a && !b
+}
+
+// UpdateContainer handles an in-place resize. The exclusive CPU count of
+// a container is fixed for its life, as under the kubelet's static
+// policy: a resize that would change it (including into or out of
+// exclusive CPUs) is refused with an error starting with
+// "InPlaceResizeRejected"; any other resize goes through unchanged, and
+// the container keeps its cpuset (the runtime leaves an empty cpuset
+// alone).
+func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	d := p.d
+	cpu := cpuOf(res)
+	if cpu == nil || (cpu.GetShares() == nil && cpu.GetQuota() == nil) {
+		return nil, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.ctrs[ctr.GetId()]
+	if !ok {
+		return nil, nil
+	}
+	have := 0
+	if r.Exclusive {
+		if cpus, ok := d.engine.Assignment(d.st, r.Pod, r.Name); ok {
+			have = cpus.Size()
+		}
+	}
+	req := requestFor(pod, ctr)
+	req.CPURequestMilli, req.CPULimitMilli = requestFromCPU(cpu)
+	want := d.exclusiveCount(req)
+	if want != have {
+		err := fmt.Errorf("InPlaceResizeRejected: container %s of pod %s holds %d exclusive CPUs and the resize asks for %d; "+
+			"the exclusive CPU count cannot change in place, recreate the pod", r.Name, r.PodName, have, want)
+		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "reason": "InPlaceResizeRejected", "have": have, "want": want}).
+			Warn("resize refused")
+		return nil, err
+	}
+	return nil, nil
+}
+
+// exclusiveCount is how many exclusive CPUs the static policy gives req:
+// a Guaranteed container with request equal to limit in whole CPUs.
+func (d *Daemon) exclusiveCount(req policy.Request) int {
+	if d.cfg.CPUManagerPolicy != policy.CPUPolicyStatic || req.QoS != policy.Guaranteed {
+		return 0
+	}
+	if req.CPURequestMilli <= 0 || req.CPURequestMilli != req.CPULimitMilli || req.CPURequestMilli%milliPerCPU != 0 {
+		return 0
+	}
+	return int(req.CPURequestMilli / milliPerCPU)
+}

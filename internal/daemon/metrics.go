@@ -1,0 +1,251 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
+)
+
+// Alignment boundaries, the kubelet's label values.
+const (
+	boundaryPhysicalCPU  = "physical_cpu"
+	boundaryNUMANode     = "numa_node"
+	boundaryUncoreCache  = "uncore_cache"
+	reasonSMT            = "SMTAlignmentError"
+	reasonTopologyAffine = "TopologyAffinityError"
+)
+
+// metrics are the daemon's Prometheus metrics, on a registry of its own so
+// that several daemons can live in one test process.
+type metrics struct {
+	d   *Daemon
+	reg *prometheus.Registry
+
+	pinningRequests   prometheus.Counter
+	pinningErrors     prometheus.Counter
+	aligned           *prometheus.CounterVec
+	alignedFailures   *prometheus.CounterVec
+	admissionRequests prometheus.Counter
+	admissionErrors   prometheus.Counter
+	admissionDuration prometheus.Histogram
+
+	sharedCPUs       prometheus.Gauge
+	exclusiveCPUs    prometheus.Gauge
+	reservedCPUs     prometheus.Gauge
+	containers       prometheus.Gauge
+	drift            prometheus.Counter
+	checkpointErrors prometheus.Counter
+}
+
+func newMetrics(d *Daemon) *metrics {
+	m := &metrics{
+		d:   d,
+		reg: prometheus.NewRegistry(),
+		pinningRequests: prometheus.NewCounter(prometheus.CounterOpts{Name: "cpu_manager_pinning_requests_total",
+			Help: "Containers that asked for exclusive CPUs."}),
+		pinningErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "cpu_manager_pinning_errors_total",
+			Help: "Containers that asked for exclusive CPUs and did not get them."}),
+		aligned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "container_aligned_compute_resources_count",
+			Help: "Exclusive allocations aligned on a boundary: whole physical cores, one NUMA node, one uncore (L3) cache."},
+			[]string{"scope", "boundary"}),
+		alignedFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "container_aligned_compute_resources_failure_count",
+			Help: "Admissions refused because the alignment could not be met."}, []string{"scope", "boundary"}),
+		admissionRequests: prometheus.NewCounter(prometheus.CounterOpts{Name: "topology_manager_admission_requests_total",
+			Help: "Containers admitted or rejected by the policy."}),
+		admissionErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "topology_manager_admission_errors_total",
+			Help: "Containers rejected by the policy."}),
+		admissionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "topology_manager_admission_duration_seconds",
+			Help: "Time to decide one admission.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
+		sharedCPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_shared_cpus",
+			Help: "CPUs in the shared pool."}),
+		exclusiveCPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_exclusive_cpus",
+			Help: "CPUs assigned exclusively to containers."}),
+		reservedCPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_reserved_cpus",
+			Help: "CPUs reserved for the system."}),
+		containers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_containers",
+			Help: "Containers the plugin tracks."}),
+		drift: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_reconcile_drift_total",
+			Help: "Containers whose cgroup cpuset was found different from their assignment and restored."}),
+		checkpointErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_checkpoint_errors_total",
+			Help: "Checkpoint writes that failed and corrupt checkpoints set aside."}),
+	}
+	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
+		m.admissionErrors, m.admissionDuration, m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
+		m.drift, m.checkpointErrors)
+	return m
+}
+
+// scope is the label value for the topology manager scope.
+func (m *metrics) scope() string {
+	if m.d.cfg.TopologyManagerScope == "pod" {
+		return "pod"
+	}
+	return "container"
+}
+
+// observeAdmission counts one admission; the caller holds d.mu. dur 0
+// (admissions during Synchronize) is not put in the histogram.
+func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Duration) {
+	m.admissionRequests.Inc()
+	if dur > 0 {
+		m.admissionDuration.Observe(dur.Seconds())
+	}
+	pinning := m.d.exclusiveCount(req) > 0
+	if pinning {
+		m.pinningRequests.Inc()
+	}
+	if err == nil {
+		return
+	}
+	m.admissionErrors.Inc()
+	switch reasonOf(err) {
+	case reasonSMT:
+		m.alignedFailures.WithLabelValues(m.scope(), boundaryPhysicalCPU).Inc()
+	case reasonTopologyAffine:
+		m.alignedFailures.WithLabelValues(m.scope(), boundaryNUMANode).Inc()
+	}
+	if pinning {
+		m.pinningErrors.Inc()
+	}
+}
+
+// observeDecision counts the boundaries an exclusive allocation is
+// aligned on.
+func (m *metrics) observeDecision(dec policy.Decision, topo *topology.Topology) {
+	if !dec.Exclusive || dec.CPUs.IsEmpty() {
+		return
+	}
+	if topo.CPUsInCores(topo.CoresOf(dec.CPUs)...).Equals(dec.CPUs) {
+		m.aligned.WithLabelValues(m.scope(), boundaryPhysicalCPU).Inc()
+	}
+	if len(topo.NUMANodesOf(dec.CPUs)) == 1 {
+		m.aligned.WithLabelValues(m.scope(), boundaryNUMANode).Inc()
+	}
+	if len(topo.L3GroupsOf(dec.CPUs)) == 1 {
+		m.aligned.WithLabelValues(m.scope(), boundaryUncoreCache).Inc()
+	}
+}
+
+// updateGauges refreshes the pool gauges; the caller holds d.mu.
+func (m *metrics) updateGauges() {
+	d := m.d
+	exclusive := cpuset.New()
+	for _, byName := range d.st.Alloc.Assignments {
+		for _, cpus := range byName {
+			exclusive = exclusive.Union(cpus)
+		}
+	}
+	m.sharedCPUs.Set(float64(d.engine.SharedCPUs(d.st).Size()))
+	m.exclusiveCPUs.Set(float64(exclusive.Size()))
+	m.reservedCPUs.Set(float64(d.engine.Reserved().Size()))
+	m.containers.Set(float64(len(d.ctrs)))
+}
+
+// StateView is the /state document: the podresources-style view of the
+// current assignments.
+type StateView struct {
+	Connected    bool            `json:"connected"`
+	Synchronized bool            `json:"synchronized"`
+	Policy       string          `json:"cpu_manager_policy"`
+	Topology     string          `json:"topology_manager_policy"`
+	Scope        string          `json:"topology_manager_scope"`
+	Reserved     string          `json:"reserved"`
+	Shared       string          `json:"shared"`
+	Containers   []ContainerView `json:"containers"`
+}
+
+// ContainerView is one container in StateView.
+type ContainerView struct {
+	ID        string `json:"id"`
+	Pod       string `json:"pod"`
+	PodUID    string `json:"pod_uid"`
+	Container string `json:"container"`
+	CPUs      string `json:"cpus"`
+	Mems      string `json:"mems,omitempty"`
+	Exclusive bool   `json:"exclusive"`
+	NUMA      []int  `json:"numa"`
+	L3        []int  `json:"l3"`
+}
+
+// State returns the current assignments as served on /state.
+func (d *Daemon) State() StateView {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v := StateView{
+		Connected:    d.connected.Load(),
+		Synchronized: d.syncs > 0,
+		Policy:       d.cfg.CPUManagerPolicy,
+		Topology:     d.cfg.TopologyManagerPolicy,
+		Scope:        d.cfg.TopologyManagerScope,
+		Reserved:     d.engine.Reserved().String(),
+		Shared:       d.engine.SharedCPUs(d.st).String(),
+		Containers:   []ContainerView{},
+	}
+	for id, r := range d.ctrs {
+		cpus := d.rightCPUs(r)
+		v.Containers = append(v.Containers, ContainerView{
+			ID: id, Pod: r.PodName, PodUID: r.Pod, Container: r.Name, CPUs: cpus.String(), Mems: r.Mems,
+			Exclusive: r.Exclusive, NUMA: d.topo.NUMANodesOf(cpus), L3: d.topo.L3GroupsOf(cpus),
+		})
+	}
+	sort.Slice(v.Containers, func(i, j int) bool {
+		a, b := v.Containers[i], v.Containers[j]
+		if a.Pod != b.Pod {
+			return a.Pod < b.Pod
+		}
+		if a.Container != b.Container {
+			return a.Container < b.Container
+		}
+		return a.ID < b.ID
+	})
+	return v
+}
+
+// Handler serves /metrics, /state and /healthz.
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/state", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(d.State())
+	})
+	// Healthy means connected to the runtime and synchronized; between
+	// connections (runtime restarting) it answers 503.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		d.mu.Lock()
+		ok := d.syncs > 0 && d.connected.Load()
+		d.mu.Unlock()
+		if !ok {
+			http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// Registry is the daemon's metrics registry (for tests and embedding).
+func (d *Daemon) Registry() *prometheus.Registry { return d.metrics.reg }
+
+// listen starts the HTTP server on addr and returns it (Addr holds the
+// bound address, useful with port 0).
+func (m *metrics) listen(addr string) (*http.Server, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Addr: l.Addr().String(), Handler: m.d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return srv, nil
+}

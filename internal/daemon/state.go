@@ -1,0 +1,253 @@
+package daemon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/sirupsen/logrus"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
+
+// ctrRecord is what the daemon remembers about a container it has placed.
+// The engine knows containers by pod UID and name; the runtime by ID.
+type ctrRecord struct {
+	ID          string `json:"id"`
+	Pod         string `json:"pod"`      // engine pod key (pod UID)
+	PodName     string `json:"pod_name"` // namespace/name, for logs and /state
+	Name        string `json:"name"`
+	CgroupsPath string `json:"cgroups_path,omitempty"`
+	Exclusive   bool   `json:"exclusive"`
+	// Mems is the cpuset.mems the daemon set, "" when it leaves mems to
+	// the runtime (shared-pool containers, adopted assignments).
+	Mems string `json:"mems,omitempty"`
+}
+
+// payload is the checkpoint's data.
+type payload struct {
+	// Fingerprint identifies the configuration and machine the state was
+	// written under; a different one means the engine must reconcile.
+	Fingerprint string               `json:"fingerprint"`
+	Engine      policy.Snapshot      `json:"engine"`
+	Containers  map[string]ctrRecord `json:"containers"`
+}
+
+// fingerprint hashes what makes a state valid: the CPUs of the machine,
+// the resolved reserved set, and the policy settings.
+func fingerprint(cfg config.Config, engine *policy.Engine, cpus cpuset.CPUSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cpus=%s\nreserved=%s\npolicy=%s\ntopology=%s/%s\n", cpus, engine.Reserved(), cfg.CPUManagerPolicy,
+		cfg.TopologyManagerPolicy, cfg.TopologyManagerScope)
+	for _, m := range []map[string]string{cfg.CPUManagerPolicyOptions, cfg.TopologyManagerPolicyOptions} {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s=%s\n", k, m[k])
+		}
+		b.WriteString("--\n")
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return hex.EncodeToString(sum[:8])
+}
+
+// persist writes the checkpoint for (st, ctrs). The caller commits them to
+// the daemon only when persist succeeds.
+func (d *Daemon) persist(st policy.State, ctrs map[string]ctrRecord) error {
+	p := payload{
+		Fingerprint: fingerprint(d.cfg, d.engine, d.topo.CPUs()),
+		Engine:      d.engine.Snapshot(st),
+		Containers:  ctrs,
+	}
+	if err := d.ckpt.Save(p); err != nil {
+		d.metrics.checkpointErrors.Inc()
+		return fmt.Errorf("PersistError: %w", err)
+	}
+	return nil
+}
+
+// restore loads the state before the first connection: from the
+// checkpoint; with none, from the kubelet's state file if one was given;
+// else empty. A corrupt checkpoint is set aside and the state rebuilt from
+// the runtime in Synchronize. Only an unreadable state directory (e.g.
+// permissions) stops the daemon.
+func (d *Daemon) restore() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var p payload
+	err := d.ckpt.Load(&p)
+	var corrupt *checkpoint.CorruptError
+	switch {
+	case err == nil:
+		fp := fingerprint(d.cfg, d.engine, d.topo.CPUs())
+		st, notes, ferr := d.engine.FromSnapshot(p.Engine)
+		if ferr != nil {
+			aside, serr := d.ckpt.SetAside()
+			d.log.WithError(ferr).WithFields(logrus.Fields{"file": d.ckpt.Path(), "set_aside_as": aside, "set_aside_error": serr}).
+				Error("checkpoint state is unusable; set aside, state will be rebuilt from the runtime")
+			d.st, d.ctrs = d.engine.NewState(), map[string]ctrRecord{}
+			return nil
+		}
+		if p.Fingerprint != fp {
+			d.log.WithFields(logrus.Fields{"file": d.ckpt.Path(), "checkpoint": p.Fingerprint, "now": fp}).
+				Warn("checkpoint was written under another configuration or machine; its assignments were reconciled, not trusted")
+		}
+		for _, n := range notes {
+			d.log.WithField("note", n).Warn("checkpoint entry dropped or changed while reconciling")
+		}
+		d.st = st
+		d.ctrs = map[string]ctrRecord{}
+		for id, r := range p.Containers {
+			r.ID = id
+			d.ctrs[id] = r
+		}
+		d.log.WithFields(logrus.Fields{"file": d.ckpt.Path(), "containers": len(d.ctrs), "shared": d.engine.SharedCPUs(st).String()}).
+			Info("state restored from checkpoint")
+		return nil
+	case errors.As(err, &corrupt):
+		aside, serr := d.ckpt.SetAside()
+		entry := d.log.WithError(err).WithField("file", corrupt.Path)
+		if serr != nil {
+			entry = entry.WithField("set_aside_error", serr.Error())
+		} else {
+			entry = entry.WithField("set_aside_as", aside)
+		}
+		entry.Error("checkpoint is corrupt; set aside, state will be rebuilt from the runtime")
+		d.metrics.checkpointErrors.Inc()
+		d.st, d.ctrs = d.engine.NewState(), map[string]ctrRecord{}
+		return nil
+	case errors.Is(err, checkpoint.ErrNotFound):
+		d.st, d.ctrs = d.engine.NewState(), map[string]ctrRecord{}
+		if d.kubeletFile == "" {
+			d.log.WithField("file", d.ckpt.Path()).Info("no checkpoint: first start")
+			return nil
+		}
+		st, n, err := importKubeletState(d.engine, d.st, d.kubeletFile, d.log)
+		if err != nil {
+			return err
+		}
+		d.st = st
+		d.log.WithFields(logrus.Fields{"file": d.kubeletFile, "assignments": n}).Info("imported the kubelet's CPU manager state")
+		return nil
+	default:
+		return fmt.Errorf("read checkpoint: %w", err)
+	}
+}
+
+// kubeletState is the kubelet's cpu_manager_state file (checkpoint V2).
+type kubeletState struct {
+	PolicyName    string                       `json:"policyName"`
+	DefaultCPUSet string                       `json:"defaultCpuSet"`
+	Entries       map[string]map[string]string `json:"entries"`
+	Checksum      uint64                       `json:"checksum"`
+}
+
+// importKubeletState adopts the exclusive assignments of the kubelet's
+// static policy: entries (pod UID -> container name -> cpuset) become
+// engine assignments, matched to running containers by pod UID and name in
+// Synchronize. The kubelet's checksum (FNV over a Go-specific dump) is not
+// verified; every entry is checked by the engine instead, and an entry the
+// engine refuses (reserved, offline or overlapping CPUs) is skipped with a
+// warning. A policyName other than "static" has nothing to adopt.
+func importKubeletState(engine *policy.Engine, st policy.State, path string, log *logrus.Logger) (policy.State, int, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return st, 0, fmt.Errorf("import kubelet state: %w", err)
+	}
+	var ks kubeletState
+	if err := json.Unmarshal(raw, &ks); err != nil {
+		return st, 0, fmt.Errorf("import kubelet state %s: not a cpu_manager_state file: %w", path, err)
+	}
+	if ks.PolicyName != "static" {
+		log.WithFields(logrus.Fields{"file": path, "policyName": ks.PolicyName}).Info("kubelet state has no static assignments to import")
+		return st, 0, nil
+	}
+	if ks.DefaultCPUSet != "" {
+		if _, err := cpuset.Parse(ks.DefaultCPUSet); err != nil {
+			return st, 0, fmt.Errorf("import kubelet state %s: defaultCpuSet %q: %w", path, ks.DefaultCPUSet, err)
+		}
+	}
+	pods := make([]string, 0, len(ks.Entries))
+	for p := range ks.Entries {
+		pods = append(pods, p)
+	}
+	sort.Strings(pods)
+	n := 0
+	for _, pod := range pods {
+		names := make([]string, 0, len(ks.Entries[pod]))
+		for c := range ks.Entries[pod] {
+			names = append(names, c)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			s := ks.Entries[pod][name]
+			cpus, err := cpuset.Parse(s)
+			if err != nil || cpus.IsEmpty() {
+				log.WithFields(logrus.Fields{"file": path, "pod": pod, "container": name, "cpus": s}).Warn("kubelet state entry is not a CPU list; skipped")
+				continue
+			}
+			next, err := engine.Assign(st, pod, name, cpus)
+			if err != nil {
+				log.WithError(err).WithFields(logrus.Fields{"file": path, "pod": pod, "container": name, "cpus": s}).Warn("kubelet state entry refused; skipped")
+				continue
+			}
+			st = next
+			n++
+		}
+	}
+	return st, n, nil
+}
+
+// rightCPUs is the cpuset a known container should have now.
+func (d *Daemon) rightCPUs(r ctrRecord) cpuset.CPUSet {
+	if r.Exclusive {
+		if cpus, ok := d.engine.Assignment(d.st, r.Pod, r.Name); ok {
+			return cpus
+		}
+	}
+	return d.engine.SharedCPUs(d.st)
+}
+
+// cloneRecords copies the container index for a tentative change.
+func cloneRecords(m map[string]ctrRecord) map[string]ctrRecord {
+	out := make(map[string]ctrRecord, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// sharedUpdates are the updates moving every shared-pool container except
+// skip to the current shared pool. Failures are ignored by the runtime (a
+// container may be stopping); the reconcile loop repairs what is left.
+func (d *Daemon) sharedUpdates(skip string) []*api.ContainerUpdate {
+	shared := d.engine.SharedCPUs(d.st).String()
+	ids := make([]string, 0, len(d.ctrs))
+	for id, r := range d.ctrs {
+		if id != skip && !r.Exclusive {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	out := make([]*api.ContainerUpdate, 0, len(ids))
+	for _, id := range ids {
+		u := &api.ContainerUpdate{}
+		u.SetContainerId(id)
+		u.SetLinuxCPUSetCPUs(shared)
+		u.SetIgnoreFailure()
+		out = append(out, u)
+	}
+	return out
+}
