@@ -3,6 +3,7 @@ package sysfs
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -32,7 +33,8 @@ func ParseList(s string) (cpuset.CPUSet, error) {
 	if s == "" {
 		return cpuset.New(), nil
 	}
-	var ids []int
+	type span struct{ lo, hi int }
+	var spans []span
 	for _, part := range strings.Split(s, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
 		first, err := parseID(lo)
@@ -48,9 +50,18 @@ func ParseList(s string) (cpuset.CPUSet, error) {
 				return cpuset.CPUSet{}, fmt.Errorf("list %q: reversed range %q: %w", s, part, ErrSyntax)
 			}
 		}
-		for id := first; id <= last; id++ {
+		spans = append(spans, span{first, last})
+	}
+	// Merge overlapping ranges before expanding them, so a list repeating
+	// "0-65535" thousands of times costs no more than one.
+	sort.Slice(spans, func(i, j int) bool { return spans[i].lo < spans[j].lo })
+	var ids []int
+	next := 0 // lowest id not yet emitted
+	for _, sp := range spans {
+		for id := max(sp.lo, next); id <= sp.hi; id++ {
 			ids = append(ids, id)
 		}
+		next = max(next, sp.hi+1)
 	}
 	return cpuset.New(ids...), nil
 }

@@ -327,11 +327,12 @@ func (r reader) readNodes(online cpuset.CPUSet) (nodeInfo, error) {
 	}
 	ni.distances = make(map[int]map[int]int, len(ids))
 	ni.memory = make(map[int]uint64, len(ids))
+	if last := ids[len(ids)-1]; last >= MaxNUMANodes {
+		return ni, &FileError{Path: path.Join(ni.dir, "node"+strconv.Itoa(last)),
+			Err: fmt.Errorf("NUMA node id %d is not below %d, the most a NUMA mask holds", last, MaxNUMANodes)}
+	}
 	for _, id := range ids {
 		dir := path.Join(ni.dir, "node"+strconv.Itoa(id))
-		if id >= MaxNUMANodes {
-			return ni, &FileError{Path: dir, Err: fmt.Errorf("NUMA node id %d is not below %d, the most a NUMA mask holds", id, MaxNUMANodes)}
-		}
 		cpus, err := r.readList(path.Join(dir, "cpulist"))
 		if err != nil {
 			return ni, err
