@@ -113,3 +113,12 @@ func reasonOf(err error) string {
 	}
 	return ""
 }
+
+func mustTopo(t testing.TB, cpus []topology.CPUInfo) *topology.Topology {
+	t.Helper()
+	topo, err := topology.New(topology.Machine{CPUs: cpus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
