@@ -384,7 +384,9 @@ func TestValidateFindsViolations(t *testing.T) {
 
 func TestCPUHints(t *testing.T) {
 	topo := build(t, specHT2S4NUMA) // 4 nodes of 20 CPUs, sockets {0,1} {2,3}
-	h := func(pref bool, nodes ...int) hints.Hint { return hints.Hint{Affinity: hints.NewMask(nodes...), Preferred: pref} }
+	h := func(pref bool, nodes ...int) hints.Hint {
+		return hints.Hint{Affinity: hints.NewMask(nodes...), Preferred: pref}
+	}
 	all15 := func(prefSize int) []hints.Hint {
 		var out []hints.Hint
 		for _, m := range [][]int{{0}, {1}, {2}, {3}, {0, 1}, {0, 2}, {0, 3}, {1, 2}, {1, 3}, {2, 3}, {0, 1, 2}, {0, 1, 3}, {0, 2, 3}, {1, 2, 3}, {0, 1, 2, 3}} {
