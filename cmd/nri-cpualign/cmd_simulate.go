@@ -1,12 +1,368 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
 
-// cmdSimulate is being written (placeholder so the binary builds).
+// cmdSimulate is `nri-cpualign simulate --sysfs-root DIR [--config
+// FILE.toml]`: the placement engine on a (fake) machine, driven by JSON
+// Lines on stdin, one JSON line out per line in, flushed after each. The
+// protocol is documented in the README ("Simulate: where would this pod
+// land?").
 func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "nri-cpualign: simulate: not implemented yet")
-	return 1
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("sysfs-root", "", "directory that plays /sys (required; read only)")
+	cfgPath := fs.String("config", "", "the daemon's TOML configuration (default: built-in defaults)")
+	logLevel := fs.String("log-level", "warning", "log level of the messages on stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *root == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: nri-cpualign simulate --sysfs-root DIR [--config FILE.toml] < requests.jsonl")
+		return 2
+	}
+	log := logrus.New()
+	log.SetOutput(stderr)
+	if lvl, err := logrus.ParseLevel(*logLevel); err == nil {
+		log.SetLevel(lvl)
+	} else {
+		fmt.Fprintf(stderr, "nri-cpualign simulate: --log-level %q: %v\n", *logLevel, err)
+		return 2
+	}
+	out := bufio.NewWriter(stdout)
+	emit := func(v any) {
+		b, err := json.Marshal(v)
+		if err != nil { // only plain structs and maps are marshalled
+			b, _ = json.Marshal(errorLine{Error: "internal: " + err.Error(), Reason: "InternalError"})
+		}
+		out.Write(append(b, '\n'))
+		out.Flush()
+	}
+
+	cfg := config.Default()
+	if *cfgPath != "" {
+		c, err := config.LoadFile(*cfgPath)
+		if err != nil {
+			emit(errorLine{Error: err.Error(), Reason: "InvalidConfig"})
+			return 1
+		}
+		cfg = c
+	}
+	pcfg, err := cfg.Policy()
+	if err != nil {
+		emit(errorLine{Error: err.Error(), Reason: "InvalidConfig"})
+		return 1
+	}
+	topo, err := sysfs.Read(*root)
+	if err != nil {
+		emit(errorLine{Error: err.Error(), Reason: reasonOf(err, "TopologyDiscoveryError")})
+		return 1
+	}
+	engine, err := policy.New(topo, pcfg)
+	if err != nil {
+		var ce *policy.ConfigError
+		if errors.As(err, &ce) {
+			err = cfg.KeyError(ce.Key, "", ce.Err.Error())
+		}
+		emit(errorLine{Error: err.Error(), Reason: "InvalidConfig"})
+		return 1
+	}
+	log.WithFields(logrus.Fields{
+		"sysfs_root": *root, "cpus": topo.NumCPUs(), "numa_nodes": topo.NUMANodes(),
+		"cpu_manager_policy": pcfg.CPUManagerPolicy, "topology_manager_policy": engine.Config().TopologyPolicy,
+		"scope": engine.Config().TopologyScope, "reserved": engine.Reserved().String(),
+	}).Info("simulate: ready")
+
+	sim := &simulator{engine: engine, state: engine.NewState(), log: log}
+	in := bufio.NewReader(stdin)
+	for n := 1; ; n++ {
+		line, err := in.ReadBytes('\n')
+		if len(line) == 0 && err != nil {
+			if !errors.Is(err, io.EOF) {
+				log.WithError(err).Error("simulate: reading stdin")
+				return 1
+			}
+			return 0
+		}
+		emit(sim.handle(n, bytes.TrimSpace(line)))
+	}
+}
+
+// simulator holds the one piece of mutable state of a simulate run.
+type simulator struct {
+	engine *policy.Engine
+	state  policy.State
+	log    *logrus.Logger
+}
+
+// hintJSON is a hint on the wire; NUMA null or [] = any node.
+type hintJSON struct {
+	NUMA      []int `json:"numa"`
+	Preferred bool  `json:"preferred"`
+}
+
+// requestLine is every field an input line may carry.
+type requestLine struct {
+	Op                 string                `json:"op"`
+	Pod                string                `json:"pod"`
+	Container          string                `json:"container"`
+	CPUs               string                `json:"cpus"`
+	QoS                string                `json:"qos"`
+	CPURequestMilli    int64                 `json:"cpu_request_milli"`
+	CPULimitMilli      int64                 `json:"cpu_limit_milli"`
+	PodCPURequestMilli int64                 `json:"pod_cpu_request_milli"`
+	ContainerType      string                `json:"container_type"`
+	Hints              map[string][]hintJSON `json:"hints"`
+	AffinityOverride   *hintJSON             `json:"affinity_override"`
+}
+
+// affinityJSON is the merged hint on the wire; NUMA null = any node.
+type affinityJSON struct {
+	NUMA      []int `json:"numa"`
+	Preferred bool  `json:"preferred"`
+}
+
+type errorLine struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason,omitempty"`
+	Line   int    `json:"line,omitempty"`
+}
+
+type containerError struct {
+	Pod       string        `json:"pod"`
+	Container string        `json:"container"`
+	Error     string        `json:"error"`
+	Reason    string        `json:"reason"`
+	Affinity  *affinityJSON `json:"affinity,omitempty"`
+}
+
+type assignResult struct {
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+	CPUs      string `json:"cpus"`
+	Exclusive bool   `json:"exclusive"`
+}
+
+type addResult struct {
+	Pod       string       `json:"pod"`
+	Container string       `json:"container"`
+	CPUs      string       `json:"cpus"`
+	Mems      string       `json:"mems"`
+	Exclusive bool         `json:"exclusive"`
+	Affinity  affinityJSON `json:"affinity"`
+}
+
+type hintsResult struct {
+	Pod       string                 `json:"pod"`
+	Container string                 `json:"container"`
+	Hints     map[string][]hintJSON `json:"hints"`
+}
+
+type removeResult struct {
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+	Removed   bool   `json:"removed"`
+}
+
+type stateResult struct {
+	Shared      string                       `json:"shared"`
+	Reserved    string                       `json:"reserved"`
+	Assignments map[string]map[string]string `json:"assignments"`
+}
+
+func toAffinity(h hints.Hint) affinityJSON {
+	if h.Affinity == 0 {
+		return affinityJSON{Preferred: h.Preferred}
+	}
+	return affinityJSON{NUMA: h.Affinity.Nodes(), Preferred: h.Preferred}
+}
+
+// toHint checks node ids (a Mask holds 0-63; the engine then checks them
+// against the machine) and converts.
+func toHint(h hintJSON, field string) (hints.Hint, error) {
+	for _, n := range h.NUMA {
+		if n < 0 || n >= hints.MaxNUMANodes {
+			return hints.Hint{}, fmt.Errorf("%s: NUMA node %d out of range 0-%d", field, n, hints.MaxNUMANodes-1)
+		}
+	}
+	return hints.Hint{Affinity: hints.NewMask(h.NUMA...), Preferred: h.Preferred}, nil
+}
+
+// reasonOf is the Reason() word of the first error in err's chain that has
+// one, else def.
+func reasonOf(err error, def string) string {
+	var r interface{ Reason() string }
+	if errors.As(err, &r) {
+		return r.Reason()
+	}
+	return def
+}
+
+// handle answers one input line (n is its 1-based number).
+func (s *simulator) handle(n int, line []byte) any {
+	if len(line) == 0 {
+		return errorLine{Error: "empty line: want a JSON object", Line: n}
+	}
+	var req requestLine
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return errorLine{Error: "not a valid request: " + err.Error(), Line: n}
+	}
+	if dec.More() {
+		return errorLine{Error: "not a valid request: more than one JSON value on the line", Line: n}
+	}
+	switch req.Op {
+	case "assign":
+		return s.assign(req)
+	case "add":
+		return s.add(req)
+	case "hints":
+		return s.hints(req)
+	case "remove":
+		s.state = s.engine.Remove(s.state, req.Pod, req.Container)
+		return removeResult{Pod: req.Pod, Container: req.Container, Removed: true}
+	case "state":
+		return s.snapshot()
+	case "":
+		return errorLine{Error: `missing "op" (want assign, add, hints, remove or state)`, Line: n}
+	default:
+		return errorLine{Error: fmt.Sprintf("unknown op %q (want assign, add, hints, remove or state)", req.Op), Line: n}
+	}
+}
+
+func (s *simulator) assign(req requestLine) any {
+	fail := func(err error) any {
+		return containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, allocator.ReasonInvalidState)}
+	}
+	if req.Pod == "" || req.Container == "" {
+		return fail(&allocator.InvalidStateError{Pod: req.Pod, Container: req.Container, Msg: "assign needs pod and container"})
+	}
+	cpus, err := cpuset.Parse(req.CPUs)
+	if err != nil || cpus.IsEmpty() {
+		return fail(&allocator.InvalidStateError{Pod: req.Pod, Container: req.Container, Msg: fmt.Sprintf("cpus %q is not a non-empty Linux CPU list", req.CPUs)})
+	}
+	next, err := s.engine.Assign(s.state, req.Pod, req.Container, cpus)
+	if err != nil {
+		return fail(err)
+	}
+	s.state = next
+	return assignResult{Pod: req.Pod, Container: req.Container, CPUs: cpus.String(), Exclusive: true}
+}
+
+// request converts an add or hints line to the engine's Request.
+func (s *simulator) request(req requestLine) (policy.Request, error) {
+	bad := func(field, format string, args ...any) error {
+		return &policy.RequestError{Pod: req.Pod, Container: req.Container, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	r := policy.Request{
+		Pod: req.Pod, Container: req.Container, QoS: policy.QoS(req.QoS),
+		CPURequestMilli: req.CPURequestMilli, CPULimitMilli: req.CPULimitMilli,
+		PodCPURequestMilli: req.PodCPURequestMilli,
+	}
+	switch req.ContainerType {
+	case "", "app":
+		r.Type = allocator.App
+	case "init":
+		r.Type = allocator.Init
+	case "sidecar":
+		r.Type = allocator.Sidecar
+	default:
+		return r, bad("container_type", "%q is not one of app, init, sidecar", req.ContainerType)
+	}
+	if req.Hints != nil {
+		r.Hints = make(map[string][]hints.Hint, len(req.Hints))
+		for name, list := range req.Hints {
+			if list == nil {
+				r.Hints[name] = nil
+				continue
+			}
+			hs := make([]hints.Hint, 0, len(list))
+			for i, h := range list {
+				hint, err := toHint(h, fmt.Sprintf("hints.%s[%d]", name, i))
+				if err != nil {
+					return r, bad("hints", "%v", err)
+				}
+				hs = append(hs, hint)
+			}
+			r.Hints[name] = hs
+		}
+	}
+	if req.AffinityOverride != nil {
+		h, err := toHint(*req.AffinityOverride, "affinity_override")
+		if err != nil {
+			return r, bad("affinity_override", "%v", err)
+		}
+		r.AffinityOverride = &h
+	}
+	return r, nil
+}
+
+func (s *simulator) add(req requestLine) any {
+	r, err := s.request(req)
+	if err == nil {
+		var next policy.State
+		var d policy.Decision
+		next, d, err = s.engine.Add(s.state, r)
+		if err == nil {
+			s.state = next
+			s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "cpus": d.CPUs.String(),
+				"mems": d.Mems.String(), "exclusive": d.Exclusive, "numa": d.Affinity.Affinity.String()}).Debug("simulate: add")
+			return addResult{Pod: req.Pod, Container: req.Container, CPUs: d.CPUs.String(), Mems: d.Mems.String(),
+				Exclusive: d.Exclusive, Affinity: toAffinity(d.Affinity)}
+		}
+	}
+	out := containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error")}
+	var tae *hints.TopologyAffinityError
+	if errors.As(err, &tae) {
+		a := toAffinity(tae.Hint)
+		out.Affinity = &a
+	}
+	s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "reason": out.Reason}).Debug("simulate: add rejected")
+	return out
+}
+
+func (s *simulator) hints(req requestLine) any {
+	r, err := s.request(req)
+	if err != nil {
+		return containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error")}
+	}
+	if err := s.engine.CheckRequest(r); err != nil {
+		return containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error")}
+	}
+	out := hintsResult{Pod: req.Pod, Container: req.Container, Hints: map[string][]hintJSON{}}
+	for name, list := range s.engine.Hints(s.state, r) {
+		if list == nil {
+			out.Hints[name] = nil
+			continue
+		}
+		hs := make([]hintJSON, 0, len(list))
+		for _, h := range list {
+			a := toAffinity(h)
+			hs = append(hs, hintJSON{NUMA: a.NUMA, Preferred: a.Preferred})
+		}
+		out.Hints[name] = hs
+	}
+	return out
+}
+
+func (s *simulator) snapshot() any {
+	snap := s.engine.Snapshot(s.state)
+	return stateResult{Shared: snap.Shared, Reserved: snap.Reserved, Assignments: snap.Assignments}
 }

@@ -268,6 +268,9 @@ func (e *Engine) isExclusive(req Request) bool {
 		req.CPURequestMilli >= 1000 && req.CPURequestMilli%1000 == 0
 }
 
+// CheckRequest returns the *RequestError Add would return for req, or nil.
+func (e *Engine) CheckRequest(req Request) error { return e.checkRequest(req) }
+
 func (e *Engine) checkRequest(req Request) error {
 	bad := func(field, format string, args ...any) error {
 		return &RequestError{Pod: req.Pod, Container: req.Container, Field: field, Msg: fmt.Sprintf(format, args...)}
