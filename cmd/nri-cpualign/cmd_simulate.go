@@ -169,8 +169,8 @@ type addResult struct {
 }
 
 type hintsResult struct {
-	Pod       string                 `json:"pod"`
-	Container string                 `json:"container"`
+	Pod       string                `json:"pod"`
+	Container string                `json:"container"`
 	Hints     map[string][]hintJSON `json:"hints"`
 }
 
