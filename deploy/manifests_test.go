@@ -1,0 +1,718 @@
+package deploy
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	validator "github.com/containerd/nri/plugins/default-validator"
+	"github.com/pelletier/go-toml/v2"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+)
+
+// pluginName is the name the daemon registers with NRI; the runtime
+// validators' required_plugins name it.
+const pluginName = daemon.PluginName
+
+// configFile is the ConfigMap key the DaemonSet passes to --config.
+const configFile = "config.toml"
+
+// manifests is every Kubernetes object in deploy/*.yaml, decoded strictly.
+type manifests struct {
+	files      []string // base names, sorted
+	namespaces []*corev1.Namespace
+	configMaps []*corev1.ConfigMap
+	daemonSets []*appsv1.DaemonSet
+}
+
+// splitDocuments splits a multi-document YAML stream at "---" lines.
+func splitDocuments(data []byte) [][]byte {
+	var docs [][]byte
+	for _, d := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(data), -1) {
+		if strings.TrimSpace(stripComments(d)) != "" {
+			docs = append(docs, []byte(d))
+		}
+	}
+	return docs
+}
+
+func stripComments(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// decodeStrict decodes one YAML document into the Kubernetes type its kind
+// names, failing on unknown or duplicated fields.
+func decodeStrict(doc []byte) (any, error) {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return nil, err
+	}
+	var obj any
+	switch tm.APIVersion + " " + tm.Kind {
+	case "v1 Namespace":
+		obj = &corev1.Namespace{}
+	case "v1 ConfigMap":
+		obj = &corev1.ConfigMap{}
+	case "apps/v1 DaemonSet":
+		obj = &appsv1.DaemonSet{}
+	default:
+		return nil, &unknownKindError{tm.APIVersion, tm.Kind}
+	}
+	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+type unknownKindError struct{ apiVersion, kind string }
+
+func (e *unknownKindError) Error() string {
+	return "apiVersion " + e.apiVersion + " kind " + e.kind + " is not one this test knows; add its Go type to decodeStrict"
+}
+
+func loadManifests(t *testing.T) manifests {
+	t.Helper()
+	paths, err := filepath.Glob("*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m manifests
+	for _, p := range paths {
+		if p == "kustomization.yaml" {
+			continue
+		}
+		m.files = append(m.files, p)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs := splitDocuments(data)
+		if len(docs) == 0 {
+			t.Errorf("%s holds no Kubernetes object", p)
+		}
+		for i, doc := range docs {
+			obj, err := decodeStrict(doc)
+			if err != nil {
+				t.Fatalf("%s document %d: %v", p, i+1, err)
+			}
+			switch o := obj.(type) {
+			case *corev1.Namespace:
+				m.namespaces = append(m.namespaces, o)
+			case *corev1.ConfigMap:
+				m.configMaps = append(m.configMaps, o)
+			case *appsv1.DaemonSet:
+				m.daemonSets = append(m.daemonSets, o)
+			}
+		}
+	}
+	sort.Strings(m.files)
+	if len(m.namespaces) != 1 || len(m.configMaps) != 1 || len(m.daemonSets) != 1 {
+		t.Fatalf("deploy/ has %d namespaces, %d ConfigMaps, %d DaemonSets; want one of each", len(m.namespaces), len(m.configMaps), len(m.daemonSets))
+	}
+	return m
+}
+
+// TestStrictDecodingRejectsUnknownFields shows the decoder used on the
+// manifests is strict, so the other tests would catch a misspelled field.
+func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
+	data, err := os.ReadFile("daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, old, new, wantErr string
+	}{
+		{"misspelled field", "priorityClassName:", "priorityClass:", `unknown field "priorityClass"`},
+		{"duplicated field", "      hostNetwork: true\n", "      hostNetwork: true\n      hostNetwork: false\n", "hostNetwork"},
+		{"wrong type", "maxUnavailable: 1", "maxUnavailable: [1]", "maxUnavailable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !bytes.Contains(data, []byte(tt.old)) {
+				t.Fatalf("daemonset.yaml no longer contains %q", tt.old)
+			}
+			_, err := decodeStrict(bytes.Replace(data, []byte(tt.old), []byte(tt.new), 1))
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("decode error = %v, want one mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+	if _, err := decodeStrict([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n")); err == nil {
+		t.Fatal("an unknown kind decoded without error")
+	}
+}
+
+// kustomization is the part of kustomize's Kustomization these manifests
+// use; decoded strictly, so any other field is reported.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Resources  []string `json:"resources"`
+	Images     []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName,omitempty"`
+		NewTag  string `json:"newTag,omitempty"`
+	} `json:"images"`
+}
+
+func loadKustomization(t *testing.T) kustomization {
+	t.Helper()
+	data, err := os.ReadFile("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k kustomization
+	if err := yaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	return k
+}
+
+func TestKustomizationListsEveryManifest(t *testing.T) {
+	m := loadManifests(t)
+	k := loadKustomization(t)
+	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
+		t.Errorf("kustomization.yaml is %s %s", k.APIVersion, k.Kind)
+	}
+	res := append([]string(nil), k.Resources...)
+	sort.Strings(res)
+	if !reflect.DeepEqual(res, m.files) {
+		t.Errorf("kustomization resources %q, manifests in deploy/ %q", res, m.files)
+	}
+	// Namespace first, so `kubectl apply -k` creates it before its objects.
+	if len(k.Resources) == 0 || k.Resources[0] != "namespace.yaml" {
+		t.Errorf("kustomization resources %q should start with namespace.yaml", k.Resources)
+	}
+}
+
+func container(t *testing.T, ds *appsv1.DaemonSet) corev1.Container {
+	t.Helper()
+	cs := ds.Spec.Template.Spec.Containers
+	if len(cs) != 1 || len(ds.Spec.Template.Spec.InitContainers) != 0 {
+		t.Fatalf("DaemonSet has %d containers and %d init containers, want 1 and 0", len(cs), len(ds.Spec.Template.Spec.InitContainers))
+	}
+	return cs[0]
+}
+
+func TestDaemonSet(t *testing.T) {
+	m := loadManifests(t)
+	ds, ns := m.daemonSets[0], m.namespaces[0]
+	spec := ds.Spec.Template.Spec
+	c := container(t, ds)
+
+	if ds.Namespace != ns.Name || m.configMaps[0].Namespace != ns.Name {
+		t.Errorf("DaemonSet in %q, ConfigMap in %q, namespace is %q", ds.Namespace, m.configMaps[0].Namespace, ns.Name)
+	}
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Errorf("namespace %s must allow hostPath and the host network (pod-security enforce=privileged)", ns.Name)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sel.Matches(labels.Set(ds.Spec.Template.Labels)) {
+		t.Errorf("DaemonSet selector %v does not match its pod labels %v", sel, ds.Spec.Template.Labels)
+	}
+	if spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("priorityClassName %q, want system-node-critical", spec.PriorityClassName)
+	}
+	if !spec.HostNetwork {
+		t.Error("hostNetwork is off: the plugin must start before (and without) the CNI plugin")
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("automountServiceAccountToken should be false: the plugin never talks to the API server")
+	}
+	if len(spec.NodeSelector) == 0 || spec.NodeSelector["kubernetes.io/os"] != "linux" {
+		t.Errorf("nodeSelector %v, want kubernetes.io/os=linux plus the opt-in label", spec.NodeSelector)
+	}
+	tolerateAll := false
+	for _, tol := range spec.Tolerations {
+		if tol.Operator == corev1.TolerationOpExists && tol.Key == "" && tol.Effect == "" {
+			tolerateAll = true
+		}
+	}
+	if !tolerateAll {
+		t.Errorf("tolerations %v lack {operator: Exists} (every taint)", spec.Tolerations)
+	}
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType {
+		t.Errorf("updateStrategy %q, want RollingUpdate", ds.Spec.UpdateStrategy.Type)
+	}
+
+	// Guaranteed QoS (requests == limits for CPU and memory) with a
+	// fractional CPU, so the plugin puts itself in the shared pool.
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, okReq := c.Resources.Requests[r]
+		lim, okLim := c.Resources.Limits[r]
+		if !okReq || !okLim || req.Cmp(lim) != 0 {
+			t.Errorf("%s request %v and limit %v must both be set and equal (Guaranteed QoS)", r, req.String(), lim.String())
+		}
+	}
+	cpu := c.Resources.Limits[corev1.ResourceCPU]
+	if cpu.MilliValue()%1000 == 0 {
+		t.Errorf("cpu %s is a whole number of CPUs: the plugin would give itself an exclusive CPU", cpu.String())
+	}
+	if cpu.Cmp(resource.MustParse("500m")) > 0 {
+		t.Errorf("cpu %s is not small", cpu.String())
+	}
+
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+		t.Fatal("the container must run as root (runAsUser: 0) to reach the NRI socket")
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Error("the container must not be privileged")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation must be false")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem must be true")
+	}
+	if sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("capabilities %+v, want drop [ALL] and nothing added", sc.Capabilities)
+	}
+
+	// The tolerate-missing annotation must be the key both runtime
+	// validators are configured with, set to a true value.
+	for _, key := range []string{containerdValidator(t).TolerateMissingAnnotation, crioValidator(t).TolerateMissingAnnotation} {
+		v, ok := ds.Spec.Template.Annotations[key]
+		if b, err := strconv.ParseBool(v); !ok || err != nil || !b {
+			t.Errorf("pod annotation %s = %q, want \"true\" (the plugin's own container starts while no plugin is connected)", key, v)
+		}
+	}
+}
+
+// configMapTOML returns the TOML the DaemonSet passes to --config, after
+// checking that the flag points into the ConfigMap's volume.
+func configMapTOML(t *testing.T, m manifests) []byte {
+	t.Helper()
+	ds, cm := m.daemonSets[0], m.configMaps[0]
+	c := container(t, ds)
+	var cfgPath string
+	for i, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--config="); ok {
+			cfgPath = v
+		} else if a == "--config" && i+1 < len(c.Args) {
+			cfgPath = c.Args[i+1]
+		}
+	}
+	if len(c.Args) == 0 || c.Args[0] != "run" || cfgPath == "" {
+		t.Fatalf("container args %q, want run --config=<file>", c.Args)
+	}
+	vol, mount := volumeFor(t, ds, path.Dir(cfgPath))
+	if vol.ConfigMap == nil || vol.ConfigMap.Name != cm.Name || !mount.ReadOnly {
+		t.Fatalf("--config %s is not in a read-only mount of ConfigMap %s", cfgPath, cm.Name)
+	}
+	data, ok := cm.Data[path.Base(cfgPath)]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key %s (the --config file)", cm.Name, path.Base(cfgPath))
+	}
+	if path.Base(cfgPath) != configFile {
+		t.Errorf("--config file %s, want %s", path.Base(cfgPath), configFile)
+	}
+	return []byte(data)
+}
+
+// volumeFor returns the volume mounted exactly at dir, and its mount.
+func volumeFor(t *testing.T, ds *appsv1.DaemonSet, dir string) (corev1.Volume, corev1.VolumeMount) {
+	t.Helper()
+	c := container(t, ds)
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath != dir {
+			continue
+		}
+		for _, v := range ds.Spec.Template.Spec.Volumes {
+			if v.Name == vm.Name {
+				return v, vm
+			}
+		}
+		t.Fatalf("mount %s names volume %s, which the pod does not have", dir, vm.Name)
+	}
+	t.Fatalf("nothing is mounted at %s (mounts: %+v)", dir, c.VolumeMounts)
+	return corev1.Volume{}, corev1.VolumeMount{}
+}
+
+// commentedOptions returns the `# name = "value"` lines of a TOML table.
+func commentedOptions(doc, table string) map[string]string {
+	out := map[string]string{}
+	i := strings.Index(doc, "["+table+"]")
+	if i < 0 {
+		return out
+	}
+	section := doc[i+len(table)+2:]
+	if j := strings.Index(section, "\n["); j >= 0 {
+		section = section[:j]
+	}
+	for _, m := range regexp.MustCompile(`(?m)^\s*#\s*([a-z-]+)\s*=\s*"([^"]*)"`).FindAllStringSubmatch(section, -1) {
+		out[m[1]] = m[2]
+	}
+	return out
+}
+
+// tomlKeys returns the TOML keys of config.Config (its toml tags).
+func tomlKeys() []string {
+	var keys []string
+	rt := reflect.TypeOf(config.Config{})
+	for i := 0; i < rt.NumField(); i++ {
+		if tag, ok := rt.Field(i).Tag.Lookup("toml"); ok && tag != "-" {
+			keys = append(keys, strings.Split(tag, ",")[0])
+		}
+	}
+	return keys
+}
+
+// documentedKeys returns the top-level keys a TOML document sets or shows
+// commented out ("# key = ..."), and its table headers.
+func documentedKeys(doc string) map[string]bool {
+	re := regexp.MustCompile(`^(?:#\s*)?([a-z_]+)\s*=|^\[([a-z_]+)\]`)
+	keys := map[string]bool{}
+	inTable := false
+	for _, l := range strings.Split(doc, "\n") {
+		l = strings.TrimSpace(l)
+		m := re.FindStringSubmatch(l)
+		switch {
+		case m == nil:
+		case m[2] != "":
+			keys[m[2]] = true
+			inTable = true
+		case !inTable:
+			keys[m[1]] = true
+		}
+	}
+	return keys
+}
+
+func TestConfigMapLoadsAndDocumentsEveryKey(t *testing.T) {
+	m := loadManifests(t)
+	doc := configMapTOML(t, m)
+	cfg, err := config.Load(doc)
+	if err != nil {
+		t.Fatalf("the ConfigMap's %s does not load: %v", configFile, err)
+	}
+	if cfg.CPUManagerPolicy == "static" && !cfg.HasReservation() {
+		t.Error("static policy without a reservation: the daemon refuses to start")
+	}
+	keys := tomlKeys()
+	if len(keys) < 10 {
+		t.Fatalf("config.Config has only %d toml keys; the reflection is wrong", len(keys))
+	}
+	documented := documentedKeys(string(doc))
+	for _, k := range keys {
+		if !documented[k] {
+			t.Errorf("the ConfigMap's TOML neither sets nor shows key %q (every key of pkg/config must be there)", k)
+		}
+	}
+	known := map[string]bool{}
+	for _, k := range keys {
+		known[k] = true
+	}
+	for k := range documented {
+		if !known[k] {
+			t.Errorf("the ConfigMap's TOML shows key %q, which pkg/config does not have", k)
+		}
+	}
+
+	// The commented-out policy options must be real option names with
+	// valid example values: uncommenting one must parse.
+	for _, sec := range []struct {
+		table string
+		want  int // every option the parser knows
+		parse func(map[string]string) error
+	}{
+		{config.KeyCPUManagerPolicyOptions, 6, func(m map[string]string) error { _, err := allocator.ParseOptions(m); return err }},
+		{config.KeyTopologyManagerPolicyOptions, 2, func(m map[string]string) error { _, err := hints.ParseOptions(m); return err }},
+	} {
+		opts := commentedOptions(string(doc), sec.table)
+		if len(opts) != sec.want {
+			t.Errorf("[%s] documents %d options, want all %d", sec.table, len(opts), sec.want)
+		}
+		for name, value := range opts {
+			if err := sec.parse(map[string]string{name: value}); err != nil {
+				t.Errorf("[%s] documents %s = %q: %v", sec.table, name, value, err)
+			}
+		}
+	}
+
+	// Every commented-out key, uncommented, must load too (values are
+	// examples a user may switch on).
+	for _, l := range strings.Split(string(doc), "\n") {
+		if mm := regexp.MustCompile(`^#\s*([a-z_]+\s*=.*)$`).FindStringSubmatch(strings.TrimSpace(l)); mm != nil {
+			alt := strings.Replace(string(doc), l, mm[1], 1)
+			if _, err := config.Load([]byte(alt)); err != nil {
+				t.Errorf("uncommenting %q breaks the config: %v", strings.TrimSpace(l), err)
+			}
+		}
+	}
+}
+
+func TestMountsMatchConfig(t *testing.T) {
+	m := loadManifests(t)
+	ds := m.daemonSets[0]
+	cfg, err := config.Load(configMapTOML(t, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostPath := func(v corev1.Volume) string {
+		if v.HostPath == nil {
+			t.Fatalf("volume %s is not a hostPath", v.Name)
+		}
+		return v.HostPath.Path
+	}
+
+	// NRI socket: its directory is the host's runtime socket directory.
+	v, vm := volumeFor(t, ds, path.Dir(cfg.SocketPath))
+	if hp := hostPath(v); hp != path.Dir(config.DefaultSocketPath) || vm.ReadOnly {
+		t.Errorf("socket directory %s: volume from host %s (read-only %v), want a writable mount of %s", path.Dir(cfg.SocketPath), hp, vm.ReadOnly, path.Dir(config.DefaultSocketPath))
+	}
+	for name, sock := range map[string]string{"containerd-nri.toml": containerdNRI(t).SocketPath, "crio-nri.conf": crioNRI(t).SocketPath} {
+		if path.Dir(sock) != hostPath(v) {
+			t.Errorf("node/%s puts the socket at %s, outside the mounted host directory %s", name, sock, hostPath(v))
+		}
+	}
+
+	// sysfs: the host's /sys, read-only; the cgroup root inside it.
+	v, vm = volumeFor(t, ds, cfg.SysfsRoot)
+	if hp := hostPath(v); hp != "/sys" || !vm.ReadOnly {
+		t.Errorf("sysfs_root %s: volume from host %s (read-only %v), want /sys read-only", cfg.SysfsRoot, hp, vm.ReadOnly)
+	}
+	if cfg.CgroupRoot != path.Join(cfg.SysfsRoot, "fs/cgroup") {
+		t.Errorf("cgroup_root %s is not the mounted host's %s/fs/cgroup", cfg.CgroupRoot, cfg.SysfsRoot)
+	}
+	if cfg.SysfsRoot == "/sys" {
+		t.Error("sysfs_root /sys: the runtime's own /sys/fs/cgroup mount (the container's cgroup namespace) would shadow the host's cgroups")
+	}
+
+	// State directory: writable, on the host, at the same path.
+	v, vm = volumeFor(t, ds, cfg.StateDir)
+	if hp := hostPath(v); hp != config.DefaultStateDir || vm.ReadOnly {
+		t.Errorf("state_dir %s: volume from host %s (read-only %v), want a writable mount of %s", cfg.StateDir, hp, vm.ReadOnly, config.DefaultStateDir)
+	}
+
+	// Liveness: /healthz on the metrics address.
+	probe := container(t, ds).LivenessProbe
+	if probe == nil || probe.HTTPGet == nil {
+		t.Fatal("no HTTP liveness probe")
+	}
+	host, port, err := net.SplitHostPort(cfg.MetricsAddress)
+	if err != nil {
+		t.Fatalf("metrics_address %q: %v", cfg.MetricsAddress, err)
+	}
+	if probe.HTTPGet.Path != "/healthz" || probe.HTTPGet.Port.String() != port {
+		t.Errorf("liveness probe %s on port %s, want /healthz on the metrics port %s", probe.HTTPGet.Path, probe.HTTPGet.Port.String(), port)
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() && probe.HTTPGet.Host != host {
+		t.Errorf("metrics listen on %s only, but the probe goes to %q", host, probe.HTTPGet.Host)
+	}
+}
+
+// TestImageName checks that the DaemonSet runs the image `make image`
+// builds (the Makefile's IMAGE default) and that kustomize's image entry
+// names the same repository and tag.
+func TestImageName(t *testing.T) {
+	m := loadManifests(t)
+	img := container(t, m.daemonSets[0]).Image
+	mk, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mm := regexp.MustCompile(`(?m)^IMAGE\s*\?=\s*(\S+)\s*$`).FindSubmatch(mk)
+	if mm == nil {
+		t.Fatal("the Makefile sets no IMAGE ?= default")
+	}
+	if string(mm[1]) != img {
+		t.Errorf("DaemonSet image %q, `make image` builds %q", img, mm[1])
+	}
+	script, err := os.ReadFile("../scripts/image.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(script), "IMAGE=${IMAGE:-"+img+"}") {
+		t.Errorf("scripts/image.sh's default image is not %q", img)
+	}
+	if container(t, m.daemonSets[0]).ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Error("imagePullPolicy must be IfNotPresent: imported images are not in any registry")
+	}
+	i := strings.LastIndex(img, ":")
+	repo, tag := img[:i], img[i+1:]
+	k := loadKustomization(t)
+	if len(k.Images) != 1 || k.Images[0].Name != repo || k.Images[0].NewTag != tag || k.Images[0].NewName != "" {
+		t.Errorf("kustomization images %+v, want one entry %s with newTag %s", k.Images, repo, tag)
+	}
+}
+
+// nriSection is containerd's [plugins.'io.containerd.nri.v1.nri'] table
+// (containerd 2.x internal/nri Config); the validator part is NRI's own
+// type, which containerd embeds.
+type nriSection struct {
+	Disable                   bool                              `toml:"disable"`
+	SocketPath                string                            `toml:"socket_path"`
+	PluginPath                string                            `toml:"plugin_path"`
+	PluginConfigPath          string                            `toml:"plugin_config_path"`
+	PluginRegistrationTimeout string                            `toml:"plugin_registration_timeout"`
+	PluginRequestTimeout      string                            `toml:"plugin_request_timeout"`
+	DisableConnections        bool                              `toml:"disable_connections"`
+	DefaultValidator          *validator.DefaultValidatorConfig `toml:"default_validator"`
+}
+
+func decodeTOMLStrict(t *testing.T, file string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+func containerdSection(t *testing.T, file string) nriSection {
+	t.Helper()
+	var doc struct {
+		Plugins map[string]nriSection `toml:"plugins"`
+	}
+	decodeTOMLStrict(t, file, &doc)
+	s, ok := doc.Plugins["io.containerd.nri.v1.nri"]
+	if !ok || len(doc.Plugins) != 1 {
+		t.Fatalf("%s: want exactly the plugins.'io.containerd.nri.v1.nri' table, got %v", file, doc.Plugins)
+	}
+	return s
+}
+
+func containerdNRI(t *testing.T) nriSection { return containerdSection(t, "node/containerd-nri.toml") }
+
+func containerdValidator(t *testing.T) validator.DefaultValidatorConfig {
+	s := containerdSection(t, "node/containerd-nri-validator.toml")
+	if s.DefaultValidator == nil {
+		t.Fatal("node/containerd-nri-validator.toml has no default_validator table")
+	}
+	return *s.DefaultValidator
+}
+
+// crioNRI is CRI-O's [crio.nri] table (CRI-O's internal/config/nri names).
+type crioNRITable struct {
+	Enabled                   bool   `toml:"enable_nri"`
+	SocketPath                string `toml:"nri_listen"`
+	PluginPath                string `toml:"nri_plugin_dir"`
+	PluginConfigPath          string `toml:"nri_plugin_config_dir"`
+	PluginRegistrationTimeout string `toml:"nri_plugin_registration_timeout"`
+	PluginRequestTimeout      string `toml:"nri_plugin_request_timeout"`
+	DisableConnections        bool   `toml:"nri_disable_connections"`
+	DefaultValidator          *struct {
+		Enable                    bool     `toml:"nri_enable_default_validator"`
+		RequiredPlugins           []string `toml:"nri_validator_required_plugins"`
+		TolerateMissingAnnotation string   `toml:"nri_validator_tolerate_missing_plugins_annotation"`
+	} `toml:"default_validator"`
+}
+
+func crioTable(t *testing.T, file string) crioNRITable {
+	t.Helper()
+	var doc struct {
+		Crio struct {
+			NRI crioNRITable `toml:"nri"`
+		} `toml:"crio"`
+	}
+	decodeTOMLStrict(t, file, &doc)
+	return doc.Crio.NRI
+}
+
+func crioNRI(t *testing.T) crioNRITable { return crioTable(t, "node/crio-nri.conf") }
+
+func crioValidator(t *testing.T) validator.DefaultValidatorConfig {
+	v := crioTable(t, "node/crio-nri-validator.conf").DefaultValidator
+	if v == nil {
+		t.Fatal("node/crio-nri-validator.conf has no [crio.nri.default_validator] table")
+	}
+	return validator.DefaultValidatorConfig{Enable: v.Enable, RequiredPlugins: v.RequiredPlugins, TolerateMissingAnnotation: v.TolerateMissingAnnotation}
+}
+
+func TestRuntimeSnippets(t *testing.T) {
+	c := containerdNRI(t)
+	if c.Disable || c.DisableConnections {
+		t.Errorf("containerd snippet: disable=%v disable_connections=%v, want both false", c.Disable, c.DisableConnections)
+	}
+	if c.DefaultValidator != nil {
+		t.Error("containerd-nri.toml turns on the validator; fail-closed mode is opt-in (containerd-nri-validator.toml)")
+	}
+	o := crioNRI(t)
+	if !o.Enabled || o.DisableConnections {
+		t.Errorf("CRI-O snippet: enable_nri=%v nri_disable_connections=%v, want true and false", o.Enabled, o.DisableConnections)
+	}
+	for name, v := range map[string]validator.DefaultValidatorConfig{"containerd": containerdValidator(t), "CRI-O": crioValidator(t)} {
+		if !v.Enable || !reflect.DeepEqual(v.RequiredPlugins, []string{pluginName}) || v.TolerateMissingAnnotation == "" {
+			t.Errorf("%s validator %+v, want enabled, requiring %q, with a toleration annotation", name, v, pluginName)
+		}
+	}
+}
+
+// kubeletConfig is the part of KubeletConfiguration
+// (kubelet.config.k8s.io/v1beta1) the snippet sets, decoded strictly.
+type kubeletConfig struct {
+	APIVersion            string `json:"apiVersion"`
+	Kind                  string `json:"kind"`
+	CPUManagerPolicy      string `json:"cpuManagerPolicy"`
+	TopologyManagerPolicy string `json:"topologyManagerPolicy"`
+	MemoryManagerPolicy   string `json:"memoryManagerPolicy"`
+}
+
+func TestKubeletSnippet(t *testing.T) {
+	data, err := os.ReadFile("node/kubelet-cpualign.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k kubeletConfig
+	if err := yaml.UnmarshalStrict(data, &k); err != nil {
+		t.Fatalf("node/kubelet-cpualign.conf: %v", err)
+	}
+	want := kubeletConfig{"kubelet.config.k8s.io/v1beta1", "KubeletConfiguration", "none", "none", "None"}
+	if k != want {
+		t.Errorf("kubelet snippet %+v, want %+v", k, want)
+	}
+}
+
+// TestExampleConfig checks the commented example config of the daemon
+// (deploy/nri-cpualign.toml): it loads, and it shows every key, as the
+// ConfigMap does.
+func TestExampleConfig(t *testing.T) {
+	data, err := os.ReadFile("nri-cpualign.toml")
+	if os.IsNotExist(err) {
+		t.Skip("deploy/nri-cpualign.toml (the daemon's example config) is not written yet")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(data); err != nil {
+		t.Fatalf("nri-cpualign.toml does not load: %v", err)
+	}
+	documented := documentedKeys(string(data))
+	for _, k := range tomlKeys() {
+		if !documented[k] {
+			t.Errorf("nri-cpualign.toml neither sets nor shows key %q", k)
+		}
+	}
+}
