@@ -50,6 +50,11 @@ func StartNRIRuntime(dir string) *NRIRuntime {
 		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
 	Expect(err).NotTo(HaveOccurred())
 	Expect(r.Start()).To(Succeed())
+	// Start synchronizes the (here absent) pre-installed plugins through
+	// the same function: count plugin connections from now on.
+	rt.mu.Lock()
+	rt.syncs = 0
+	rt.mu.Unlock()
 	rt.r = r
 	DeferCleanup(r.Stop)
 	return rt
