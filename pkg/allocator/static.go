@@ -184,35 +184,59 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
 	}
 
+	result := s.place(allocatable, n, affinity.Affinity)
+	if result != nil && !keepsShared && def.andNot(result).count() == 0 {
+		// The placement took every shared CPU (possible only when the pod's
+		// reusable CPUs lie outside the shared pool): keep the highest-id
+		// shared CPU out and place again. The kubelet would empty the pool
+		// here (strict-cpu-reservation); the lead's rule is that it never
+		// is.
+		keep := newBitset(m.n)
+		last := -1
+		def.forEach(func(p int) { last = p })
+		keep.set(last)
+		result = s.place(allocatable.andNot(keep), n, affinity.Affinity)
+	}
+	if result == nil {
+		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
+	}
+	newDef := def.andNot(result)
+	cpus := m.toSet(result)
+	next := withAssignment(st, req.Pod, req.Container, cpus)
+	next.Default = m.toSet(newDef)
+	next.ReusablePod, next.Reusable = updateReuse(st, req, cpus)
+	return next, cpus, nil
+}
+
+// place is the kubelet's allocateCPUs choice: min(n, aligned) CPUs from
+// the hinted nodes with takeByTopology, then the rest from all the other
+// allocatable CPUs. nil when n cannot be met.
+func (s *Static) place(allocatable bitset, n int, aff hints.Mask) bitset {
+	m := s.m
+	if allocatable.count() < n {
+		return nil
+	}
 	result := newBitset(m.n)
-	if affinity.Affinity != 0 {
-		aligned := allocatable.and(s.alignedMask(affinity.Affinity))
+	if aff != 0 {
+		aligned := allocatable.and(s.alignedMask(aff))
 		k := aligned.count()
 		if n < k {
 			k = n
 		}
 		got := takeByTopology(m, s.opts, aligned, k)
 		if got == nil {
-			return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
+			return nil
 		}
 		result = got
 	}
 	if rest := n - result.count(); rest > 0 {
 		got := takeByTopology(m, s.opts, allocatable.andNot(result), rest)
 		if got == nil {
-			return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
+			return nil
 		}
 		result = result.or(got)
 	}
-	newDef := def.andNot(result)
-	if newDef.count() == 0 {
-		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
-	}
-	cpus := m.toSet(result)
-	next := withAssignment(st, req.Pod, req.Container, cpus)
-	next.Default = m.toSet(newDef)
-	next.ReusablePod, next.Reusable = updateReuse(st, req, cpus)
-	return next, cpus, nil
+	return result
 }
 
 // alignedMask is the CPUs of the hinted NUMA nodes, widened to their
