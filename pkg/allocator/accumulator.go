@@ -1,5 +1,7 @@
 package allocator
 
+import "math/bits"
+
 // accumulator is one run of the kubelet's topology-aware best fit: it claims
 // CPUs from the free set, whole groups first, until need reaches zero. It
 // lives for one takeByTopology call.
@@ -24,12 +26,16 @@ func (m *machine) newAccumulator(avail bitset, need int) *accumulator {
 		numaFree: make([]int, len(m.numas.ids)),
 		l3Free:   make([]int, len(m.l3s.ids)),
 	}
-	a.free.forEach(func(p int) {
-		a.coreFree[m.coreOf[p]]++
-		a.sockFree[m.sockOf[p]]++
-		a.numaFree[m.numaOf[p]]++
-		a.l3Free[m.l3Of[p]]++
-	})
+	for wi, w := range a.free {
+		for w != 0 {
+			p := wi<<6 + bits.TrailingZeros64(w)
+			w &= w - 1
+			a.coreFree[m.coreOf[p]]++
+			a.sockFree[m.sockOf[p]]++
+			a.numaFree[m.numaOf[p]]++
+			a.l3Free[m.l3Of[p]]++
+		}
+	}
 	if m.numaFirst {
 		a.l1Free, a.l2Free = a.numaFree, a.sockFree
 	} else {
@@ -109,26 +115,34 @@ func (a *accumulator) sortedL2(l1 []int) []int {
 	return out
 }
 
-// sortedCores is every core with free CPUs in the nested best-fit order
-// (first level, second level, core; each by ascending free CPUs then id).
-func (a *accumulator) sortedCores() []int {
+// walkCores calls f with every core that has free CPUs in the nested
+// best-fit order (first level, second level, core; each by ascending free
+// CPUs then id) until f returns false. The group orders are fixed when the
+// walk starts, as the kubelet sorts once; a second-level group's cores are
+// ordered when the walk reaches it, which is the same since taking CPUs
+// elsewhere never changes another group's cores.
+func (a *accumulator) walkCores(f func(c int) bool) {
 	m := a.m
-	l2 := a.sortedL2(a.sortedL1())
-	out := make([]int, 0, len(a.coreFree))
-	for _, g2 := range l2 {
+	buf := make([]int, 0, 64)
+	for _, g2 := range a.sortedL2(a.sortedL1()) {
 		cores := m.l2Cores[g2]
+		buf = buf[:0]
 		// Counting sort by free CPUs: a core has at most maxThreads, and the
 		// cores are listed in ascending id order, so this is the stable
 		// (free, id) order in linear time.
-		for f := 1; f <= m.maxThreads; f++ {
+		for fr := 1; fr <= m.maxThreads; fr++ {
 			for _, c := range cores {
-				if a.coreFree[c] == f {
-					out = append(out, c)
+				if a.coreFree[c] == fr {
+					buf = append(buf, c)
 				}
 			}
 		}
+		for _, c := range buf {
+			if !f(c) {
+				return
+			}
+		}
 	}
-	return out
 }
 
 // sortedNUMA is the NUMA nodes with free CPUs in hierarchy order.
@@ -171,15 +185,21 @@ func (a *accumulator) takeFullSockets() {
 // CPUs per core, so on hybrid parts where that is 1 a two-thread core is
 // never "free").
 func (a *accumulator) takeFullCores() {
-	for _, c := range a.freeGroups(a.sortedCores(), a.coreFree, func(int) int { return a.m.cpusPerCore }) {
-		if a.needsAtLeast(a.m.cores.size(c)) {
-			a.takeAll(a.m.cores.cpus[c])
+	m := a.m
+	a.walkCores(func(c int) bool {
+		// Once the need is below a free core's size nothing more is taken.
+		if a.need < m.cpusPerCore {
+			return false
 		}
-	}
+		if a.coreFree[c] == m.cpusPerCore && a.needsAtLeast(m.cores.size(c)) {
+			a.takeAll(m.cores.cpus[c])
+		}
+		return true
+	})
 }
 
 func (a *accumulator) freeGroups(order []int, free []int, full func(g int) int) []int {
-	out := order[:0:0]
+	out := make([]int, 0, len(order))
 	for _, g := range order {
 		if free[g] == full(g) {
 			out = append(out, g)
@@ -193,16 +213,17 @@ func (a *accumulator) freeGroups(order []int, free []int, full func(g int) int) 
 // each CPU; taking a CPU only lowers the free counts of the groups that
 // already come first, so one sort gives the same sequence.
 func (a *accumulator) takeRemainingCPUs() {
-	for _, c := range a.sortedCores() {
+	a.walkCores(func(c int) bool {
 		for _, p := range a.m.cores.cpus[c] {
 			if a.satisfied() {
-				return
+				return false
 			}
 			if a.free.has(p) {
 				a.take(p)
 			}
 		}
-	}
+		return !a.satisfied()
+	})
 }
 
 // takeRemainingCPUsSpread is distribute-cpus-across-cores: sockets in

@@ -152,11 +152,13 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 		return st, cpuset.New(), nil
 	}
 	m := s.m
+	var def bitset
 	if s.opts.FullPCPUsOnly {
 		if n%m.cpusPerCore != 0 {
 			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore}
 		}
-		availPhys := m.toBits(st.Default).andNot(s.reservedPhysBits).count()
+		def = m.toBits(st.Default)
+		availPhys := def.andNot(s.reservedPhysBits).count()
 		if n > availPhys {
 			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore, AvailablePhysicalCPUs: availPhys, CausedByPhysicalCPUs: true}
 		}
@@ -167,7 +169,9 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 		return next, cur, nil
 	}
 
-	def := m.toBits(st.Default)
+	if def == nil {
+		def = m.toBits(st.Default)
+	}
 	allocatable := def.andNot(s.reservedBits).or(s.reusable(st, req.Pod))
 	avail := allocatable.count()
 	// The shared pool must keep a CPU: when none of its CPUs is outside the
