@@ -1,11 +1,13 @@
 package sysfstest
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
+	"testing/fstest"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
@@ -80,5 +82,22 @@ func TestSpecValidate(t *testing.T) {
 				t.Errorf("Files(%+v) = nil error", tc.spec)
 			}
 		})
+	}
+}
+
+// TestMemFS runs the standard fs.FS conformance checks on the in-memory
+// tree Load reads.
+func TestMemFS(t *testing.T) {
+	s, _ := Get("offline-cpu")
+	fsys, err := FS(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fstest.TestFS(fsys, "devices/system/cpu/online", "devices/system/cpu/cpu7/online",
+		"devices/system/node/node0/meminfo", "devices/system/cpu/cpu0/cache/index3/shared_cpu_list"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Stat(fsys, "devices/system/cpu/cpu7/topology"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("offline cpu7 has a topology directory (err %v)", err)
 	}
 }

@@ -2,13 +2,13 @@ package sysfstest
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"testing/fstest"
 
 	"k8s.io/utils/cpuset"
 )
@@ -42,17 +42,14 @@ func Write(dir string, s Spec) error {
 	return nil
 }
 
-// FS returns the tree Write would write, in memory, for sysfs.ReadFS.
-func FS(s Spec) (fstest.MapFS, error) {
+// FS returns the tree Write would write, as a read-only in-memory fs.FS
+// for sysfs.ReadFS.
+func FS(s Spec) (fs.FS, error) {
 	files, err := Files(s)
 	if err != nil {
 		return nil, err
 	}
-	m := make(fstest.MapFS, len(files))
-	for name, content := range files {
-		m[name] = &fstest.MapFile{Data: []byte(content), Mode: 0o444}
-	}
-	return m, nil
+	return newMemFS(files), nil
 }
 
 // Files returns the tree of s as file contents keyed by slash-separated
@@ -62,7 +59,7 @@ func Files(s Spec) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := writer{}
+	w := make(writer, lay.numCPUs*24)
 	online := func(cpus []int) cpuset.CPUSet {
 		var on []int
 		for _, cpu := range cpus {
@@ -71,6 +68,17 @@ func Files(s Spec) (map[string]string, error) {
 			}
 		}
 		return cpuset.New(on...)
+	}
+	// Lists shared by many CPUs are formatted once (a 256-CPU machine
+	// would otherwise build 65536-element sets).
+	listCache := map[string]string{}
+	onlineList := func(key string, cpus []int) string {
+		if l, ok := listCache[key]; ok {
+			return l
+		}
+		l := online(cpus).String()
+		listCache[key] = l
+		return l
 	}
 	all := make([]int, lay.numCPUs)
 	for i := range all {
@@ -100,7 +108,7 @@ func Files(s Spec) (map[string]string, error) {
 		}
 		w.file(path.Join(base, "online"), "1")
 		c := lay.cores[lay.cpuCore[cpu]]
-		siblings := online(c.threads).String()
+		siblings := onlineList("core"+strconv.Itoa(lay.cpuCore[cpu]), c.threads)
 		td := path.Join(base, "topology")
 		w.file(path.Join(td, "core_id"), strconv.Itoa(c.index))
 		w.file(path.Join(td, "physical_package_id"), strconv.Itoa(c.socket))
@@ -108,7 +116,7 @@ func Files(s Spec) (map[string]string, error) {
 			w.file(path.Join(td, "die_id"), "0")
 		}
 		w.file(path.Join(td, "thread_siblings_list"), siblings)
-		w.file(path.Join(td, "core_siblings_list"), online(bySocket[c.socket]).String())
+		w.file(path.Join(td, "core_siblings_list"), onlineList("socket"+strconv.Itoa(c.socket), bySocket[c.socket]))
 		// L1d, L1i and L2 are private to the core, as on every fixture
 		// machine; they are written so the reader has to pick level 3.
 		cd := path.Join(base, "cache")
@@ -130,7 +138,7 @@ func Files(s Spec) (map[string]string, error) {
 			if !s.NoL3ID {
 				w.file(path.Join(id, "id"), strconv.Itoa(s.L3IDBase+c.l3))
 			}
-			w.file(path.Join(id, "shared_cpu_list"), online(byL3[c.l3]).String())
+			w.file(path.Join(id, "shared_cpu_list"), onlineList("l3"+strconv.Itoa(c.l3), byL3[c.l3]))
 		}
 	}
 

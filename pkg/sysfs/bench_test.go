@@ -1,0 +1,51 @@
+package sysfs_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
+)
+
+// BenchmarkReadDisk reads the biggest fixtures from a real directory, as
+// the daemon reads /sys once at start.
+func BenchmarkReadDisk(b *testing.B) {
+	for _, name := range []string{"ht-2s-6c", "epyc-9754", "xeon-8490h-2p-snc"} {
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			if err := sysfstest.WriteNamed(dir, name); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := sysfs.Read(dir); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReadHost reads this machine's /sys.
+func BenchmarkReadHost(b *testing.B) {
+	if _, err := os.Stat("/sys/devices/system/cpu"); err != nil {
+		b.Skip("no /sys/devices/system/cpu")
+	}
+	for i := 0; i < b.N; i++ {
+		if _, err := sysfs.Read("/sys"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoad is what a test pays per sysfstest.Load.
+func BenchmarkLoad(b *testing.B) {
+	for _, name := range []string{"ht-2s-6c", "epyc-9754"} {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				sysfstest.Load(b, name)
+			}
+		})
+	}
+}
