@@ -143,60 +143,142 @@ func bestNonPreferredCount(lists [][]Hint) int {
 	return best
 }
 
-// mergeLists walks the cross product of lists (an odometer over one index
-// per resource, so no permutation slice is allocated) and returns the best
-// merged hint, or false when no combination has a non-empty affinity.
+// partial is what matters of a combination of hints from the first k
+// resources for the final merged hint. pref: every hint so far preferred
+// and every non-empty affinity equal to mask (0: none seen yet), the AND
+// being mask (or all nodes). !pref: mask is the AND so far.
+type partial struct {
+	mask Mask
+	pref bool
+}
+
+// maxDenseNodes bounds the table mergeLists uses to spot repeated partial
+// merges: 2 x 2^n entries.
+const maxDenseNodes = 16
+
+// denseWidth is n when every mask in play fits in the low n bits (all nodes
+// are 0..n-1, n <= maxDenseNodes, and no hint names another node), so a
+// partial can index a table; else 0 (a map is used).
+func denseWidth(all Mask, lists [][]Hint) int {
+	n := all.Count()
+	if n > maxDenseNodes || all != Mask(1)<<uint(n)-1 {
+		return 0
+	}
+	for _, hs := range lists {
+		for _, h := range hs {
+			if h.Affinity&^all != 0 {
+				return 0
+			}
+		}
+	}
+	return n
+}
+
+// affinity is the merged affinity of p: the AND with all nodes.
+func (p partial) affinity(all Mask) Mask {
+	if p.pref && p.mask == 0 {
+		return all
+	}
+	return p.mask & all
+}
+
+// extend merges one more hint into p.
+func (p partial) extend(h Hint, all Mask) partial {
+	switch {
+	case !p.pref:
+		if h.Affinity != 0 {
+			p.mask &= h.Affinity
+		}
+		return p
+	case h.Affinity == 0:
+		if h.Preferred {
+			return p
+		}
+	case p.mask == 0:
+		if h.Preferred {
+			return partial{mask: h.Affinity, pref: true}
+		}
+		return partial{mask: h.Affinity & all}
+	case h.Preferred && h.Affinity == p.mask:
+		return p
+	}
+	return partial{mask: p.affinity(all) & maskOr(h.Affinity, all)}
+}
+
+// maskOr is m, or all when m is empty (an any-node hint does not narrow).
+func maskOr(m, all Mask) Mask {
+	if m == 0 {
+		return all
+	}
+	return m
+}
+
+// mergeLists returns the best merged hint over the cross product of lists
+// (one hint per resource), or false when no combination has a non-empty
+// affinity.
+//
+// The kubelet walks every combination; compare ranks hints by a total
+// order (preference, then width against bestCount, then mask or distance),
+// so the best hint depends only on the set of distinct merged hints, not on
+// the order or multiplicity of the combinations. The walk is therefore
+// folded one resource at a time over the distinct partial merges (at most
+// two per mask), and a combination whose AND is already empty is dropped
+// early: the result is the kubelet's, at a cost of (distinct partials x
+// hints) per resource instead of the product of all list lengths.
 func (m *Merger) mergeLists(lists [][]Hint) (Hint, bool) {
 	for _, hs := range lists {
 		if len(hs) == 0 {
 			return Hint{}, false
 		}
 	}
-	bestCount := bestNonPreferredCount(lists)
-	idx := make([]int, len(lists))
-	var best Hint
-	found := false
-	for {
-		// Step 3.
-		affinity := m.numa.all
-		preferred := true
-		var first Mask
-		for i, hs := range lists {
-			h := hs[idx[i]]
-			if h.Affinity != 0 {
-				if first == 0 {
-					first = h.Affinity
-				} else if h.Affinity != first {
-					preferred = false
-				}
-				affinity &= h.Affinity
-			}
-			if !h.Preferred {
-				preferred = false
-			}
-		}
-		// Step 4.
-		if affinity != 0 {
-			cand := Hint{Affinity: affinity, Preferred: preferred}
-			if !found {
-				best, found = cand, true
-			} else {
-				best = m.compare(bestCount, best, cand)
-			}
-		}
-		// Advance the odometer.
-		i := len(idx) - 1
-		for ; i >= 0; i-- {
-			idx[i]++
-			if idx[i] < len(lists[i]) {
-				break
-			}
-			idx[i] = 0
-		}
-		if i < 0 {
-			return best, found
-		}
+	all := m.numa.all
+	dense := denseWidth(all, lists)
+	var seenDense []uint32 // generation per (mask, pref), when dense > 0
+	var seenMap map[partial]struct{}
+	if dense > 0 {
+		seenDense = make([]uint32, 2<<dense)
+	} else {
+		seenMap = map[partial]struct{}{}
 	}
+	states := []partial{{pref: true}}
+	for gen, hs := range lists {
+		next := make([]partial, 0, len(states)*2)
+		clear(seenMap)
+		for _, p := range states {
+			for _, h := range hs {
+				q := p.extend(h, all)
+				if q.affinity(all) == 0 {
+					continue
+				}
+				if dense > 0 {
+					k := int(q.mask) << 1
+					if q.pref {
+						k |= 1
+					}
+					if seenDense[k] == uint32(gen+1) {
+						continue
+					}
+					seenDense[k] = uint32(gen + 1)
+				} else {
+					if _, dup := seenMap[q]; dup {
+						continue
+					}
+					seenMap[q] = struct{}{}
+				}
+				next = append(next, q)
+			}
+		}
+		if len(next) == 0 {
+			return Hint{}, false
+		}
+		states = next
+	}
+	bestCount := bestNonPreferredCount(lists)
+	best := Hint{Affinity: states[0].affinity(all), Preferred: states[0].pref}
+	for _, p := range states[1:] {
+		best = m.compare(bestCount, best, Hint{Affinity: p.affinity(all), Preferred: p.pref})
+	}
+	return best, true
 }
 
 // fitter returns the better of two masks of the same preference: the

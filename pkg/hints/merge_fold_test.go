@@ -1,0 +1,116 @@
+package hints
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// bruteMerge is the kubelet's walk, kept as the reference for the folded
+// mergeLists: every combination of one hint per list, merged and compared
+// in order.
+func bruteMerge(m *Merger, lists [][]Hint) (Hint, bool) {
+	for _, hs := range lists {
+		if len(hs) == 0 {
+			return Hint{}, false
+		}
+	}
+	bestCount := bestNonPreferredCount(lists)
+	var best Hint
+	found := false
+	var walk func(i int, and Mask, pref bool, first Mask)
+	walk = func(i int, and Mask, pref bool, first Mask) {
+		if i == len(lists) {
+			if and == 0 {
+				return
+			}
+			cand := Hint{Affinity: and, Preferred: pref}
+			if !found {
+				best, found = cand, true
+				return
+			}
+			best = m.compare(bestCount, best, cand)
+			return
+		}
+		for _, h := range lists[i] {
+			a, p, f := and, pref && h.Preferred, first
+			if h.Affinity != 0 {
+				if f == 0 {
+					f = h.Affinity
+				} else if h.Affinity != f {
+					p = false
+				}
+				a &= h.Affinity
+			}
+			walk(i+1, a, p, f)
+		}
+	}
+	walk(0, m.numa.all, true, 0)
+	return best, found
+}
+
+// TestMergeFoldMatchesBruteForce compares the folded merge with the plain
+// cross-product walk on random hint lists, for every policy, with and
+// without prefer-closest-numa-nodes, on random distances.
+func TestMergeFoldMatchesBruteForce(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 693))
+	for iter := 0; iter < 3000; iter++ {
+		n := 1 + r.IntN(5)
+		// Half the runs use sparse node ids with hints that may name
+		// unknown nodes (the map path), half nodes 0..n-1 (the table).
+		nodes := make([]int, n)
+		width := n
+		for i := range nodes {
+			nodes[i] = i
+			if iter%2 == 1 {
+				nodes[i] = 2*i + 1
+				width = 2*n + 1
+			}
+		}
+		dist := map[int]map[int]int{}
+		for _, a := range nodes {
+			dist[a] = map[int]int{}
+			for _, b := range nodes {
+				dist[a][b] = 10 + r.IntN(3)*5
+			}
+		}
+		opts := DefaultOptions()
+		opts.PreferClosestNUMA = r.IntN(2) == 0
+		info, err := NewNUMAInfo(nodes, dist, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var providers []map[string][]Hint
+		for p := r.IntN(4); p >= 0; p-- {
+			res := map[string][]Hint{}
+			for k := r.IntN(3); k > 0; k-- {
+				switch r.IntN(8) {
+				case 0:
+					res[fmt.Sprint("nil", k)] = nil
+				case 1:
+					res[fmt.Sprint("empty", k)] = []Hint{}
+				default:
+					var hs []Hint
+					for j := 1 + r.IntN(6); j > 0; j-- {
+						hs = append(hs, Hint{Affinity: Mask(r.IntN(1 << width)), Preferred: r.IntN(2) == 0})
+					}
+					res[fmt.Sprint("r", k)] = hs
+				}
+			}
+			providers = append(providers, res)
+		}
+		for _, policy := range []string{PolicyBestEffort, PolicyRestricted, PolicySingleNUMANode} {
+			m := merger(t, policy, info, opts)
+			lists := flatten(providers)
+			if policy == PolicySingleNUMANode {
+				lists = singleNUMAOnly(lists)
+			}
+			got, gotOK := m.mergeLists(lists)
+			want, wantOK := bruteMerge(m, lists)
+			if got != want || gotOK != wantOK {
+				t.Fatalf("iteration %d, %s, closest=%t, lists %v: fold = %v %t, brute force = %v %t",
+					iter, policy, opts.PreferClosestNUMA, lists, got, gotOK, want, wantOK)
+			}
+		}
+	}
+}
