@@ -23,9 +23,9 @@ func (s *Static) CPUHints(st State, req Request) []hints.Hint {
 		if cur.Size() != req.CPUs {
 			return []hints.Hint{}
 		}
-		return s.generateHints(cur, cpuset.New(), req.CPUs)
+		return s.generateHints(s.m.toBits(cur), newBitset(s.m.n), req.CPUs)
 	}
-	return s.generateHints(s.AvailableCPUs(st), s.reusableSet(st, req.Pod), req.CPUs)
+	return s.generateHints(s.m.toBits(st.Default).andNot(s.reservedBits), s.reusable(st, req.Pod), req.CPUs)
 }
 
 // PodCPUHints is CPU hint generation for the pod scope: cpus is the pod's
@@ -56,9 +56,9 @@ func (s *Static) PodCPUHintsFor(st State, pod string, cpus int, containers map[s
 		assigned = assigned.Union(set)
 	}
 	if assigned.Size() == cpus {
-		return s.generateHints(assigned, cpuset.New(), cpus)
+		return s.generateHints(s.m.toBits(assigned), newBitset(s.m.n), cpus)
 	}
-	return s.generateHints(s.AvailableCPUs(st), s.reusableSet(st, pod).Union(assigned), cpus)
+	return s.generateHints(s.m.toBits(st.Default).andNot(s.reservedBits), s.reusable(st, pod).or(s.m.toBits(assigned)), cpus)
 }
 
 func (s *Static) reusableSet(st State, pod string) cpuset.CPUSet {
@@ -70,29 +70,26 @@ func (s *Static) reusableSet(st State, pod string) cpuset.CPUSet {
 
 // generateHints is the kubelet's generateCPUTopologyHints. Reusable and
 // available CPUs are counted separately, as there.
-func (s *Static) generateHints(available, reusable cpuset.CPUSet, request int) []hints.Hint {
+func (s *Static) generateHints(available, reusable bitset, request int) []hints.Hint {
 	m := s.m
 	nNodes := len(m.numas.ids)
 	availPer := make([]int, nNodes)
 	totalPer := make([]int, nNodes)
+	var reusableNodes hints.Mask
 	for g := range m.numas.ids {
 		totalPer[g] = m.numas.size(g)
-	}
-	for _, cpu := range available.UnsortedList() {
-		if cpu < len(m.posOf) && m.posOf[cpu] >= 0 {
-			availPer[m.numaOf[m.posOf[cpu]]]++
+		availPer[g] = available.and(m.numas.mask[g]).count()
+		if reusable.intersects(m.numas.mask[g]) {
+			reusableNodes |= hints.NewMask(m.numas.ids[g])
 		}
 	}
-	var reusableNodes hints.Mask
-	for _, cpu := range reusable.UnsortedList() {
-		if cpu < len(m.posOf) && m.posOf[cpu] >= 0 {
-			reusableNodes |= hints.NewMask(m.numas.ids[m.numaOf[m.posOf[cpu]]])
-		}
-	}
-	nReusable := reusable.Size()
+	nReusable := reusable.count()
 
 	minSize := nNodes
 	out := []hints.Hint{}
+	if nNodes <= 10 {
+		out = make([]hints.Hint, 0, 1<<nNodes-1)
+	}
 	idx := make([]int, nNodes)
 	for i := range idx {
 		idx[i] = i
