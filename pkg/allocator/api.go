@@ -1,8 +1,3 @@
-// Package allocator is the CPU manager's static policy: the reserved,
-// shared and exclusive CPU pools and the topology-aware choice of exclusive
-// CPUs, with every kubelet static-policy option. It is pure: it takes a
-// topology and a State and returns a decision and the next State; it never
-// modifies its inputs, does no I/O and keeps no globals.
 package allocator
 
 import (

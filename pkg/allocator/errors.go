@@ -21,6 +21,7 @@ type SMTAlignmentError struct {
 	CausedByPhysicalCPUs  bool
 }
 
+// Error starts with the reason word and carries the kubelet's numbers.
 func (e *SMTAlignmentError) Error() string {
 	if e.CausedByPhysicalCPUs {
 		return fmt.Sprintf("%s: not enough free physical CPUs: available physical CPUs = %d, requested CPUs = %d, CPUs per core = %d",
@@ -41,6 +42,7 @@ type InsufficientCPUsError struct {
 	Available int
 }
 
+// Error starts with the reason word.
 func (e *InsufficientCPUsError) Error() string {
 	return fmt.Sprintf("%s: not enough cpus available to satisfy request: requested=%d, available=%d",
 		ReasonInsufficientCPUs, e.Requested, e.Available)
@@ -59,6 +61,7 @@ type InvalidStateError struct {
 	Msg string
 }
 
+// Error starts with the reason word and names the assignment at fault.
 func (e *InvalidStateError) Error() string {
 	if e.Pod != "" || e.Container != "" {
 		return fmt.Sprintf("%s: pod %q container %q: %s", ReasonInvalidState, e.Pod, e.Container, e.Msg)
@@ -77,6 +80,7 @@ type OptionsError struct {
 	Err    error
 }
 
+// Error starts with the reason word.
 func (e *OptionsError) Error() string { return ReasonInvalidOptions + ": " + e.Err.Error() }
 
 // Unwrap returns the underlying cause.

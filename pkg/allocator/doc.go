@@ -1,0 +1,52 @@
+// Package allocator is the CPU manager's static policy: the reserved,
+// shared and exclusive CPU pools and the topology-aware choice of exclusive
+// CPUs, with every kubelet static-policy option. It is pure: it takes a
+// topology and a State and returns a decision and the next State; it never
+// modifies its inputs, does no I/O and keeps no globals.
+//
+// # Placement
+//
+// The choice follows the kubelet's observable rules
+// (../shared/kubelet-rules.md) so that a pod gets the CPUs the kubelet
+// would give it: takeByTopology is the NUMA-packed best fit (whole NUMA
+// nodes and sockets, larger level first; with
+// prefer-align-cpus-by-uncorecache whole and then partial uncore caches;
+// whole cores unless distribute-cpus-across-cores; then single CPUs),
+// always from the most-used group that can satisfy, ties by lowest id; and
+// distribute-cpus-across-numa is the kubelet's balanced split with its
+// rounded standard deviation. "Free" sockets and cores compare with the
+// machine averages CPUs/sockets and CPUs/cores, as there. Allocation inside
+// a hint takes min(n, aligned) CPUs from the hinted NUMA nodes (their
+// sockets under align-by-socket) and the rest from everything else.
+//
+// A Static precomputes every grouping once; a decision works on bitsets
+// over the online CPUs and converts to cpuset.CPUSet only at the API
+// boundary, so its cost is linear in the CPUs.
+//
+// # Where this differs from the kubelet
+//
+// Only where the kubelet's code would corrupt its own state or hang:
+//   - A core (socket) counted "free" because its free CPUs equal the
+//     machine average while its real size is larger (hybrid P/E parts,
+//     sockets with offline CPUs) is taken for its free CPUs only; the
+//     kubelet adds the whole core to the result, busy sibling included.
+//   - A group that the nested best-fit order lists under two parents (a
+//     socket spanning NUMA nodes on a sockets-first machine, an uncore
+//     cache spanning NUMA nodes in the whole-cache step) is taken once; the
+//     kubelet would take it twice. The partial uncore walk keeps the
+//     kubelet's repeated visits, which are harmless.
+//   - distribute-cpus-across-numa skips a remainder subset that cannot take
+//     the remainder in whole groups (the kubelet loops forever there).
+//   - The shared pool is never emptied (the lead's rule): a request that
+//     would take its last CPU is refused with InsufficientCPUs; the kubelet
+//     can empty it under strict-cpu-reservation.
+//   - A pod's reusable init-container CPUs exclude CPUs another pod holds
+//     (reachable only through Assign), and Assign accepts overlap between
+//     containers of the same pod (init-container reuse as restored from a
+//     checkpoint).
+//
+// Everything else, including what looks accidental (the partial uncore
+// step's exact-match and need%2 quirks, full-pcpus-only checks running
+// before the existing-assignment return, the reuse set of only the most
+// recently allocated pod), is reproduced.
+package allocator
