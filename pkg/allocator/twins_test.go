@@ -3,6 +3,8 @@ package allocator
 import (
 	"testing"
 
+	"k8s.io/utils/cpuset"
+
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
@@ -60,6 +62,61 @@ func BenchmarkTakeByTopology(b *testing.B) {
 			for b.Loop() {
 				if takeByTopology(m, mode.o, avail, 8) == nil {
 					b.Fatal("no result")
+				}
+			}
+		})
+	}
+}
+
+// prefer-align-cpus-by-uncorecache on the 2P EPYC 9654 NPS=2 fixture (no
+// SMT; NUMA n = CPUs 48n..48n+47; L3 g = CPUs 8g..8g+7, six per node;
+// sockets first since 2 sockets < 4 nodes). The reserved count of 2 with
+// the option: the walk starts at node 0, L3 0, partial cores 0,1 -> 0-1.
+func TestUncoreEPYC9654NPS2(t *testing.T) {
+	topo := sysfstest.Load(t, "epyc-9654-2p-nps2")
+	steps := []struct {
+		n              int
+		uncore, packed string
+	}{
+		// Walk: socket 0, node 0 (46 free), L3 0 (6 free) first; need 8 >=
+		// 8 takes the first free cache in walk order, L3 1. Packed takes
+		// the lowest cores of node 0: 2-9 (two caches).
+		{8, "8-15", "2-9"},
+		// L3 0 still has 2-7 free: the partial step fits 6 exactly. Packed:
+		// 10-15.
+		{6, "2-7", "10-15"},
+		// 50 >= a node (48): node 1 (free, first among the free nodes in
+		// socket order) whole, then 2 in node 0's first cache with free
+		// CPUs, L3 2: 16,17. Packed: node 1 whole, then node 0's most-used
+		// cores: 16,17.
+		{50, "16-17,48-95", "16-17,48-95"},
+	}
+	for _, mode := range []struct {
+		name string
+		o    Options
+	}{{"uncore", Options{PreferAlignByUncoreCache: true}}, {"packed", Options{}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			reserved, err := ReservedByCount(topo, mode.o, 2)
+			if err != nil || !reserved.Equals(mustParse(t, "0-1")) {
+				t.Fatalf("reserved %s, %v; want 0-1", reserved, err)
+			}
+			s, err := NewStatic(topo, mode.o, reserved)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := s.NewState()
+			for i, step := range steps {
+				var got cpuset.CPUSet
+				st, got, err = alloc(t, s, st, "p", string(rune('a'+i)), step.n, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := step.packed
+				if mode.o.PreferAlignByUncoreCache {
+					want = step.uncore
+				}
+				if !got.Equals(mustParse(t, want)) {
+					t.Errorf("step %d (%d CPUs): got %s, want %s", i, step.n, got, want)
 				}
 			}
 		})
