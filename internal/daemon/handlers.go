@@ -419,9 +419,7 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 			have = cpus.Size()
 		}
 	}
-	req := requestFor(pod, ctr)
-	req.CPURequestMilli, req.CPULimitMilli = requestFromCPU(cpu)
-	want := d.exclusiveCount(req)
+	want := d.exclusiveCount(requestWithCPU(pod, ctr, cpu))
 	if want != have {
 		err := fmt.Errorf("InPlaceResizeRejected: container %s of pod %s holds %d exclusive CPUs and the resize asks for %d; "+
 			"the exclusive CPU count cannot change in place, recreate the pod", r.Name, r.PodName, have, want)

@@ -89,11 +89,22 @@ func requestFromCPU(cpu *api.LinuxCPU) (request, limit int64) {
 // (333m -> 340 shares -> 332m), a non-integral request never comes back as
 // an integral one, while n CPUs always come back as exactly n*1000.
 func requestFor(pod *api.PodSandbox, ctr *api.Container) policy.Request {
+	return requestWithCPU(pod, ctr, cpuOf(ctr.GetLinux().GetResources()))
+}
+
+// requestWithCPU is requestFor with the container's CPU values replaced by
+// cpu (an in-place resize).
+func requestWithCPU(pod *api.PodSandbox, ctr *api.Container, cpu *api.LinuxCPU) policy.Request {
 	parent := pod.GetLinux().GetCgroupParent()
 	if parent == "" {
 		parent = ctr.GetLinux().GetCgroupsPath()
 	}
-	req, lim := requestFromCPU(cpuOf(ctr.GetLinux().GetResources()))
+	qos := qosFromCgroupParent(parent)
+	req, lim := requestFromCPU(cpu)
+	req, lim = guaranteedAgreement(qos, req, lim)
+	if lim < 0 {
+		qos, lim = policy.Burstable, -lim
+	}
 	var podReq int64
 	if r := pod.GetLinux().GetPodResources(); cpuOf(r) != nil {
 		podReq, _ = requestFromCPU(cpuOf(r))
@@ -103,11 +114,42 @@ func requestFor(pod *api.PodSandbox, ctr *api.Container) policy.Request {
 	return policy.Request{
 		Pod:                podKey(pod),
 		Container:          ctr.GetName(),
-		QoS:                qosFromCgroupParent(parent),
+		QoS:                qos,
 		CPURequestMilli:    req,
 		CPULimitMilli:      lim,
 		Type:               allocator.App,
 		PodCPURequestMilli: podReq,
+	}
+}
+
+// guaranteedAgreement reconciles a Guaranteed container's request (from
+// shares) with its limit (from the quota), which the kubelet makes equal:
+//   - no quota (the kubelet's cpuCFSQuota off writes 0) means limit =
+//     request;
+//   - shares lose precision (333m -> 340 shares -> 332m): when the two
+//     disagree, the non-integral one is taken for both, so the container
+//     runs on the shared pool: whole CPUs only when both agree on an
+//     integer;
+//   - two different whole numbers cannot come from the kubelet; the
+//     values are returned with the limit negated to tell the caller to
+//     treat the container as Burstable.
+//
+// Other QoS classes are returned unchanged.
+func guaranteedAgreement(qos policy.QoS, req, lim int64) (int64, int64) {
+	if qos != policy.Guaranteed {
+		return req, lim
+	}
+	switch {
+	case lim == 0:
+		return req, req
+	case req == lim:
+		return req, lim
+	case lim%milliPerCPU != 0:
+		return lim, lim
+	case req%milliPerCPU != 0:
+		return req, req
+	default:
+		return req, -lim
 	}
 }
 

@@ -141,3 +141,46 @@ func TestRequestFor(t *testing.T) {
 		t.Errorf("podName: %q %q", podName(pod), podName(pod2))
 	}
 }
+
+func TestGuaranteedAgreement(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		req, lim         int64
+		wantReq, wantLim int64
+		wantQoS          policy.QoS
+	}{
+		{"agree on 2 CPUs", 2000, 2000, 2000, 2000, policy.Guaranteed},
+		{"agree on 500m", 500, 500, 500, 500, policy.Guaranteed},
+		// 333m: shares give 332, quota 333; the quota's non-integral value wins, shared pool.
+		{"333m", 332, 333, 333, 333, policy.Guaranteed},
+		// cpuCFSQuota off: quota 0, limit = request.
+		{"no quota 2 CPUs", 2000, 0, 2000, 2000, policy.Guaranteed},
+		// quota says 2 CPUs but shares say 1999m: not an agreement on an integer.
+		{"shares off by one", 1999, 2000, 1999, 1999, policy.Guaranteed},
+		// two different whole numbers: not the kubelet's Guaranteed; Burstable.
+		{"two integers", 1000, 2000, 1000, 2000, policy.Burstable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &api.PodSandbox{Uid: "u", Linux: &api.LinuxPodSandbox{CgroupParent: "/kubepods/podu"}}
+			ctr := &api.Container{Name: "c", Linux: &api.LinuxContainer{Resources: &api.LinuxResources{Cpu: &api.LinuxCPU{
+				Shares: &api.OptionalUInt64{Value: uint64(tc.req) * 1024 / 1000},
+				Quota:  &api.OptionalInt64{Value: tc.lim * 100},
+				Period: &api.OptionalUInt64{Value: 100000},
+			}}}}
+			// Shares for 1999m: 1999*1024/1000 = 2046 -> back to 1998m, so
+			// feed the exact milli values through guaranteedAgreement too.
+			req, lim := guaranteedAgreement(policy.Guaranteed, tc.req, tc.lim)
+			qos := policy.Guaranteed
+			if lim < 0 {
+				qos, lim = policy.Burstable, -lim
+			}
+			if req != tc.wantReq || lim != tc.wantLim || qos != tc.wantQoS {
+				t.Errorf("guaranteedAgreement(%d, %d) = %d, %d, %s; want %d, %d, %s", tc.req, tc.lim, req, lim, qos, tc.wantReq, tc.wantLim, tc.wantQoS)
+			}
+			r := requestFor(pod, ctr)
+			if r.QoS == policy.Guaranteed && r.CPURequestMilli != r.CPULimitMilli {
+				t.Errorf("requestFor gives a Guaranteed request %d != limit %d", r.CPURequestMilli, r.CPULimitMilli)
+			}
+		})
+	}
+}

@@ -1,0 +1,551 @@
+package daemon
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+)
+
+// The machine of these tests is the fixture ht-1s-4c: one socket, one NUMA
+// node, one L3, 4 cores with 2 threads, siblings N and N+4, so core k is
+// {k, k+4}. reserved_system_cpus = "0,4" reserves core 0. Exclusive CPUs
+// come from the free cores in ascending order (the kubelet's packed
+// allocation takes whole cores first, lowest id first), and the shared pool
+// is every CPU not held exclusively (the reserved ones included).
+const reserveCore0 = "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,4\"\n"
+
+func TestCreateStopMoveSharedContainers(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo)
+
+	bePod := rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"})
+	be1, ups, err := rt.create(bePod, "be1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Alone on the machine: the whole machine is the shared pool.
+	if got := rt.cpus(be1); got != "0-7" || len(ups) != 0 {
+		t.Fatalf("be1 cpus %q, updates %q; want 0-7 and none", got, rt.describe(ups))
+	}
+
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c2, ups, err := rt.create(g1, "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 CPUs = one whole core, the lowest free one: core 1 = {1,5}; the
+	// shared pool shrinks to 0,2-4,6-7 and be1 follows.
+	if got := rt.cpus(c2); got != "1,5" {
+		t.Errorf("c2 cpus %q, want 1,5", got)
+	}
+	if got := rt.describe(ups); got != "be1=0,2-4,6-7" {
+		t.Errorf("updates after c2: %q, want be1=0,2-4,6-7", got)
+	}
+	// One NUMA node with memory: cpuset.mems is node 0.
+	if got := rt.mems(c2); got != "0" {
+		t.Errorf("c2 mems %q, want 0", got)
+	}
+
+	g2 := rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"})
+	c4, ups, err := rt.create(g2, "c4", 4000, 4000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 CPUs = cores 2 and 3 = {2,3,6,7}; only the reserved core 0 is left
+	// shared.
+	if got := rt.cpus(c4); got != "2-3,6-7" {
+		t.Errorf("c4 cpus %q, want 2-3,6-7", got)
+	}
+	if got := rt.describe(ups); got != "be1=0,4" {
+		t.Errorf("updates after c4: %q, want be1=0,4", got)
+	}
+
+	buPod := rt.addPod(podSpec{uid: "bu", name: "bu", qos: "burstable"})
+	bu, ups, err := rt.create(buPod, "bu", 250, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A burstable container joins the shared pool, which does not change:
+	// no updates.
+	if got := rt.cpus(bu); got != "0,4" || len(ups) != 0 {
+		t.Errorf("bu cpus %q, updates %q; want 0,4 and none", got, rt.describe(ups))
+	}
+
+	// No CPU left outside the reservation: 1 more exclusive CPU is refused
+	// and the error starts with the reason word.
+	g3 := rt.addPod(podSpec{uid: "g3", name: "g3", qos: "guaranteed"})
+	_, _, err = rt.create(g3, "one", 1000, 1000)
+	if err == nil {
+		t.Fatal("creating a 1-CPU container on a full machine succeeded")
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "desc = "); i >= 0 {
+		msg = msg[i+len("desc = "):]
+	}
+	if !strings.HasPrefix(msg, "InsufficientCPUs") {
+		t.Errorf("rejection %q does not start with InsufficientCPUs", msg)
+	}
+
+	// Stopping c2 gives core 1 back to the shared pool: both shared
+	// containers grow to 0-1,4-5.
+	ups = rt.stop(c2)
+	if got := rt.describe(ups); got != "be1=0-1,4-5 bu=0-1,4-5" {
+		t.Errorf("updates after stopping c2: %q, want be1=0-1,4-5 bu=0-1,4-5", got)
+	}
+	rt.remove(c2)
+	rt.remove(c2) // idempotent
+
+	// Removing pod g2 without stopping c4 first (RemovePodSandbox cannot
+	// return updates): the worker pushes the whole machine to the shared
+	// containers.
+	rt.removePod(g2)
+	rt.removePod(g2) // idempotent
+	waitFor(t, "shared containers on 0-7", func() bool { return rt.cpus(be1) == "0-7" && rt.cpus(bu) == "0-7" })
+
+	v := r.d.State()
+	if v.Shared != "0-7" || v.Reserved != "0,4" || len(v.Containers) != 2 {
+		t.Errorf("state = %+v", v)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, CheckpointName)); err != nil {
+		t.Errorf("no checkpoint: %v", err)
+	}
+}
+
+func TestRestartKeepsAssignments(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	cfg := testConfig(t, rt, stateDir, reserveCore0)
+
+	r1 := startDaemon(t, rt, cfg, topo)
+	bePod := rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"})
+	be1, _, err := rt.create(bePod, "be1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c2, _, err := rt.create(g1, "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1.stop(t)
+
+	// While the plugin is away: a 1-CPU container is created (no cpuset)
+	// and be1 goes away.
+	g3 := rt.addPod(podSpec{uid: "g3", name: "g3", qos: "guaranteed"})
+	one := rt.createAway(g3, "one", 1000, 1000)
+	rt.removeAway(be1)
+
+	r2 := startDaemon(t, rt, cfg, topo)
+	// c2 keeps core 1; "one" is placed on the lowest free CPU of the lowest
+	// free core, 2; nothing else needed changing.
+	if got := rt.cpus(c2); got != "1,5" {
+		t.Errorf("c2 after restart: %q, want 1,5", got)
+	}
+	if got := rt.cpus(one); got != "2" {
+		t.Errorf("one after restart: %q, want 2", got)
+	}
+	rt.mu.Lock()
+	syncUps := rt.syncUpdates
+	rt.mu.Unlock()
+	if got := rt.describe(syncUps); got != "one=2" {
+		t.Errorf("Synchronize updates %q, want one=2", got)
+	}
+	v2 := r2.d.State()
+	if v2.Shared != "0,3-4,6-7" {
+		t.Errorf("shared after restart %q, want 0,3-4,6-7", v2.Shared)
+	}
+	r2.stop(t)
+
+	// A third start from the checkpoint: same assignments, no updates.
+	r3 := startDaemon(t, rt, cfg, topo)
+	rt.mu.Lock()
+	syncUps = rt.syncUpdates
+	rt.mu.Unlock()
+	if len(syncUps) != 0 {
+		t.Errorf("Synchronize after a clean restart sent updates: %s", rt.describe(syncUps))
+	}
+	v3 := r3.d.State()
+	v2.Connected, v3.Connected = false, false
+	if !reflect.DeepEqual(v2, v3) {
+		t.Errorf("state changed across restart:\n%+v\n%+v", v2, v3)
+	}
+}
+
+func TestCorruptCheckpointSetAside(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	path := filepath.Join(stateDir, CheckpointName)
+	if err := os.WriteFile(path, []byte(`{"version":1,"checksum":"sha256:00","data":{"trunc`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bePod := rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"})
+	be1 := rt.createAway(bePod, "be1", 0, 0)
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c2 := rt.createAway(g1, "c2", 2000, 2000)
+
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo)
+	// Rebuilt from the runtime, oldest first: be1 shared, c2 core 1.
+	if got := rt.cpus(c2); got != "1,5" {
+		t.Errorf("c2 %q, want 1,5", got)
+	}
+	if got := rt.cpus(be1); got != "0,2-4,6-7" {
+		t.Errorf("be1 %q, want 0,2-4,6-7", got)
+	}
+	b, err := os.ReadFile(path + ".corrupt-1")
+	if err != nil || !strings.Contains(string(b), `"trunc`) {
+		t.Errorf("corrupt checkpoint not kept as %s.corrupt-1: %q, %v", path, b, err)
+	}
+	var p payload
+	if err := checkpoint.New(stateDir, CheckpointName).Load(&p); err != nil {
+		t.Fatalf("new checkpoint unreadable: %v", err)
+	}
+	if len(p.Containers) != 2 || p.Engine.Assignments["g1"]["c2"] != "1,5" {
+		t.Errorf("new checkpoint payload %+v", p)
+	}
+	if !r.d.State().Synchronized {
+		t.Error("not synchronized")
+	}
+}
+
+func TestKubeletStateImport(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	// What the kubelet's static policy left: c2 of pod uid-g1 on cores 1
+	// and 2, a pod that no longer runs on core 3, and an entry on the
+	// reserved core that the plugin must refuse.
+	kubelet := filepath.Join(t.TempDir(), "cpu_manager_state")
+	doc := `{"policyName":"static","defaultCpuSet":"0,4","entries":{
+		"uid-g1":{"c2":"1-2,5-6"},
+		"uid-gone":{"x":"3,7"},
+		"uid-bad":{"y":"0"}},"checksum":1234}`
+	if err := os.WriteFile(kubelet, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bePod := rt.addPod(podSpec{uid: "uid-be", name: "be", qos: "besteffort"})
+	be1 := rt.createAway(bePod, "be1", 0, 0)
+	g1 := rt.addPod(podSpec{uid: "uid-g1", name: "g1", qos: "guaranteed"})
+	c2 := rt.createAway(g1, "c2", 4000, 4000)
+	rt.mu.Lock()
+	rt.setCPUSetLocked(rt.ctrs[c2.Id], "1-2,5-6", "")
+	rt.setCPUSetLocked(rt.ctrs[be1.Id], "0,3-4,7", "")
+	rt.mu.Unlock()
+
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo, WithKubeletState(kubelet))
+	// c2 keeps its kubelet CPUs; uid-gone's core 3 went back to the shared
+	// pool, so be1 grows to 0,3-4,7 (it already had that: no update for it).
+	if got := rt.cpus(c2); got != "1-2,5-6" {
+		t.Errorf("c2 %q, want 1-2,5-6", got)
+	}
+	if got := rt.cpus(be1); got != "0,3-4,7" {
+		t.Errorf("be1 %q, want 0,3-4,7", got)
+	}
+	v := r.d.State()
+	if v.Shared != "0,3-4,7" {
+		t.Errorf("shared %q, want 0,3-4,7", v.Shared)
+	}
+	// The next 2-CPU container gets the remaining free core 3 = {3,7}.
+	g2 := rt.addPod(podSpec{uid: "uid-g2", name: "g2", qos: "guaranteed"})
+	n, _, err := rt.create(g2, "new", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.cpus(n); got != "3,7" {
+		t.Errorf("new %q, want 3,7", got)
+	}
+}
+
+func TestKubeletStateImportErrors(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	bad := filepath.Join(t.TempDir(), "cpu_manager_state")
+	if err := os.WriteFile(bad, []byte("not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(testConfig(t, rt, t.TempDir(), reserveCore0), WithTopology(topo), WithLogger(testLogger(t)), WithKubeletState(bad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(t.Context()); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("Run with a bad kubelet state file = %v, want an error naming it", err)
+	}
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{"static without reservation", "cpu_manager_policy = \"static\"\n", []string{`key "cpu_manager_policy"`, "reserved_system_cpus or reserved_cpu_count"}},
+		{"reserved CPU offline", "reserved_system_cpus = \"0,64\"\n", []string{`line 1: key "reserved_system_cpus"`, "not online"}},
+		{"unknown policy option", "reserved_cpu_count = 2\n[cpu_manager_policy_options]\nfull-pcpus-onyl = \"true\"\n", []string{`line 2: key "cpu_manager_policy_options"`, "full-pcpus-onyl"}},
+		{"bad topology option", "reserved_cpu_count = 2\n[topology_manager_policy_options]\nmax-allowable-numa-nodes = \"many\"\n", []string{`key "topology_manager_policy_options"`}},
+		{"reserving every CPU", "reserved_cpu_count = 8\n", []string{`line 1: key "reserved_cpu_count"`}},
+		{"none with options", "cpu_manager_policy = \"none\"\n[cpu_manager_policy_options]\nfull-pcpus-only = true\n", []string{`key "cpu_manager_policy_options"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Load([]byte(tc.doc))
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			_, err = New(cfg, WithTopology(topo), WithLogger(testLogger(t)))
+			if err == nil {
+				t.Fatal("New succeeded")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+	// The none policy needs no reservation.
+	cfg, _ := config.Load([]byte("cpu_manager_policy = \"none\"\n"))
+	if _, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t))); err != nil {
+		t.Errorf("none policy: %v", err)
+	}
+}
+
+func TestResizeOfExclusiveCountRefused(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo)
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c2, _, err := rt.create(g1, "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.resize(c2, 4000, 4000); err == nil || !strings.Contains(err.Error(), "InPlaceResizeRejected") {
+		t.Errorf("resize 2 -> 4 CPUs = %v, want InPlaceResizeRejected", err)
+	}
+	if err := rt.resize(c2, 2000, 2000); err != nil {
+		t.Errorf("resize keeping 2 CPUs = %v", err)
+	}
+	bu := rt.addPod(podSpec{uid: "bu", name: "bu", qos: "burstable"})
+	b, _, err := rt.create(bu, "b", 500, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.resize(b, 700, 2000); err != nil {
+		t.Errorf("resize of a burstable container = %v", err)
+	}
+	// A guaranteed shared container growing to whole CPUs would become
+	// exclusive: refused too.
+	g2 := rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"})
+	half, _, err := rt.create(g2, "half", 500, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.resize(half, 1000, 1000); err == nil || !strings.Contains(err.Error(), "InPlaceResizeRejected") {
+		t.Errorf("resize 500m -> 1 CPU = %v, want InPlaceResizeRejected", err)
+	}
+	if got := rt.cpus(c2); got != "1,5" {
+		t.Errorf("c2 cpus changed to %q", got)
+	}
+}
+
+func TestReconcileRestoresDrift(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo)
+	bePod := rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"})
+	be1, _, err := rt.create(bePod, "be1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c2, _, err := rt.create(g1, "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.d.ReconcileNow(); n != 0 {
+		t.Errorf("reconcile with no drift restored %d containers", n)
+	}
+	// Something else widens be1 to the whole machine.
+	if err := os.WriteFile(rt.cgroupFile(be1), []byte("0-7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.d.ReconcileNow(); n != 1 {
+		t.Errorf("reconcile restored %d containers, want 1", n)
+	}
+	b, _ := os.ReadFile(rt.cgroupFile(be1))
+	if got := strings.TrimSpace(string(b)); got != "0,2-4,6-7" {
+		t.Errorf("be1 cgroup after reconcile %q, want 0,2-4,6-7", got)
+	}
+	// A container whose cgroup is gone is skipped, not an error.
+	if err := os.RemoveAll(filepath.Dir(rt.cgroupFile(c2))); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.d.ReconcileNow(); n != 0 {
+		t.Errorf("reconcile with a vanished cgroup restored %d", n)
+	}
+	// The drift was counted.
+	srv := httptest.NewServer(r.d.Handler())
+	defer srv.Close()
+	body := get(t, srv.URL+"/metrics")
+	if !strings.Contains(body, "nri_cpualign_reconcile_drift_total 1") {
+		t.Errorf("drift metric missing:\n%s", grepLines(body, "drift"))
+	}
+}
+
+func TestStateMetricsHealth(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo)
+	srv := httptest.NewServer(r.d.Handler())
+	defer srv.Close()
+
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	if _, _, err := rt.create(g1, "c2", 2000, 2000); err != nil {
+		t.Fatal(err)
+	}
+	g2 := rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"})
+	if _, _, err := rt.create(g2, "odd", 3000, 3000); err != nil {
+		t.Fatal(err)
+	}
+
+	var v StateView
+	if err := json.Unmarshal([]byte(get(t, srv.URL+"/state")), &v); err != nil {
+		t.Fatal(err)
+	}
+	// c2 on core 1 {1,5}; odd (3 CPUs) takes core 2 whole and the lowest
+	// CPU of core 3: {2,3,6}.
+	want := []ContainerView{
+		{ID: v.Containers[0].ID, Pod: "default/g1", PodUID: "g1", Container: "c2", CPUs: "1,5", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}},
+		{ID: v.Containers[1].ID, Pod: "default/g2", PodUID: "g2", Container: "odd", CPUs: "2-3,6", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}},
+	}
+	if !reflect.DeepEqual(v.Containers, want) || v.Shared != "0,4,7" || !v.Synchronized || !v.Connected {
+		t.Errorf("/state = %+v\nwant containers %+v, shared 0,4,7", v, want)
+	}
+
+	body := get(t, srv.URL+"/metrics")
+	for _, line := range []string{
+		"cpu_manager_pinning_requests_total 2",
+		"cpu_manager_pinning_errors_total 0",
+		"topology_manager_admission_requests_total 2",
+		"topology_manager_admission_errors_total 0",
+		// c2 is one whole core; odd is not (CPU 3 without 7); both sit in
+		// the only NUMA node and L3.
+		`container_aligned_compute_resources_count{boundary="physical_cpu",scope="container"} 1`,
+		`container_aligned_compute_resources_count{boundary="numa_node",scope="container"} 2`,
+		`container_aligned_compute_resources_count{boundary="uncore_cache",scope="container"} 2`,
+		"nri_cpualign_shared_cpus 3",
+		"nri_cpualign_exclusive_cpus 5",
+		"nri_cpualign_reserved_cpus 2",
+		"topology_manager_admission_duration_seconds_count 2",
+	} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+	if got := get(t, srv.URL+"/healthz"); got != "ok\n" {
+		t.Errorf("/healthz = %q", got)
+	}
+}
+
+func TestHealthzBeforeSync(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/healthz before connecting: %d, want 503", resp.StatusCode)
+	}
+}
+
+func TestStateDirLocked(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	cfg := testConfig(t, rt, stateDir, reserveCore0)
+	startDaemon(t, rt, cfg, topo)
+	d2, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "another nri-cpualign") {
+		t.Errorf("second daemon on the same state dir: %v", err)
+	}
+}
+
+func TestConfigureFromRuntime(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runtime's config moves the reservation to core 3 = {3,7}.
+	if err := d.configure("reserved_system_cpus = \"3,7\"\nstate_dir = \"/elsewhere\"\n"); err != nil {
+		t.Fatal(err)
+	}
+	got := d.Config()
+	if got.ReservedSystemCPUs != "3,7" || got.StateDir == "/elsewhere" {
+		t.Errorf("after configure: reserved %q, state_dir %q", got.ReservedSystemCPUs, got.StateDir)
+	}
+	if v := d.State(); v.Reserved != "3,7" {
+		t.Errorf("engine reserved %q, want 3,7", v.Reserved)
+	}
+	// A bad runtime configuration is refused with its key and line.
+	err = d.configure("reserved_cpu_count = 1\ntopology_manager_scope = \"node\"\n")
+	if err == nil || !strings.Contains(err.Error(), `line 2: key "topology_manager_scope"`) {
+		t.Errorf("bad runtime config: %v", err)
+	}
+	if d.Config().ReservedSystemCPUs != "3,7" {
+		t.Error("a refused configuration changed the daemon")
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
