@@ -152,6 +152,10 @@ type partial struct {
 	pref bool
 }
 
+// foldCombinations is the number of combinations up to which mergeLists
+// folds rather than counts (about where the two cost the same on 8 nodes).
+const foldCombinations = 2048
+
 // maxDenseNodes bounds the table mergeLists uses to spot repeated partial
 // merges: 2 x 2^n entries.
 const maxDenseNodes = 16
@@ -215,7 +219,8 @@ func maskOr(m, all Mask) Mask {
 
 // mergeLists returns the best merged hint over the cross product of lists
 // (one hint per resource), or false when no combination has a non-empty
-// affinity.
+// affinity: by counting (mergeCounted) on machines of up to
+// maxCountedNodes nodes numbered from 0, else by folding (mergeFold).
 //
 // The kubelet walks every combination; compare ranks hints by a total
 // order (preference, then width against bestCount, then mask or distance),
@@ -231,6 +236,24 @@ func (m *Merger) mergeLists(lists [][]Hint) (Hint, bool) {
 			return Hint{}, false
 		}
 	}
+	// Few combinations: folding them is cheaper than the counting tables.
+	combos := 1
+	for _, hs := range lists {
+		if combos *= len(hs); combos > foldCombinations {
+			break
+		}
+	}
+	if n := denseWidth(m.numa.all, lists); combos > foldCombinations && n > 0 && n <= maxCountedNodes {
+		if best, found, ok := m.mergeCounted(lists, n); ok {
+			return best, found
+		}
+	}
+	return m.mergeFold(lists)
+}
+
+// mergeFold is mergeLists by folding one resource at a time over the
+// distinct partial merges.
+func (m *Merger) mergeFold(lists [][]Hint) (Hint, bool) {
 	all := m.numa.all
 	dense := denseWidth(all, lists)
 	var seenDense []uint32 // generation per (mask, pref), when dense > 0

@@ -54,6 +54,12 @@ func bruteMerge(m *Merger, lists [][]Hint) (Hint, bool) {
 // without prefer-closest-numa-nodes, on random distances.
 func TestMergeFoldMatchesBruteForce(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 693))
+	counted := 0
+	defer func() {
+		if counted < 1000 {
+			t.Errorf("only %d cases went through mergeCounted", counted)
+		}
+	}()
 	for iter := 0; iter < 3000; iter++ {
 		n := 1 + r.IntN(5)
 		// Half the runs use sparse node ids with hints that may name
@@ -105,12 +111,32 @@ func TestMergeFoldMatchesBruteForce(t *testing.T) {
 			if policy == PolicySingleNUMANode {
 				lists = singleNUMAOnly(lists)
 			}
-			got, gotOK := m.mergeLists(lists)
 			want, wantOK := bruteMerge(m, lists)
-			if got != want || gotOK != wantOK {
+			if got, gotOK := m.mergeFold(lists); got != want || gotOK != wantOK {
 				t.Fatalf("iteration %d, %s, closest=%t, lists %v: fold = %v %t, brute force = %v %t",
 					iter, policy, opts.PreferClosestNUMA, lists, got, gotOK, want, wantOK)
 			}
+			if got, gotOK := m.mergeLists(lists); got != want || gotOK != wantOK {
+				t.Fatalf("iteration %d, %s, closest=%t, lists %v: mergeLists = %v %t, brute force = %v %t",
+					iter, policy, opts.PreferClosestNUMA, lists, got, gotOK, want, wantOK)
+			}
+			if n := denseWidth(info.all, lists); n > 0 && allHaveHints(lists) {
+				got, gotOK, ok := m.mergeCounted(lists, n)
+				if !ok || got != want || gotOK != wantOK {
+					t.Fatalf("iteration %d, %s, closest=%t, lists %v: counted = %v %t (ok %t), brute force = %v %t",
+						iter, policy, opts.PreferClosestNUMA, lists, got, gotOK, ok, want, wantOK)
+				}
+				counted++
+			}
 		}
 	}
+}
+
+func allHaveHints(lists [][]Hint) bool {
+	for _, hs := range lists {
+		if len(hs) == 0 {
+			return false
+		}
+	}
+	return true
 }
