@@ -122,3 +122,46 @@ func TestUncoreEPYC9654NPS2(t *testing.T) {
 		})
 	}
 }
+
+// Machines where the machine-average CPUsPerCore (NumCPUs/NumCores) is 1
+// although some cores have two threads: the whole-core step only counts
+// cores with exactly one free CPU as free.
+func TestAverageCPUsPerCoreAccidents(t *testing.T) {
+	t.Run("i7-12850hx reserved count", func(t *testing.T) {
+		// 24 CPUs / 16 cores = 1. P-cores {0,1}..{14,15} have 2 free, so
+		// the single-thread E-cores 16-23 are the "free cores" taken first.
+		topo := sysfstest.Load(t, "i7-12850hx")
+		for n, want := range map[int]string{1: "16", 2: "16-17", 9: "16-23,0"} {
+			got, err := ReservedByCount(topo, Options{}, n)
+			if err != nil || !got.Equals(mustParse(t, want)) {
+				t.Errorf("%d: got %s, %v; want %s", n, got, err, want)
+			}
+		}
+	})
+	t.Run("i7-12850hx half-used P-core", func(t *testing.T) {
+		topo := sysfstest.Load(t, "i7-12850hx")
+		s := newStatic(t, topo, Options{}, "16")
+		st, err := s.Assign(s.NewState(), "x", "c", mustParse(t, "1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Core 0 now has one free CPU (0) = CPUsPerCore, so it counts as a
+		// free core and comes first (fewest free). The kubelet would add
+		// the whole core {0,1} — CPU 1 is held by x. Only its free CPU is
+		// taken, then the next free core, E-core 17.
+		_, got, err := alloc(t, s, st, "p", "c", 2, 0)
+		if err != nil || !got.Equals(mustParse(t, "0,17")) {
+			t.Errorf("got %s, %v; want 0,17", got, err)
+		}
+	})
+	t.Run("offline-cpu reserved count", func(t *testing.T) {
+		// 7 CPUs / 4 cores = 1: core 3 (CPU 7 offline, so just {3}) is the
+		// only free core; then single CPUs in best-fit core order: cores
+		// 0-2 tie at 2 free -> core 0, CPU 0.
+		topo := sysfstest.Load(t, "offline-cpu")
+		got, err := ReservedByCount(topo, Options{}, 2)
+		if err != nil || !got.Equals(mustParse(t, "0,3")) {
+			t.Errorf("got %s, %v; want 0,3", got, err)
+		}
+	})
+}
