@@ -402,6 +402,8 @@ type TopologyAffinityError struct {
 // Reason is "TopologyAffinityError", the kubelet's admission error name.
 func (e *TopologyAffinityError) Reason() string { return "TopologyAffinityError" }
 
+// Error starts with the reason word, then names the request, the policy
+// and the rejected hint.
 func (e *TopologyAffinityError) Error() string {
 	aff := "any"
 	if e.Hint.Affinity != 0 {

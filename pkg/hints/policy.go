@@ -110,6 +110,7 @@ type TooManyNUMANodesError struct {
 	Max   int // the configured (or default) limit
 }
 
+// Error names both numbers and the option that raises the limit.
 func (e *TooManyNUMANodesError) Error() string {
 	return fmt.Sprintf("the topology manager supports at most %d NUMA nodes and this machine has %d; raise %s to at least %d or use topology manager policy none",
 		e.Max, e.Nodes, OptMaxAllowableNUMANodes, e.Nodes)

@@ -207,6 +207,7 @@ type ConfigError struct {
 	Err error
 }
 
+// Error starts with the reason word and names the key.
 func (e *ConfigError) Error() string { return "InvalidConfig: " + e.Key + ": " + e.Err.Error() }
 
 // Unwrap returns the underlying error.
@@ -224,6 +225,7 @@ type RequestError struct {
 	Msg            string
 }
 
+// Error starts with the reason word and names the container and field.
 func (e *RequestError) Error() string {
 	return fmt.Sprintf("%s: pod %q container %q: %s: %s", e.Reason(), e.Pod, e.Container, e.Field, e.Msg)
 }
