@@ -191,8 +191,8 @@ func TestReadBadInput(t *testing.T) {
 		},
 		{
 			name: "garbage cache level", fixture: "epyc-7702p-nosmt",
-			mutate:   func(f map[string]string) { f[cpuDir+"cpu8/cache/index1/level"] = "L1\n" },
-			wantPath: cpuDir + "cpu8/cache/index1/level", wantIn: []string{`"L1\n"`}, wantErr: sysfs.ErrSyntax,
+			mutate:   func(f map[string]string) { f[cpuDir+"cpu8/cache/index2/level"] = "L1\n" },
+			wantPath: cpuDir + "cpu8/cache/index2/level", wantIn: []string{`"L1\n"`}, wantErr: sysfs.ErrSyntax,
 		},
 		{
 			name: "garbage L3 id", fixture: "epyc-7702p-nosmt",

@@ -1,6 +1,7 @@
 package sysfstest
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -21,25 +22,51 @@ func Write(dir string, s Spec) error {
 	if err != nil {
 		return err
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Directories first, parents before children (sorted order), each with
+	// one mkdir; then the files from a few goroutines. Creating files is
+	// the whole cost of a big fixture on disk (thousands of them).
+	dirSet := map[string]bool{}
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
-	}
-	sort.Strings(names)
-	made := map[string]bool{}
-	for _, name := range names {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if d := filepath.Dir(p); !made[d] {
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				return err
-			}
-			made[d] = true
+		for d := path.Dir(name); d != "." && !dirSet[d]; d = path.Dir(d) {
+			dirSet[d] = true
 		}
-		if err := os.WriteFile(p, []byte(files[name]), 0o644); err != nil {
+	}
+	dirs := make([]string, 0, len(dirSet))
+	for d := range dirSet {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		if err := os.Mkdir(filepath.Join(dir, filepath.FromSlash(d)), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
 	}
-	return nil
+	const workers = 4
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func(w int) {
+			for i := w; i < len(names); i += workers {
+				p := filepath.Join(dir, filepath.FromSlash(names[i]))
+				if err := os.WriteFile(p, []byte(files[names[i]]), 0o644); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}(w)
+	}
+	var first error
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // FS returns the tree Write would write, as a read-only in-memory fs.FS
@@ -106,7 +133,6 @@ func Files(s Spec) (map[string]string, error) {
 			w.file(path.Join(base, "online"), "0")
 			continue
 		}
-		w.file(path.Join(base, "online"), "1")
 		c := lay.cores[lay.cpuCore[cpu]]
 		siblings := onlineList("core"+strconv.Itoa(lay.cpuCore[cpu]), c.threads)
 		td := path.Join(base, "topology")
@@ -116,25 +142,18 @@ func Files(s Spec) (map[string]string, error) {
 			w.file(path.Join(td, "die_id"), "0")
 		}
 		w.file(path.Join(td, "thread_siblings_list"), siblings)
-		w.file(path.Join(td, "core_siblings_list"), onlineList("socket"+strconv.Itoa(c.socket), bySocket[c.socket]))
-		// L1d, L1i and L2 are private to the core, as on every fixture
-		// machine; they are written so the reader has to pick level 3.
+		// A private L1d (index0) and L2 (index2) make the reader pick the
+		// level-3 entry by its level. Only the files the reader uses are
+		// written: every file costs when a test writes big fixtures to disk.
 		cd := path.Join(base, "cache")
-		coreIdx := lay.cpuCore[c.threads[0]]
-		for i, lv := range []struct {
-			level int
-			typ   string
-		}{{1, "Data"}, {1, "Instruction"}, {2, "Unified"}} {
-			id := path.Join(cd, "index"+strconv.Itoa(i))
+		for _, lv := range []struct{ index, level int }{{0, 1}, {2, 2}} {
+			id := path.Join(cd, "index"+strconv.Itoa(lv.index))
 			w.file(path.Join(id, "level"), strconv.Itoa(lv.level))
-			w.file(path.Join(id, "type"), lv.typ)
-			w.file(path.Join(id, "id"), strconv.Itoa(coreIdx))
 			w.file(path.Join(id, "shared_cpu_list"), siblings)
 		}
 		if !s.NoL3 {
 			id := path.Join(cd, "index3")
 			w.file(path.Join(id, "level"), "3")
-			w.file(path.Join(id, "type"), "Unified")
 			if !s.NoL3ID {
 				w.file(path.Join(id, "id"), strconv.Itoa(s.L3IDBase+c.l3))
 			}
