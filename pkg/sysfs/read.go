@@ -34,7 +34,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,8 +76,19 @@ func (e *FileError) Unwrap() error { return e.Err }
 // Reason is the stable reason word of discovery errors.
 func (e *FileError) Reason() string { return "TopologyDiscoveryError" }
 
-var nodeDirRe = regexp.MustCompile(`^node([0-9]+)$`)
-var indexDirRe = regexp.MustCompile(`^index([0-9]+)$`)
+// numbered reports the N of a directory name prefix<N> (node3, index2);
+// ok is false for other names. N must be a plain decimal number.
+func numbered(name, prefix string) (n int, ok bool, err error) {
+	digits, found := strings.CutPrefix(name, prefix)
+	if !found || digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return 0, false, nil
+	}
+	n, err = strconv.Atoi(digits)
+	if err != nil || n > 1<<20 {
+		return 0, false, fmt.Errorf("directory number %q out of range: %w", digits, ErrSyntax)
+	}
+	return n, true, nil
+}
 
 // reader carries the tree through one Read; it holds no state between
 // Reads. Paths inside fsys are slash-separated and relative; errors show
@@ -161,9 +171,9 @@ func (r reader) exists(p string) (bool, error) {
 	return false, &FileError{Path: p, Err: unwrapPathError(err)}
 }
 
-// numberedDirs lists the entries of dir named prefix<N> (matched by re),
-// sorted by N. A missing dir gives ok=false.
-func (r reader) numberedDirs(dir string, re *regexp.Regexp) (ids []int, ok bool, err error) {
+// numberedDirs lists the entries of dir named prefix<N>, sorted by N. A
+// missing dir gives ok=false.
+func (r reader) numberedDirs(dir, prefix string) (ids []int, ok bool, err error) {
 	entries, err := fs.ReadDir(r.fsys, dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -172,15 +182,13 @@ func (r reader) numberedDirs(dir string, re *regexp.Regexp) (ids []int, ok bool,
 		return nil, false, &FileError{Path: dir, Err: unwrapPathError(err)}
 	}
 	for _, e := range entries {
-		m := re.FindStringSubmatch(e.Name())
-		if m == nil {
-			continue
-		}
-		n, err := strconv.Atoi(m[1])
+		n, match, err := numbered(e.Name(), prefix)
 		if err != nil {
-			return nil, false, &FileError{Path: path.Join(dir, e.Name()), Err: fmt.Errorf("directory number out of range: %w", ErrSyntax)}
+			return nil, false, &FileError{Path: path.Join(dir, e.Name()), Err: err}
 		}
-		ids = append(ids, n)
+		if match {
+			ids = append(ids, n)
+		}
 	}
 	sort.Ints(ids)
 	return ids, true, nil
@@ -199,11 +207,10 @@ type cpuRecord struct {
 
 // l3Record is the level-3 cache seen by a core's lowest thread.
 type l3Record struct {
+	present bool
 	hasID   bool
 	id      int
 	shared  cpuset.CPUSet
-	dir     string
-	present bool
 }
 
 // Read discovers the topology under root (the directory that plays /sys:
@@ -313,7 +320,7 @@ type nodeInfo struct {
 
 func (r reader) readNodes(online cpuset.CPUSet) (nodeInfo, error) {
 	ni := nodeInfo{dir: "devices/system/node", cpuNode: map[int]int{}}
-	ids, ok, err := r.numberedDirs(ni.dir, nodeDirRe)
+	ids, ok, err := r.numberedDirs(ni.dir, "node")
 	if err != nil {
 		return ni, err
 	}
@@ -536,7 +543,7 @@ func (r reader) assignL3(cpuDir string, records map[int]*cpuRecord, cores map[in
 // readL3 finds the first index* directory with level 3. A CPU without a
 // cache directory, or without a level-3 cache, has no L3.
 func (r reader) readL3(cacheDir string) (l3Record, error) {
-	idx, ok, err := r.numberedDirs(cacheDir, indexDirRe)
+	idx, ok, err := r.numberedDirs(cacheDir, "index")
 	if err != nil || !ok {
 		return l3Record{}, err
 	}
@@ -549,7 +556,7 @@ func (r reader) readL3(cacheDir string) (l3Record, error) {
 		if level != 3 {
 			continue
 		}
-		l3 := l3Record{present: true, dir: dir}
+		l3 := l3Record{present: true}
 		if l3.shared, err = r.readList(path.Join(dir, "shared_cpu_list")); err != nil {
 			return l3Record{}, err
 		}
