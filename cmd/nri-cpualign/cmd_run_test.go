@@ -97,7 +97,9 @@ func TestRunConnects(t *testing.T) {
 	r, err := adaptation.New("test-runtime", "v0", func(ctx context.Context, cb adaptation.SyncCB) error {
 		_, err := cb(ctx, nil, nil)
 		return err
-	}, func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) { return nil, nil },
+	}, func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+		return nil, nil
+	},
 		adaptation.WithSocketPath(sock), adaptation.WithPluginPath(filepath.Join(dir, "p")), adaptation.WithPluginConfigPath(filepath.Join(dir, "c")))
 	if err != nil {
 		t.Fatal(err)
