@@ -3,6 +3,9 @@ package allocator
 import (
 	"testing"
 
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
 
@@ -140,5 +143,75 @@ func TestKubeletTakeByTopologyCases(t *testing.T) {
 				t.Errorf("got %s, want %s", m.toSet(got), want)
 			}
 		})
+	}
+}
+
+// The kubelet's static-policy Allocate expectations (policy_static_test.go,
+// TestStaticPolicyAdd) on the machines above: state, reservation (a count
+// of 1 reserves CPU 0 on these machines), request, hint -> CPUs or error.
+func TestKubeletStaticPolicyAddCases(t *testing.T) {
+	single := build(t, specHT1S4C)
+	dual := kubeletTopo(t, 12, func(i int) (int, int, int, int) { return i % 2, i % 6, i % 2, 0 })
+	dualNoHT := kubeletTopo(t, 8, func(i int) (int, int, int, int) { return i / 4, i, i / 4, i / 4 })
+	multi := build(t, specHT2S4NUMA)
+	type tc struct {
+		name      string
+		topo      *topology.Topology
+		opts      []Options // run under each
+		reserved  string
+		assigned  map[string]string // container -> CPUs, pod "fakePod"
+		def       string
+		container string
+		n         int
+		hint      []int
+		want      string
+		err       error
+	}
+	both := []Options{{}, {FullPCPUsOnly: true}}
+	dflt := []Options{{}}
+	full := []Options{{FullPCPUsOnly: true}}
+	cases := []tc{
+		{"one core", single, both, "0", map[string]string{"c100": "2-3,6-7"}, "0-1,4-5", "c3", 2, nil, "1,5", nil},
+		{"one socket", dual, both, "0", map[string]string{"c100": "2"}, "0-1,3-11", "c3", 6, nil, "1,3,5,7,9,11", nil},
+		{"three cores", dual, both, "0", map[string]string{"c100": "1,5"}, "0,2-4,6-11", "c3", 6, nil, "2-4,8-10", nil},
+		{"one socket no HT", dualNoHT, both, "0", nil, "0-1,3-7", "c1", 4, nil, "4-7", nil},
+		{"four cores no HT", dualNoHT, both, "0", map[string]string{"c100": "4-5"}, "0-1,3,6-7", "c1", 4, nil, "1,3,6-7", nil},
+		{"one socket one core", dual, both, "0", map[string]string{"c100": "2"}, "0-1,3-11", "c3", 8, nil, "1,3-5,7,9-11", nil},
+		{"sibling of the partial core", single, dflt, "0", nil, "0-7", "c2", 1, nil, "4", nil},
+		{"too many", single, dflt, "0", nil, "0-7", "c2", 8, nil, "", &InsufficientCPUsError{Requested: 8, Available: 7}},
+		{"same allocation", single, dflt, "0", map[string]string{"c3": "2-3,6-7"}, "0-1,4-5", "c3", 4, nil, "2-3,6-7", nil},
+		{"too many, dual", dual, dflt, "0", map[string]string{"c100": "1-3"}, "0,4-11", "c5", 10, nil, "", &InsufficientCPUsError{Requested: 10, Available: 8}},
+		{"too many, one left", single, dflt, "0", map[string]string{"c100": "1-6"}, "0,7", "c5", 2, nil, "", &InsufficientCPUsError{Requested: 2, Available: 1}},
+		{"full-pcpus-only odd", single, full, "0", nil, "0-7", "c2", 1, nil, "", &SMTAlignmentError{RequestedCPUs: 1, CpusPerCore: 2}},
+		{"full-pcpus-only reserved siblings", dual, full, "1,6", nil, "0,2-5,7-11", "c", 10, nil, "", &SMTAlignmentError{RequestedCPUs: 10, CpusPerCore: 2, AvailablePhysicalCPUs: 8, CausedByPhysicalCPUs: true}},
+		// The kubelet's "AutoReserve, ExpectAllocAllCPUs" cases hand out
+		// every non-reserved CPU while the shared pool holds no reserved
+		// CPU; the shared pool would be empty, which this project refuses.
+		{"align-by-socket widens the hint", multi, []Options{{AlignBySocket: true}}, "0", nil, "2,11,21-22", "c2", 2, []int{0, 2}, "2,11", nil},
+		{"without align-by-socket", multi, dflt, "0", nil, "2,11,21-22", "c2", 2, []int{0, 2}, "2,21", nil},
+	}
+	for _, c := range cases {
+		for _, o := range c.opts {
+			t.Run(c.name+"/"+optName(o), func(t *testing.T) {
+				s := newStatic(t, c.topo, o, c.reserved)
+				st := State{Default: mustParse(t, c.def), Assignments: map[string]map[string]cpuset.CPUSet{"fakePod": {}}}
+				for ctr, cpus := range c.assigned {
+					st.Assignments["fakePod"][ctr] = mustParse(t, cpus)
+				}
+				_, got, err := s.Allocate(st, Request{Pod: "fakePod", Container: c.container, CPUs: c.n}, hints.Hint{Affinity: hints.NewMask(c.hint...)})
+				if c.err != nil {
+					if err == nil || err.Error() != c.err.Error() {
+						t.Fatalf("got %s, %v; want error %v", got, err, c.err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := mustParse(t, c.want); !got.Equals(want) {
+					t.Errorf("got %s, want %s", got, want)
+				}
+			})
+		}
 	}
 }
