@@ -549,3 +549,20 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// The example configuration in deploy/ starts a daemon as it is.
+func TestDeployExampleStarts(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	cfg, err := config.LoadFile(filepath.Join("..", "..", "deploy", "nri-cpualign.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatalf("example config: %v", err)
+	}
+	// reserved_cpu_count = 2 on ht-1s-4c: the whole core 0 = {0,4}.
+	if v := d.State(); v.Reserved != "0,4" {
+		t.Errorf("reserved %q, want 0,4", v.Reserved)
+	}
+}

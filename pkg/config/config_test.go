@@ -263,3 +263,40 @@ func TestEncodeRoundTrip(t *testing.T) {
 		t.Errorf("Summary = %q", s)
 	}
 }
+
+// The commented example in deploy/ must load as it is, and with every
+// commented-out setting switched on (so the documented keys and values
+// stay valid).
+func TestDeployExample(t *testing.T) {
+	path := filepath.Join("..", "..", "deploy", "nri-cpualign.toml")
+	c, err := LoadFile(path)
+	if err != nil {
+		t.Fatalf("example config: %v", err)
+	}
+	if c.CPUManagerPolicy != "static" || c.ReservedCPUCount != 2 || !c.HasReservation() {
+		t.Errorf("example config = %+v", c)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "# "); ok {
+			if k, _, ok := strings.Cut(rest, " = "); ok && !strings.Contains(k, " ") {
+				line = rest
+				n++
+			}
+		}
+		b.WriteString(line + "\n")
+	}
+	all, err := Load([]byte(b.String()))
+	if err != nil {
+		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
+	}
+	if n != 19 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress {
+		t.Errorf("uncommented %d settings, got %+v", n, all)
+	}
+}
