@@ -613,3 +613,41 @@ func TestSnapshotRoundTripAndReconcile(t *testing.T) {
 		}
 	}
 }
+
+func TestSMTAlignmentThroughEngine(t *testing.T) {
+	cfg := static("restricted", "0,12")
+	cfg.CPUOptions = map[string]string{"full-pcpus-only": "true"}
+	e := newEngine(t, "ht-2s-6c", cfg)
+	// 3 CPUs is not a multiple of the 2 threads per core: admitted by the
+	// topology manager (node 0 fits), refused by the static policy.
+	next, _, err := e.Add(e.NewState(), guaranteed("p", "c", 3))
+	var smt *allocator.SMTAlignmentError
+	if !errors.As(err, &smt) || smt.RequestedCPUs != 3 || smt.CpusPerCore != 2 {
+		t.Fatalf("err = %v, want SMTAlignmentError{3, 2}", err)
+	}
+	if len(next.Alloc.Assignments) != 0 || len(next.PodAffinity) != 0 {
+		t.Fatalf("rejected Add changed the state: %+v", next)
+	}
+	// 4 CPUs: two whole cores of node 0 after the reserved core 0.
+	_, d := add(t, e, e.NewState(), guaranteed("p", "c", 4))
+	check(t, d, want{cpus: "1-2,13-14", mems: "0", exclusive: true, numa: "0", preferred: true})
+}
+
+func TestFromSnapshotKeepsReusable(t *testing.T) {
+	e := newEngine(t, "ht-2s-6c", static("none", "0,12"))
+	init := guaranteed("p", "init", 2)
+	init.Type = allocator.Init
+	st, d := add(t, e, e.NewState(), init)
+	back, notes, err := e.FromSnapshot(e.Snapshot(st))
+	if err != nil || len(notes) != 0 {
+		t.Fatalf("FromSnapshot: %v %v", err, notes)
+	}
+	if back.Alloc.ReusablePod != "p" || !back.Alloc.Reusable.Equals(d.CPUs) {
+		t.Fatalf("reusable = %s %s, want p %s", back.Alloc.ReusablePod, back.Alloc.Reusable, d.CPUs)
+	}
+	// The app container reuses the init container's CPUs after the restore.
+	_, app := add(t, e, back, guaranteed("p", "app", 2))
+	if !app.CPUs.Equals(d.CPUs) {
+		t.Fatalf("app got %s, want the init container's %s", app.CPUs, d.CPUs)
+	}
+}
