@@ -651,3 +651,30 @@ func TestFromSnapshotKeepsReusable(t *testing.T) {
 		t.Fatalf("app got %s, want the init container's %s", app.CPUs, d.CPUs)
 	}
 }
+
+// TestPodScopeRejectsWholePod: under single-numa-node with the pod scope a
+// pod whose effective request (13 CPUs) exceeds a NUMA node of ht-2s-6c
+// (12 CPUs) is rejected at every container, even one that alone would fit.
+func TestPodScopeRejectsWholePod(t *testing.T) {
+	cfg := static("single-numa-node", "")
+	cfg.TopologyScope = "pod"
+	e := newEngine(t, "ht-2s-6c", cfg)
+	req := guaranteed("p", "small", 2)
+	req.PodCPURequestMilli = 13000
+	if h := e.Hints(e.NewState(), req)["cpu"]; len(h) != 1 || h[0] != (hints.Hint{Affinity: hints.NewMask(0, 1), Preferred: true}) {
+		t.Fatalf("pod hints = %v, want only {0-1 preferred}", h)
+	}
+	next, _, err := e.Add(e.NewState(), req)
+	wantAffinityError(t, err, "", false)
+	if !strings.Contains(err.Error(), "pod effective request 13 CPUs") {
+		t.Fatalf("error %q does not name the pod request", err)
+	}
+	if len(next.PodAffinity) != 0 {
+		t.Fatal("a rejected pod's affinity was stored")
+	}
+	// Container scope: the same container fits node 0.
+	cfg.TopologyScope = "container"
+	e = newEngine(t, "ht-2s-6c", cfg)
+	_, d := add(t, e, e.NewState(), req)
+	check(t, d, want{cpus: "0,12", mems: "0", exclusive: true, numa: "0", preferred: true})
+}
