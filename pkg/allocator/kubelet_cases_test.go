@@ -215,3 +215,60 @@ func TestKubeletStaticPolicyAddCases(t *testing.T) {
 		}
 	}
 }
+
+// The kubelet's CPU hint expectations (topology_hints_test.go): a 12-CPU
+// dual-socket machine (node 0 = cores {0,6},{1,7},{2,8}, node 1 =
+// {3,9},{4,10},{5,11}), no reserved CPUs; and the align-by-socket pod hints
+// on the 80-CPU four-node machine. Container and pod scope agree here
+// (single-container pods).
+func TestKubeletTopologyHintCases(t *testing.T) {
+	dual := kubeletTopo(t, 12, func(i int) (int, int, int, int) { n := (i % 6) / 3; return n, i % 6, n, n })
+	multi := build(t, specHT2S4NUMA)
+	h := func(pref bool, nodes ...int) hints.Hint {
+		return hints.Hint{Affinity: hints.NewMask(nodes...), Preferred: pref}
+	}
+	type tc struct {
+		name     string
+		topo     *topology.Topology
+		o        Options
+		def      string
+		assigned string // the container's own assignment, "" = none
+		n        int
+		want     []hints.Hint
+	}
+	cases := []tc{
+		{"2 of 4+6", dual, Options{}, "2-11", "", 2, []hints.Hint{h(true, 0), h(true, 1), h(false, 0, 1)}},
+		{"5 of 4+6", dual, Options{}, "2-11", "", 5, []hints.Hint{h(true, 1), h(false, 0, 1)}},
+		{"7 of 4+6", dual, Options{}, "2-11", "", 7, []hints.Hint{h(true, 0, 1)}},
+		{"11 of 4+6", dual, Options{}, "2-11", "", 11, []hints.Hint{}},
+		{"2 of 1+1", dual, Options{}, "0,3", "", 2, []hints.Hint{h(false, 0, 1)}},
+		{"more than available", dual, Options{}, "0-3", "", 5, []hints.Hint{}},
+		{"regenerate node 0", dual, Options{}, "", "0,6", 2, []hints.Hint{h(true, 0), h(false, 0, 1)}},
+		{"regenerate node 1", dual, Options{}, "", "3,9", 2, []hints.Hint{h(true, 1), h(false, 0, 1)}},
+		{"regenerate cross-NUMA", dual, Options{}, "11", "0-10", 11, []hints.Hint{h(true, 0, 1)}},
+		{"less than allocated", dual, Options{}, "", "0,3,6,9", 2, []hints.Hint{}},
+		{"more than allocated", dual, Options{}, "", "0,3,6,9", 11, []hints.Hint{}},
+		{"align-by-socket off", multi, Options{}, "2-3,11", "", 2, []hints.Hint{
+			h(true, 0), h(false, 0, 1), h(false, 0, 2), h(false, 0, 3), h(false, 0, 1, 2), h(false, 0, 1, 3), h(false, 0, 2, 3), h(false, 0, 1, 2, 3)}},
+		{"align-by-socket on", multi, Options{AlignBySocket: true}, "2-3,11", "", 2, []hints.Hint{
+			h(true, 0), h(true, 0, 1), h(false, 0, 2), h(false, 0, 3), h(false, 0, 1, 2), h(false, 0, 1, 3), h(false, 0, 2, 3), h(false, 0, 1, 2, 3)}},
+		{"align-by-socket across sockets", multi, Options{AlignBySocket: true}, "0-28,40-57", "", 41, []hints.Hint{h(true, 0, 1, 2), h(true, 0, 1, 2, 3)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStatic(t, c.topo, c.o, "")
+			st := State{Default: mustParse(t, c.def), Assignments: map[string]map[string]cpuset.CPUSet{}}
+			if c.assigned != "" {
+				st.Assignments["fakePod"] = map[string]cpuset.CPUSet{"fakeContainer": mustParse(t, c.assigned)}
+			}
+			got := s.CPUHints(st, Request{Pod: "fakePod", Container: "fakeContainer", CPUs: c.n})
+			if got == nil || !equalHints(got, c.want) {
+				t.Errorf("container scope: got %v, want %v", got, c.want)
+			}
+			pod := s.PodCPUHintsFor(st, "fakePod", c.n, map[string]int{"fakeContainer": c.n})
+			if pod == nil || !equalHints(pod, c.want) {
+				t.Errorf("pod scope: got %v, want %v", pod, c.want)
+			}
+		})
+	}
+}
