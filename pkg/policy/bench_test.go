@@ -27,4 +27,3 @@ func BenchmarkAdd(b *testing.B) {
 		}
 	}
 }
-
