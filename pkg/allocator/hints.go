@@ -14,7 +14,8 @@ import (
 // minimum number of sockets). A container that already has CPUs gets hints
 // regenerated from its assignment, or an empty (non-nil) list when the
 // assignment's size differs from the request. A request below 1 CPU has no
-// preference (nil).
+// preference (nil), and so does a machine with more than 16 NUMA nodes
+// (whose masks are too many to enumerate).
 func (s *Static) CPUHints(st State, req Request) []hints.Hint {
 	if req.CPUs < 1 {
 		return nil
@@ -68,11 +69,21 @@ func (s *Static) reusableSet(st State, pod string) cpuset.CPUSet {
 	return s.m.toSet(s.reusable(st, pod))
 }
 
+// maxHintNodes bounds the NUMA nodes hint generation enumerates masks for
+// (2^16-1 masks).
+const maxHintNodes = 16
+
 // generateHints is the kubelet's generateCPUTopologyHints. Reusable and
 // available CPUs are counted separately, as there.
 func (s *Static) generateHints(available, reusable bitset, request int) []hints.Hint {
 	m := s.m
 	nNodes := len(m.numas.ids)
+	if nNodes > maxHintNodes {
+		// 2^nodes masks would take forever; the topology manager refuses
+		// such machines unless max-allowable-numa-nodes is raised, and
+		// then the CPU provider states no preference.
+		return nil
+	}
 	availPer := make([]int, nNodes)
 	totalPer := make([]int, nNodes)
 	var reusableNodes hints.Mask

@@ -479,3 +479,32 @@ func equalHints(a, b []hints.Hint) bool {
 	}
 	return true
 }
+
+func TestCPUHintsTooManyNodes(t *testing.T) {
+	// 17 NUMA nodes of one core each: no enumeration, no preference.
+	topo := kubeletTopo(t, 17, func(i int) (int, int, int, int) { return i, i, i, i })
+	s := newStatic(t, topo, Options{}, "0")
+	if got := s.CPUHints(s.NewState(), Request{Pod: "p", Container: "c", CPUs: 2}); got != nil {
+		t.Errorf("got %d hints, want nil", len(got))
+	}
+	// 16 nodes still enumerate. Reserved 0 leaves node 0 with no free
+	// CPU, so a mask holds >= 2 free CPUs iff it has >= 2 nodes other than
+	// node 0.
+	topo16 := kubeletTopo(t, 16, func(i int) (int, int, int, int) { return i, i, i, i })
+	s16 := newStatic(t, topo16, Options{}, "0")
+	got := s16.CPUHints(s16.NewState(), Request{Pod: "p", Container: "c", CPUs: 2})
+	// All masks (65535) minus the 16 singletons minus the 15 pairs {0,x}.
+	if want := 65535 - 16 - 15; len(got) != want {
+		t.Errorf("got %d hints, want %d", len(got), want)
+	}
+	pref := 0
+	for _, h := range got {
+		if h.Preferred {
+			pref++
+		}
+	}
+	// Preferred: the C(15,2) = 105 pairs without node 0.
+	if pref != 105 {
+		t.Errorf("got %d preferred, want 105", pref)
+	}
+}
