@@ -31,6 +31,11 @@ func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread bool) b
 	scratch := make([]int, len(numas))
 
 	for k := minK; k <= maxK; k++ {
+		if binomial(len(numas), k) > maxCombinations {
+			// The kubelet would enumerate them all (hours on a machine with
+			// dozens of NUMA nodes); fall back to packed instead.
+			break
+		}
 		bestBalance := math.MaxFloat64
 		var bestCombo, bestRemainder []int
 		iterateCombinations(numas, k, func(combo []int) bool {
@@ -137,6 +142,29 @@ func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread bool) b
 		return a.result
 	}
 	return m.takePacked(avail, n, spread, false)
+}
+
+// maxCombinations bounds the NUMA node combinations one distributed
+// allocation examines per size; beyond it the packed fallback is used.
+// Machines with up to 16 NUMA nodes never reach it (C(16,8) = 12870).
+const maxCombinations = 100000
+
+// binomial is n choose k, saturating above maxCombinations.
+func binomial(n, k int) int {
+	if k < 0 || k > n {
+		return 0
+	}
+	if k > n-k {
+		k = n - k
+	}
+	r := 1
+	for i := 1; i <= k; i++ {
+		r = r * (n - k + i) / i
+		if r > maxCombinations {
+			return maxCombinations + 1
+		}
+	}
+	return r
 }
 
 // stripe hands out remainder CPUs in groups round-robin over subset,

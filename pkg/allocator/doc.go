@@ -36,7 +36,11 @@
 //     kubelet would take it twice. The partial uncore walk keeps the
 //     kubelet's repeated visits, which are harmless.
 //   - distribute-cpus-across-numa skips a remainder subset that cannot take
-//     the remainder in whole groups (the kubelet loops forever there).
+//     the remainder in whole groups (the kubelet loops forever there), and
+//     falls back to packed when one size has more than 100000 NUMA node
+//     combinations (dozens of NUMA nodes; never with 16 or fewer).
+//   - CPU hint generation states no preference (nil) on machines with more
+//     than 16 NUMA nodes instead of enumerating 2^n masks.
 //   - The shared pool is never emptied (the lead's rule): a request that
 //     would take its last CPU is refused with InsufficientCPUs; the kubelet
 //     can empty it under strict-cpu-reservation.

@@ -508,3 +508,19 @@ func TestCPUHintsTooManyNodes(t *testing.T) {
 		t.Errorf("got %d preferred, want 105", pref)
 	}
 }
+
+func TestBinomial(t *testing.T) {
+	for _, c := range []struct{ n, k, want int }{{4, 2, 6}, {16, 8, 12870}, {8, 0, 1}, {3, 4, 0}, {40, 20, maxCombinations + 1}} {
+		if got := binomial(c.n, c.k); got != c.want {
+			t.Errorf("binomial(%d,%d) = %d, want %d", c.n, c.k, got, c.want)
+		}
+	}
+	// 40 NUMA nodes of 2 CPUs: 40 CPUs over 20 nodes would need C(40,20)
+	// combinations; the packed fallback answers at once.
+	topo := kubeletTopo(t, 80, func(i int) (int, int, int, int) { return i / 2, i, i / 2, i / 2 })
+	s := newStatic(t, topo, Options{DistributeCPUsAcrossNUMA: true}, "")
+	_, got, err := alloc(t, s, s.NewState(), "p", "c", 40, 0)
+	if err != nil || !got.Equals(mustParse(t, "0-39")) {
+		t.Errorf("got %s, %v; want the packed 0-39", got, err)
+	}
+}
