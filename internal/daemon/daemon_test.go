@@ -3,13 +3,17 @@ package daemon
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/containerd/nri/pkg/stub"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -564,5 +568,57 @@ func TestDeployExampleStarts(t *testing.T) {
 	// reserved_cpu_count = 2 on ht-1s-4c: the whole core 0 = {0,4}.
 	if v := d.State(); v.Reserved != "0,4" {
 		t.Errorf("reserved %q, want 0,4", v.Reserved)
+	}
+}
+
+// When the connection to the runtime is lost (runtime restart), the daemon
+// (external mode) reconnects with backoff and synchronizes again from its
+// in-memory state. The connection is cut from the plugin's side through a
+// dialer; pkg/adaptation's Stop does not close external plugins.
+func TestReconnectAfterConnectionLoss(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	var mu sync.Mutex
+	var conns []net.Conn
+	dialer := func(path string) (net.Conn, error) {
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+		return c, err
+	}
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo, WithStubOptions(stub.WithDialer(dialer)))
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c2, _, err := rt.create(g1, "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
+	waitFor(t, "the daemon's second Synchronize", func() bool {
+		r.d.mu.Lock()
+		defer r.d.mu.Unlock()
+		return r.d.syncs >= 2
+	})
+	waitFor(t, "connected", r.d.Connected)
+	mu.Lock()
+	n := len(conns)
+	mu.Unlock()
+	if n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+	// c2 still holds core 1; the next 2-CPU container gets core 2.
+	g2 := rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"})
+	c3, _, err := rt.create(g2, "c3", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.cpus(c2) != "1,5" || rt.cpus(c3) != "2,6" {
+		t.Errorf("after reconnect c2 %q c3 %q, want 1,5 and 2,6", rt.cpus(c2), rt.cpus(c3))
 	}
 }

@@ -112,15 +112,12 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	released := 0
 	// Step 1: forget containers that are gone; release their CPUs unless a
 	// live container of the same pod and name (a restart) holds them.
+	liveIDs := make(map[string]bool, len(liveCtrs))
+	for _, c := range liveCtrs {
+		liveIDs[c.GetId()] = true
+	}
 	for id, r := range d.ctrs {
-		stillLive := false
-		for _, c := range liveCtrs {
-			if c.GetId() == id {
-				stillLive = true
-				break
-			}
-		}
-		if stillLive {
+		if liveIDs[id] {
 			recs[id] = r
 			continue
 		}

@@ -91,6 +91,10 @@ func (d *Daemon) restore() error {
 	var corrupt *checkpoint.CorruptError
 	switch {
 	case err == nil:
+		if d.kubeletFile != "" {
+			d.log.WithFields(logrus.Fields{"file": d.kubeletFile, "checkpoint": d.ckpt.Path()}).
+				Info("a checkpoint exists: the kubelet state is imported only on a first start; ignoring it")
+		}
 		fp := fingerprint(d.cfg, d.engine, d.topo.CPUs())
 		st, notes, ferr := d.engine.FromSnapshot(p.Engine)
 		if ferr != nil {
