@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -66,6 +67,35 @@ func DeviceNUMANode(root, kind string, major, minor int64) (node int, ok bool, e
 		return n, true, nil
 	}
 	return 0, false, nil
+}
+
+// Device is a device node of a container, as the runtime lists it: kind
+// "char" or "block" and its major:minor numbers.
+type Device struct {
+	Kind         string
+	Major, Minor int64
+}
+
+// DeviceNUMANodes returns the distinct NUMA nodes of a container's devices,
+// ascending, for one device hint provider (policy.Engine.DeviceHints):
+// the container holds all of them, so its hints must cover every node.
+// Devices without NUMA affinity are skipped; an empty result means no
+// preference. The first error stops the walk (it names the file).
+func DeviceNUMANodes(root string, devs []Device) ([]int, error) {
+	seen := map[int]bool{}
+	var nodes []int
+	for _, d := range devs {
+		n, ok, err := DeviceNUMANode(root, d.Kind, d.Major, d.Minor)
+		if err != nil {
+			return nil, err
+		}
+		if ok && !seen[n] {
+			seen[n] = true
+			nodes = append(nodes, n)
+		}
+	}
+	sort.Ints(nodes)
+	return nodes, nil
 }
 
 // maxDeviceNUMANode bounds the node ids DeviceNUMANode accepts: hints.Mask

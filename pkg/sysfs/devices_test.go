@@ -113,3 +113,23 @@ func TestDeviceNUMANodeMissingRoot(t *testing.T) {
 		t.Fatal("missing root accepted")
 	}
 }
+
+func TestDeviceNUMANodes(t *testing.T) {
+	root := t.TempDir()
+	writeDeviceTree(t, root)
+	nodes, err := DeviceNUMANodes(root, []Device{
+		{"char", 240, 0},   // node 1
+		{"char", 1, 3},     // no affinity
+		{"char", 231, 192}, // node 0
+		{"block", 259, 0},  // node 1 again
+	})
+	if err != nil || len(nodes) != 2 || nodes[0] != 0 || nodes[1] != 1 {
+		t.Fatalf("DeviceNUMANodes = %v, %v; want [0 1]", nodes, err)
+	}
+	if _, err := DeviceNUMANodes(root, []Device{{"char", 240, 0}, {"char", 10, 200}}); err == nil {
+		t.Fatal("unparsable numa_node accepted")
+	}
+	if nodes, err := DeviceNUMANodes(root, nil); err != nil || len(nodes) != 0 {
+		t.Fatalf("no devices: %v, %v", nodes, err)
+	}
+}
