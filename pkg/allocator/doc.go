@@ -45,9 +45,9 @@
 //     would take its last CPU is refused with InsufficientCPUs; the kubelet
 //     can empty it under strict-cpu-reservation.
 //   - A pod's reusable init-container CPUs exclude CPUs another pod holds
-//     (reachable only through Assign), and Assign accepts overlap between
-//     containers of the same pod (init-container reuse as restored from a
-//     checkpoint).
+//     (reachable only through Assign). AssignReusing restores the
+//     same-pod overlaps init-container reuse creates; Assign refuses any
+//     overlap.
 //
 // Everything else, including what looks accidental (the partial uncore
 // step's exact-match and need%2 quirks, full-pcpus-only checks running

@@ -312,13 +312,21 @@ func TestAssign(t *testing.T) {
 			}
 		})
 	}
-	// Same pod may overlap (init-container reuse restored from a checkpoint).
-	st2, err := s.Assign(st, "p", "b", mustParse(t, "3,7"))
+	// Another container of the same pod is "another container" too.
+	if _, err := s.Assign(st, "p", "b", mustParse(t, "3,7")); reasonOf(err) != "InvalidState" {
+		t.Errorf("same-pod overlap: got %v, want InvalidState", err)
+	}
+	// AssignReusing accepts it (init-container reuse restored from a
+	// checkpoint), but still not another pod's CPUs.
+	st2, err := s.AssignReusing(st, "p", "b", mustParse(t, "3,7"))
 	if err != nil {
 		t.Fatalf("same-pod overlap refused: %v", err)
 	}
 	if err := s.Validate(st2); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := s.AssignReusing(st2, "q", "b", mustParse(t, "7")); reasonOf(err) != "InvalidState" {
+		t.Errorf("other-pod overlap through AssignReusing: got %v", err)
 	}
 	// Re-assigning a container replaces its CPUs.
 	st3, err := s.Assign(st, "p", "a", mustParse(t, "5"))

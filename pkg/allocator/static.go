@@ -343,12 +343,24 @@ func (s *Static) Release(st State, pod, container string) State {
 	return next
 }
 
-// Assign restores an exclusive assignment (from a checkpoint or imported
-// kubelet state). Every CPU must be online, not reserved, and not held by a
-// container of another pod (containers of the same pod may share CPUs, as
-// after init-container reuse); otherwise *InvalidStateError. An existing
-// assignment of the container is replaced.
+// Assign restores an exclusive assignment (from a checkpoint, imported
+// kubelet state or simulate's "assign"). Every CPU must be online, not
+// reserved and not held by any other container; otherwise
+// *InvalidStateError and st is returned unchanged. An existing assignment
+// of the same container is replaced.
 func (s *Static) Assign(st State, pod, container string, cpus cpuset.CPUSet) (State, error) {
+	return s.assign(st, pod, container, cpus, false)
+}
+
+// AssignReusing is Assign for restoring a checkpoint written after
+// init-container reuse: the CPUs may also be held by other containers of
+// the same pod (an app container running on its finished init container's
+// CPUs), never by another pod's.
+func (s *Static) AssignReusing(st State, pod, container string, cpus cpuset.CPUSet) (State, error) {
+	return s.assign(st, pod, container, cpus, true)
+}
+
+func (s *Static) assign(st State, pod, container string, cpus cpuset.CPUSet, samePodOK bool) (State, error) {
 	bad := func(format string, args ...any) (State, error) {
 		return st, &InvalidStateError{Pod: pod, Container: container, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -362,10 +374,13 @@ func (s *Static) Assign(st State, pod, container string, cpus cpuset.CPUSet) (St
 		return bad("CPUs %s are reserved", r)
 	}
 	for p, cs := range st.Assignments {
-		if p == pod {
+		if p == pod && samePodOK {
 			continue
 		}
 		for c, set := range cs {
+			if p == pod && c == container {
+				continue
+			}
 			if o := cpus.Intersection(set); !o.IsEmpty() {
 				return bad("CPUs %s are held by pod %q container %q", o, p, c)
 			}
