@@ -140,3 +140,36 @@ func allHaveHints(lists [][]Hint) bool {
 	}
 	return true
 }
+
+// BenchmarkMergeStrategies compares, on 8 NUMA nodes, the kubelet's walk
+// over every combination with the fold and the counting merge, for the
+// CPU hints of a small request (all 255 masks, single nodes preferred), a
+// NIC on node 5 and a GPU on node 4 (128 masks each) under best-effort.
+func BenchmarkMergeStrategies(b *testing.B) {
+	opts := DefaultOptions()
+	info := numaInfo(b, 8, nil, opts)
+	m := merger(b, PolicyBestEffort, info, opts)
+	var cpu []Hint
+	for _, mask := range info.Masks() {
+		cpu = append(cpu, Hint{Affinity: mask, Preferred: mask.Count() == 1})
+	}
+	lists := [][]Hint{cpu, DeviceHints(info, []int{5}), DeviceHints(info, []int{4})}
+	want, _ := bruteMerge(m, lists)
+	for _, s := range []struct {
+		name  string
+		merge func() Hint
+	}{
+		{"walk", func() Hint { h, _ := bruteMerge(m, lists); return h }},
+		{"fold", func() Hint { h, _ := m.mergeFold(lists); return h }},
+		{"count", func() Hint { h, _, _ := m.mergeCounted(lists, 8); return h }},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			if got := s.merge(); got != want {
+				b.Fatalf("%s = %v, want %v", s.name, got, want)
+			}
+			for i := 0; i < b.N; i++ {
+				s.merge()
+			}
+		})
+	}
+}
