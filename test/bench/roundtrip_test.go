@@ -1,0 +1,141 @@
+package bench_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
+	"github.com/nri-cpualign/nri-cpualign/test/bench"
+	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
+)
+
+// roundTripMachine is the machine of the round-trip benchmark: 256 CPUs,
+// the size of the decision target.
+const roundTripMachine = "epyc-9754"
+
+// BenchmarkCreateContainer is the full CreateContainer round trip over the
+// real NRI protocol in-process: the runtime side (pkg/adaptation) sends
+// CreateContainer over its socket to the daemon (internal/daemon, the same
+// code `nri-cpualign run` runs), which decides, writes and fsyncs its
+// checkpoint, and answers with the adjustment and the updates of the
+// shared-pool containers. Only the CreateContainer call is timed; the
+// container is stopped and removed again outside the timer, so every
+// iteration sees the same number of existing containers (0, 100, 500: one
+// in five exclusive with 2 CPUs, the rest shared). kind=exclusive creates
+// a Guaranteed 2-CPU container (the shared pool shrinks: every shared
+// container gets an update in the answer); kind=shared a Burstable one.
+// state=disk keeps the checkpoint on the root file system (ext4 here),
+// state=tmpfs on /dev/shm: the same encode, write, rename and fsync calls,
+// without the storage latency, to separate the plugin's own cost from the
+// disk's.
+func BenchmarkCreateContainer(b *testing.B) {
+	for _, storage := range []string{"disk", "tmpfs"} {
+		for _, existing := range []int{0, 100, 500} {
+			for _, kind := range []string{"exclusive", "shared"} {
+				b.Run(fmt.Sprintf("%s/cpus=256/existing=%d/kind=%s/state=%s", roundTripMachine, existing, kind, storage), func(b *testing.B) {
+					benchRoundTrip(b, existing, kind, storage)
+				})
+			}
+		}
+	}
+}
+
+func benchRoundTrip(b *testing.B, existing int, kind, storage string) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "nri-bench-") // short: unix socket path limit
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	rt, err := bench.StartRuntime(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Stop()
+	stateDir := dir + "/state"
+	if storage == "tmpfs" {
+		if stateDir, err = os.MkdirTemp("/dev/shm", "nri-bench-state-"); err != nil {
+			b.Skipf("no tmpfs at /dev/shm: %v", err)
+		}
+		defer os.RemoveAll(stateDir)
+	}
+
+	doc := fmt.Sprintf(`cpu_manager_policy = "static"
+reserved_cpu_count = %d
+topology_manager_policy = "best-effort"
+state_dir = %q
+socket_path = %q
+cgroup_root = %q
+metrics_address = ""
+reconcile_period = "0"
+log_level = "info"
+`, bench.ReservedCount, stateDir, rt.Socket, dir+"/cgroup")
+	cfg, err := config.Load([]byte(doc))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The daemon logs one line per decision at info, as deployed; the
+	// lines are formatted and discarded.
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	d, err := daemon.New(cfg, daemon.WithTopology(sysfstest.Load(b, roundTripMachine)), daemon.WithLogger(log))
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("daemon.Run: %v", err)
+		}
+	}()
+	if err := rt.WaitForPlugin(10 * time.Second); err != nil {
+		b.Fatal(err)
+	}
+	if err := rt.Populate(ctx, existing, 2); err != nil {
+		b.Fatal(err)
+	}
+
+	r := framework.GuaranteedCPUs(2)
+	if kind == "shared" {
+		r = framework.Resources{CPURequestMilli: 250, CPULimitMilli: 1000, MemLimit: 128 << 20}
+	}
+	pod, err := rt.RunPod(ctx, "bench", r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	samples := make([]time.Duration, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		c := rt.NewContainer(pod, fmt.Sprintf("c%d", i), r)
+		b.StartTimer()
+		t0 := time.Now()
+		_, err := rt.Create(ctx, pod, c)
+		samples[i] = time.Since(t0)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.StopRemove(ctx, pod, c); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportPercentiles(b, samples)
+	if got := rt.Containers(); got != existing {
+		b.Fatalf("%d containers in the runtime after the loop, want %d", got, existing)
+	}
+}
