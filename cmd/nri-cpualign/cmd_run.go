@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
@@ -76,7 +77,14 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	log := logrus.New()
 	log.SetOutput(stderr)
-	d, err := daemon.New(cfg, daemon.WithLogger(log), daemon.WithKubeletState(f.importKubelet))
+	opts := []daemon.Option{daemon.WithLogger(log), daemon.WithKubeletState(f.importKubelet)}
+	if os.Getenv(api.PluginSocketEnvVar) != "" && f.configFile == "" {
+		// Started by the runtime from its plugin directory: the policy
+		// configuration comes with Configure (the plugin's config file in
+		// the runtime's plugin config directory).
+		opts = append(opts, daemon.WithConfigFromRuntime())
+	}
+	d, err := daemon.New(cfg, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "nri-cpualign run: %v\n", err)
 		return exitUsage
@@ -136,10 +144,7 @@ func loadRunConfig(fs *flag.FlagSet, f runFlags) (config.Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
-	if f.importKubelet != "" {
-		if _, err := os.Stat(f.importKubelet); err != nil {
-			return cfg, fmt.Errorf("flag --import-kubelet-state: %w", err)
-		}
-	}
+	// --import-kubelet-state is read only on a first start (no checkpoint),
+	// so a missing file is an error only then (reported by the daemon).
 	return cfg, nil
 }

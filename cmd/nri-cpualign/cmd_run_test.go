@@ -44,7 +44,6 @@ func TestRunUsageErrors(t *testing.T) {
 			"reserved_system_cpus or reserved_cpu_count"},
 		{"bad flag value", []string{"--log-format", "xml"}, exitUsage, `key "log_format": bad value "xml"`},
 		{"bad reconcile period flag", []string{"--reconcile-period", "often"}, exitUsage, `--reconcile-period: bad value "often"`},
-		{"missing kubelet state", []string{"--import-kubelet-state", filepath.Join(cfgDir, "nope")}, exitUsage, "--import-kubelet-state"},
 		{"bad sysfs", []string{"--config", write("ok.toml", "reserved_cpu_count = 1\n"), "--sysfs-root", t.TempDir(), "--state-dir", t.TempDir()}, exitUsage,
 			"read topology"},
 		{"reserved offline", []string{"--config", write("off.toml", "reserved_system_cpus = \"0,99\"\n"), "--sysfs-root", sysfs, "--state-dir", t.TempDir()}, exitUsage,

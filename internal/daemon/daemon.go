@@ -70,6 +70,7 @@ type options struct {
 	log         *logrus.Logger
 	kubeletFile string
 	stubOpts    []stub.Option
+	fromRuntime bool
 }
 
 // WithTopology uses topo instead of reading sysfs_root.
@@ -82,6 +83,14 @@ func WithLogger(l *logrus.Logger) Option { return func(o *options) { o.log = l }
 // WithKubeletState imports the kubelet's cpu_manager_state file on a first
 // start (no checkpoint yet), adopting its exclusive assignments.
 func WithKubeletState(path string) Option { return func(o *options) { o.kubeletFile = path } }
+
+// WithConfigFromRuntime is for a plugin the runtime starts from its plugin
+// directory with no --config: the policy configuration then arrives with
+// the runtime's Configure, so New accepts a configuration the engine
+// refuses (e.g. the default static policy without a reservation) and the
+// engine is built, and the state restored, when Configure brings a valid
+// one. Configure fails if it brings none.
+func WithConfigFromRuntime() Option { return func(o *options) { o.fromRuntime = true } }
 
 // WithStubOptions adds NRI stub options (tests use it, e.g. for a dialer).
 func WithStubOptions(opts ...stub.Option) Option {
@@ -98,15 +107,19 @@ type Daemon struct {
 	metrics     *metrics
 
 	// mu guards everything below it. Handlers hold it for a whole event.
-	mu      sync.Mutex
-	cfg     config.Config
-	engine  *policy.Engine
-	st      policy.State
-	ctrs    map[string]ctrRecord // by container ID
-	gen     uint64               // bumped on every committed change
-	syncs   int                  // completed Synchronize calls
-	stub    stub.Stub            // current connection, nil between connections
-	syncedC chan struct{}        // closed after the first Synchronize
+	mu     sync.Mutex
+	cfg    config.Config
+	engine *policy.Engine // nil until configured (WithConfigFromRuntime)
+	// pendingErr is why engine is nil: the start-up configuration was
+	// refused and the runtime's Configure must bring a valid one.
+	pendingErr error
+	restored   bool // the checkpoint (or kubelet state) has been loaded
+	st         policy.State
+	ctrs       map[string]ctrRecord // by container ID
+	gen        uint64               // bumped on every committed change
+	syncs      int                  // completed Synchronize calls
+	stub       stub.Stub            // current connection, nil between connections
+	syncedC    chan struct{}        // closed after the first Synchronize
 
 	connected atomic.Bool
 	kickC     chan struct{} // wakes the update worker
@@ -138,8 +151,12 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		topo = t
 	}
 	engine, err := buildEngine(topo, cfg)
+	var pendingErr error
 	if err != nil {
-		return nil, err
+		if !o.fromRuntime {
+			return nil, err
+		}
+		pendingErr = err
 	}
 	d := &Daemon{
 		topo:        topo,
@@ -149,10 +166,13 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		stubOpts:    o.stubOpts,
 		cfg:         cfg,
 		engine:      engine,
-		st:          engine.NewState(),
+		pendingErr:  pendingErr,
 		ctrs:        map[string]ctrRecord{},
 		syncedC:     make(chan struct{}),
 		kickC:       make(chan struct{}, 1),
+	}
+	if engine != nil {
+		d.st = engine.NewState()
 	}
 	d.metrics = newMetrics(d)
 	return d, nil
@@ -225,8 +245,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
 	}
 	d.logStartup()
-	if err := d.restore(); err != nil {
-		return err
+	d.mu.Lock()
+	configured := d.engine != nil
+	d.mu.Unlock()
+	if configured {
+		if err := d.restore(); err != nil {
+			return err
+		}
+	} else {
+		d.log.WithField("start_up_config_error", d.pendingErr.Error()).
+			Info("waiting for the policy configuration from the runtime (pre-registered plugin)")
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -341,6 +369,9 @@ func (d *Daemon) logStartup() {
 	d.mu.Lock()
 	cfg, engine := d.cfg, d.engine
 	d.mu.Unlock()
+	if engine == nil {
+		return
+	}
 	d.log.WithFields(logrus.Fields{
 		"config":   cfg.Summary(),
 		"source":   cfg.Source(),
@@ -355,6 +386,11 @@ func (d *Daemon) logStartup() {
 // start-up and only logged when they differ.
 func (d *Daemon) configure(doc string) error {
 	if strings.TrimSpace(doc) == "" {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.engine == nil {
+			return fmt.Errorf("the runtime sent no plugin configuration and the start-up one is refused: %w", d.pendingErr)
+		}
 		return nil
 	}
 	in, err := config.Load([]byte(doc))
@@ -411,6 +447,14 @@ func (d *Daemon) configure(doc string) error {
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
+	if d.engine == nil {
+		// First configuration (pre-registered plugin): restore now.
+		d.cfg, d.engine, d.st, d.pendingErr = next, engine, engine.NewState(), nil
+		applyLogSettings(d.log, next)
+		d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String()}).
+			Info("effective configuration (from the runtime)")
+		return d.restoreLocked()
+	}
 	// The state built under the old engine is carried over through a
 	// snapshot, which the new engine reconciles (reserved set, options).
 	st, notes, err := engine.FromSnapshot(d.engine.Snapshot(d.st))
@@ -422,6 +466,7 @@ func (d *Daemon) configure(doc string) error {
 	}
 	d.cfg, d.engine, d.st = next, engine, st
 	applyLogSettings(d.log, next)
-	d.log.WithField("config", next.Summary()).Info("configuration from the runtime applied")
+	d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String()}).
+		Info("configuration from the runtime applied")
 	return nil
 }

@@ -622,3 +622,36 @@ func TestReconnectAfterConnectionLoss(t *testing.T) {
 		t.Errorf("after reconnect c2 %q c3 %q, want 1,5 and 2,6", rt.cpus(c2), rt.cpus(c3))
 	}
 }
+
+// A pre-registered plugin starts without --config: the engine waits for
+// the runtime's Configure, which must bring a valid configuration.
+func TestConfigFromRuntimeDeferred(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	cfg := config.Default()
+	cfg.StateDir = t.TempDir()
+	if _, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t))); err == nil {
+		t.Fatal("default static config without a reservation accepted without WithConfigFromRuntime")
+	}
+	d, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t)), WithConfigFromRuntime())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := d.State(); len(v.Containers) != 0 || v.Synchronized {
+		t.Errorf("unconfigured state %+v", v)
+	}
+	if err := d.configure(""); err == nil || !strings.Contains(err.Error(), "reserved_system_cpus or reserved_cpu_count") {
+		t.Errorf("Configure without a config = %v", err)
+	}
+	if _, err := (&plugin{d: d}).Synchronize(t.Context(), nil, nil); err == nil || !strings.HasPrefix(err.Error(), "InvalidConfig") {
+		t.Errorf("Synchronize before configuration = %v", err)
+	}
+	if err := d.configure("reserved_cpu_count = 2\n"); err != nil {
+		t.Fatal(err)
+	}
+	if v := d.State(); v.Reserved != "0,4" || v.Shared != "0-7" {
+		t.Errorf("after Configure: %+v", v)
+	}
+	if !d.restored {
+		t.Error("state not restored after the first Configure")
+	}
+}

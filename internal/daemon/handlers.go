@@ -86,6 +86,9 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	d := p.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.engine == nil {
+		return nil, fmt.Errorf("InvalidConfig: not configured: %w", d.pendingErr)
+	}
 
 	podByID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
@@ -242,6 +245,9 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.engine == nil {
+		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", d.pendingErr)
+	}
 	start := time.Now()
 	next, dec, err := d.engine.Add(d.st, req)
 	d.metrics.observeAdmission(req, err, time.Since(start))

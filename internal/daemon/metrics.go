@@ -138,6 +138,9 @@ func (m *metrics) observeDecision(dec policy.Decision, topo *topology.Topology) 
 // updateGauges refreshes the pool gauges; the caller holds d.mu.
 func (m *metrics) updateGauges() {
 	d := m.d
+	if d.engine == nil {
+		return
+	}
 	exclusive := cpuset.New()
 	for _, byName := range d.st.Alloc.Assignments {
 		for _, cpus := range byName {
@@ -180,6 +183,9 @@ type ContainerView struct {
 func (d *Daemon) State() StateView {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.engine == nil {
+		return StateView{Policy: d.cfg.CPUManagerPolicy, Containers: []ContainerView{}}
+	}
 	v := StateView{
 		Connected:    d.connected.Load(),
 		Synchronized: d.syncs > 0,

@@ -86,6 +86,12 @@ func (d *Daemon) persist(st policy.State, ctrs map[string]ctrRecord) error {
 func (d *Daemon) restore() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.restoreLocked()
+}
+
+// restoreLocked is restore with d.mu held.
+func (d *Daemon) restoreLocked() error {
+	d.restored = true
 	var p payload
 	err := d.ckpt.Load(&p)
 	var corrupt *checkpoint.CorruptError
