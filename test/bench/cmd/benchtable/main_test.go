@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// sample is benchmark output as go test prints it, with a log line
+// splitting one result (the name first, the figures on a later line) and
+// unrelated lines around.
+const sample = `goos: linux
+pkg: github.com/nri-cpualign/nri-cpualign/test/bench
+BenchmarkDecision/ht-1s-4c/cpus=8/numa=1/l3=1/occ=90/opts=packed/req=2-2         	    2000	      3000 ns/op	        66.67 occ-pct	      2500 p50-ns	      9000 p99-ns	    1200 B/op	      20 allocs/op
+BenchmarkDecision/epyc-9754/cpus=256/numa=1/l3=16/occ=0/opts=full-pcpus-only/req=8-2 	    2000	     12000 ns/op	         0 occ-pct	     11000 p50-ns	     25000 p99-ns	   30000 B/op	      60 allocs/op
+BenchmarkScaling/gen-16/cpus=16/numa=2/l3=1/occ=50/opts=packed/req=4-2           	    2000	      2000 ns/op	        50 occ-pct	      1900 p50-ns	      4000 p99-ns	     900 B/op	      10 allocs/op
+BenchmarkScaling/gen-1024/cpus=1024/numa=8/l3=64/occ=50/opts=packed/req=8-2      	    2000	    128000 ns/op	        50 occ-pct	    120000 p50-ns	    200000 p99-ns	   80000 B/op	     100 allocs/op
+BenchmarkCreateContainer/epyc-9754/cpus=256/existing=500/kind=exclusive/state=disk-2 	time="x" level=warning msg="slow"
+     100	   2500000 ns/op	   2000000 p50-ns	   9000000 p99-ns	 2600000 B/op	   14000 allocs/op
+PASS
+`
+
+func TestParse(t *testing.T) {
+	rows, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 5 {
+		t.Fatalf("%d rows, want 5", len(rows))
+	}
+	tests := []struct {
+		name                string
+		i                   int
+		bench, machine, key string
+		value               string
+		metric              string
+		want                float64
+	}{
+		{"first decision", 0, "BenchmarkDecision", "ht-1s-4c", "occ", "90", "ns/op", 3000},
+		{"allocs", 1, "BenchmarkDecision", "epyc-9754", "opts", "full-pcpus-only", "allocs/op", 60},
+		{"GOMAXPROCS suffix stripped", 3, "BenchmarkScaling", "gen-1024", "req", "8", "p99-ns", 200000},
+		{"split line", 4, "BenchmarkCreateContainer", "epyc-9754", "state", "disk", "p50-ns", 2000000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rows[tt.i]
+			if r.bench != tt.bench || r.machine != tt.machine || r.param(tt.key) != tt.value || r.metrics[tt.metric] != tt.want {
+				t.Errorf("row %d = %+v; want bench %s machine %s %s=%s %s=%v", tt.i, r, tt.bench, tt.machine, tt.key, tt.value, tt.metric, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseBadValue(t *testing.T) {
+	_, err := parse(strings.NewReader("BenchmarkDecision/x/cpus=8-2   10   12x ns/op\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 1") || !strings.Contains(err.Error(), `"12x"`) {
+		t.Fatalf("err = %v, want one naming line 1 and the value", err)
+	}
+}
+
+func TestRender(t *testing.T) {
+	rows, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	render(&out, rows)
+	got := out.String()
+	for _, want := range []string{
+		// ht-1s-4c: 90% nominal, Fill stopped at 66.67% (keeps room for the request).
+		"| ht-1s-4c | 8 | 1 | 1 | 90 (67) | packed | 2 | 3000 | 2.50 | 9.00 | 20 | 1200 |",
+		"| epyc-9754 | 256 | 1 | 16 | 0 | full-pcpus-only | 8 | 12000 | 11.0 | 25.0 | 60 | 30000 |",
+		"| epyc-9754 | 500 | exclusive | disk | 2500 | 2000 | 9000 | 14000 | 2600000 |",
+		// 2 µs at 16 CPUs, 128 µs at 1024: ×64 time for ×64 CPUs is k = 1.
+		"| packed | 50 | 2.00 | 128 | 1.00 |",
+		"worst p99 25.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): missed",
+		"p50 2000 µs, p99 9000 µs: missed",
+		"largest growth exponent k = 1.00 (packed, occupancy 50%): met",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q; output:\n%s", want, got)
+		}
+	}
+}
