@@ -86,3 +86,18 @@ func BenchmarkCPUHints(b *testing.B) {
 		_ = s.CPUHints(st, req)
 	}
 }
+
+// BenchmarkCPUSetBoundary is the floor the State contract (cpuset.CPUSet
+// fields) puts under a decision on a 256-CPU machine: reading the shared
+// pool into a bitset and building the next shared pool (255 CPUs).
+func BenchmarkCPUSetBoundary(b *testing.B) {
+	topo := sysfstest.Load(b, "epyc-9754")
+	m := newMachine(topo)
+	def := topo.CPUs()
+	b.ReportAllocs()
+	for b.Loop() {
+		bits := m.toBits(def)
+		bits.clear(0)
+		_ = m.toSet(bits)
+	}
+}
