@@ -655,3 +655,47 @@ func TestConfigFromRuntimeDeferred(t *testing.T) {
 		t.Error("state not restored after the first Configure")
 	}
 }
+
+// On the two-socket fixture ht-2s-6c (NUMA 0 = socket 0 = CPUs 0-5,12-17,
+// NUMA 1 = 6-11,18-23, siblings N and N+12) with single-numa-node, a
+// container lands in one NUMA node with that node's memory, and one that
+// cannot fit in any single node is refused with TopologyAffinityError.
+func TestSingleNUMANodeThroughNRI(t *testing.T) {
+	topo := loadFixture(t, "ht-2s-6c")
+	rt := startRuntime(t)
+	startDaemon(t, rt, testConfig(t, rt, t.TempDir(),
+		"cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,12\"\ntopology_manager_policy = \"single-numa-node\"\n"), topo)
+
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	four, _, err := rt.create(g1, "four", 4000, 4000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both nodes fit 4 CPUs; the tie goes to the lower mask, NUMA 0, where
+	// the lowest free whole cores are 1 and 2 = {1,13} and {2,14}.
+	if got, mems := rt.cpus(four), rt.mems(four); got != "1-2,13-14" || mems != "0" {
+		t.Errorf("four: cpus %q mems %q, want 1-2,13-14 and 0", got, mems)
+	}
+	// 14 CPUs: 18 are free (6 in NUMA 0, 12 in NUMA 1) but no single node
+	// holds 14.
+	g2 := rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"})
+	_, _, err = rt.create(g2, "big", 14000, 14000)
+	if err == nil {
+		t.Fatal("14 CPUs under single-numa-node admitted")
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "desc = "); i >= 0 {
+		msg = msg[i+len("desc = "):]
+	}
+	if !strings.HasPrefix(msg, "TopologyAffinityError") {
+		t.Errorf("rejection %q does not start with TopologyAffinityError", msg)
+	}
+	// 12 CPUs fit NUMA 1 exactly.
+	twelve, _, err := rt.create(g2, "twelve", 12000, 12000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, mems := rt.cpus(twelve), rt.mems(twelve); got != "6-11,18-23" || mems != "1" {
+		t.Errorf("twelve: cpus %q mems %q, want 6-11,18-23 and 1", got, mems)
+	}
+}
