@@ -6,10 +6,6 @@ import "math/bits"
 // 2^n entries per resource.
 const maxCountedNodes = 10
 
-// countModulus is the prime 2^61-1; combination counts stay below it (see
-// mergeCounted), so counting modulo it is exact.
-const countModulus = 1<<61 - 1
-
 // mergeCounted is mergeLists for a machine whose nodes are 0..n-1 (n <=
 // maxCountedNodes) and whose hints name no other node. It does not walk
 // the combinations:
@@ -23,9 +19,11 @@ const countModulus = 1<<61 - 1
 //     of combinations whose AND is exactly A is found with the superset-sum
 //     transform: per resource F[S] = hints whose mask contains S; their
 //     product counts combinations whose AND contains S; the inverse
-//     transform leaves the exact counts. Counts are exact as long as the
-//     product of the list lengths stays below the modulus; beyond that
-//     ok=false and the caller folds instead.
+//     transform leaves the exact counts. Every true count is at most the
+//     product of the list lengths; while that fits in 64 bits, wrapping
+//     uint64 arithmetic (arithmetic modulo 2^64, where the inverse
+//     transform's negative intermediates are harmless) gives the counts
+//     exactly. Beyond that ok=false and the caller folds instead.
 //
 // Cost: O(resources x n x 2^n) instead of the product of the list lengths.
 func (m *Merger) mergeCounted(lists [][]Hint, n int) (best Hint, found, ok bool) {
@@ -34,7 +32,7 @@ func (m *Merger) mergeCounted(lists [][]Hint, n int) (best Hint, found, ok bool)
 	combos := uint64(1)
 	for _, hs := range lists {
 		hi, lo := bits.Mul64(combos, uint64(len(hs)))
-		if hi != 0 || lo >= countModulus {
+		if hi != 0 {
 			return Hint{}, false, false
 		}
 		combos = lo
@@ -101,7 +99,7 @@ func (m *Merger) mergeCounted(lists [][]Hint, n int) (best Hint, found, ok bool)
 		}
 		supersetSum(f, n)
 		for i := range prod {
-			prod[i] = mulMod(prod[i], f[i])
+			prod[i] *= f[i]
 		}
 	}
 	supersetDiff(prod, n)
@@ -119,7 +117,7 @@ func supersetSum(f []uint64, n int) {
 		bit := 1 << b
 		for s := range f {
 			if s&bit == 0 {
-				f[s] = (f[s] + f[s|bit]) % countModulus
+				f[s] += f[s|bit]
 			}
 		}
 	}
@@ -131,13 +129,8 @@ func supersetDiff(f []uint64, n int) {
 		bit := 1 << b
 		for s := range f {
 			if s&bit == 0 {
-				f[s] = (f[s] + countModulus - f[s|bit]) % countModulus
+				f[s] -= f[s|bit]
 			}
 		}
 	}
-}
-
-func mulMod(a, b uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	return bits.Rem64(hi, lo, countModulus)
 }
