@@ -132,11 +132,16 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	}
 
 	// The NUMA-node limit binds only a policy that merges hints, as in the
-	// kubelet; under none the info only serves device hints.
-	limitOpts := topoOpts
-	if cfg.TopologyPolicy == hints.PolicyNone {
-		limitOpts.MaxAllowableNUMANodes = hints.MaxNUMANodes
+	// kubelet, and counts every NUMA node the kubelet sees, memory-only ones
+	// included, although hints only name nodes with CPUs.
+	if cfg.TopologyPolicy != hints.PolicyNone {
+		nodes := len(cpuset.New(topo.NUMANodes()...).Union(cpuset.New(topo.MemoryNodes()...)).List())
+		if nodes > topoOpts.MaxAllowableNUMANodes {
+			return nil, &ConfigError{Key: KeyTopologyManagerPolicyOptions, Err: &hints.TooManyNUMANodesError{Nodes: nodes, Max: topoOpts.MaxAllowableNUMANodes}}
+		}
 	}
+	limitOpts := topoOpts
+	limitOpts.MaxAllowableNUMANodes = hints.MaxNUMANodes
 	e.numa, err = hints.NewNUMAInfo(topo.NUMANodes(), topo.Distances(), limitOpts)
 	if err != nil {
 		return nil, &ConfigError{Key: KeyTopologyManagerPolicyOptions, Err: err}

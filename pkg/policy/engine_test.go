@@ -517,6 +517,8 @@ func TestConfigErrors(t *testing.T) {
 		{"reserved offline", nil, policy.Config{CPUManagerPolicy: "static", ReservedCPUs: cpuset.New(0, 99)}, "reserved_system_cpus", []string{"99"}},
 		{"reserved count too big", nil, policy.Config{CPUManagerPolicy: "static", ReservedCount: 24}, "reserved_cpu_count", []string{"24"}},
 		{"nine NUMA nodes", nineNUMA, policy.Config{CPUManagerPolicy: "static", TopologyPolicy: "best-effort"}, "topology_manager_policy_options", []string{"8", "9", "max-allowable-numa-nodes"}},
+		// The kubelet counts memory-only nodes too: 8 with CPUs + 2 = 10.
+		{"memory-only nodes count", numaTopology(t, 8, 2), policy.Config{CPUManagerPolicy: "static", TopologyPolicy: "restricted"}, "topology_manager_policy_options", []string{"at most 8", "has 10"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -548,11 +550,18 @@ func TestConfigErrors(t *testing.T) {
 }
 
 // nineNodeTopology is a machine with nine NUMA nodes of two CPUs each.
-func nineNodeTopology(t *testing.T) *topology.Topology {
+func nineNodeTopology(t *testing.T) *topology.Topology { return numaTopology(t, 9, 0) }
+
+// numaTopology is a machine with cpuNodes NUMA nodes of two CPUs each and
+// memOnly more nodes with memory and no CPU.
+func numaTopology(t *testing.T, cpuNodes, memOnly int) *topology.Topology {
 	t.Helper()
 	var m topology.Machine
 	m.MemoryBytes = map[int]uint64{}
-	for n := 0; n < 9; n++ {
+	for n := cpuNodes; n < cpuNodes+memOnly; n++ {
+		m.MemoryBytes[n] = 1 << 30
+	}
+	for n := 0; n < cpuNodes; n++ {
 		for i := 0; i < 2; i++ {
 			cpu := 2*n + i
 			m.CPUs = append(m.CPUs, topology.CPUInfo{CPU: cpu, Core: cpu, Socket: 0, NUMA: n})
