@@ -450,6 +450,7 @@ func (d *Daemon) configure(doc string) error {
 	if d.engine == nil {
 		// First configuration (pre-registered plugin): restore now.
 		d.cfg, d.engine, d.st, d.pendingErr = next, engine, engine.NewState(), nil
+		d.kick() // the worker picks up a new reconcile_period
 		applyLogSettings(d.log, next)
 		d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String()}).
 			Info("effective configuration (from the runtime)")
@@ -465,6 +466,7 @@ func (d *Daemon) configure(doc string) error {
 		d.log.WithField("note", n).Warn("state reconciled with the runtime's configuration")
 	}
 	d.cfg, d.engine, d.st = next, engine, st
+	d.kick() // the worker picks up a new reconcile_period
 	applyLogSettings(d.log, next)
 	d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String()}).
 		Info("configuration from the runtime applied")

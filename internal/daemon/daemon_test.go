@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/stub"
 
@@ -698,4 +699,27 @@ func TestSingleNUMANodeThroughNRI(t *testing.T) {
 	if got, mems := rt.cpus(twelve), rt.mems(twelve); got != "6-11,18-23" || mems != "1" {
 		t.Errorf("twelve: cpus %q mems %q, want 6-11,18-23 and 1", got, mems)
 	}
+}
+
+// The loop runs every reconcile_period by itself.
+func TestReconcileLoopPeriod(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	cfg := testConfig(t, rt, t.TempDir(), reserveCore0)
+	cfg.ReconcilePeriod = config.Duration(50 * time.Millisecond)
+	startDaemon(t, rt, cfg, topo)
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c2, _, err := rt.create(g1, "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Something else moves c2 onto the reserved core; the loop puts it back
+	// on core 1.
+	if err := os.WriteFile(rt.cgroupFile(c2), []byte("0,4\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c2's cgroup restored to 1,5", func() bool {
+		b, _ := os.ReadFile(rt.cgroupFile(c2))
+		return strings.TrimSpace(string(b)) == "1,5"
+	})
 }

@@ -121,15 +121,30 @@ func (d *Daemon) kick() {
 // shared pool to every shared-pool container; every reconcile_period, the
 // right cpuset to every container whose cgroup drifted.
 func (d *Daemon) updateWorker(ctx context.Context) {
-	cfg := d.Config()
-	reader := newCgroupReader(cfg.CgroupRoot)
-	var tick <-chan time.Time
-	if period := time.Duration(cfg.ReconcilePeriod); period > 0 {
-		t := time.NewTicker(period)
-		defer t.Stop()
-		tick = t.C
-	}
+	reader := newCgroupReader(d.Config().CgroupRoot)
+	var (
+		ticker *time.Ticker
+		tick   <-chan time.Time
+		period time.Duration
+	)
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
 	for {
+		// The runtime's Configure may change the period (pre-registered
+		// plugin); it kicks the worker, which picks the new one up here.
+		if p := time.Duration(d.Config().ReconcilePeriod); p != period {
+			if ticker != nil {
+				ticker.Stop()
+				ticker, tick = nil, nil
+			}
+			if period = p; p > 0 {
+				ticker = time.NewTicker(p)
+				tick = ticker.C
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -141,7 +156,9 @@ func (d *Daemon) updateWorker(ctx context.Context) {
 	}
 }
 
-// pushShared sends the shared pool to every shared-pool container.
+// pushShared sends the shared pool to every shared-pool container. If a
+// handler changed the state while the updates were on their way, they may
+// be stale: it runs again with the new state.
 func (d *Daemon) pushShared() {
 	d.mu.Lock()
 	s := d.stub
@@ -149,6 +166,7 @@ func (d *Daemon) pushShared() {
 		d.mu.Unlock()
 		return
 	}
+	gen := d.gen
 	updates := d.sharedUpdates("")
 	d.mu.Unlock()
 	if len(updates) == 0 {
@@ -156,6 +174,12 @@ func (d *Daemon) pushShared() {
 	}
 	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
 		d.log.WithError(err).WithField("failed", len(failed)).Warn("pushing the shared pool to containers failed; the reconcile loop will retry")
+	}
+	d.mu.Lock()
+	changed := d.gen != gen
+	d.mu.Unlock()
+	if changed {
+		d.kick()
 	}
 }
 
@@ -244,6 +268,14 @@ func (d *Daemon) reconcile(reader cgroupReader) int {
 	d.metrics.drift.Add(float64(len(updates)))
 	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
 		d.log.WithError(err).WithField("failed", len(failed)).Warn("reconcile: restoring cpusets failed; retrying next period")
+	}
+	// A handler that committed meanwhile may have made these stale; the
+	// shared pool is pushed again from the new state.
+	d.mu.Lock()
+	changed := d.gen != gen
+	d.mu.Unlock()
+	if changed {
+		d.kick()
 	}
 	return len(updates)
 }
