@@ -47,3 +47,13 @@ IMAGE_ARCHIVE ?= _output/nri-cpualign-image.tar
 .PHONY: image
 image:
 	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) VERSION=$(VERSION) bash scripts/image.sh
+
+## bench: the performance figures (decision latency on every fixture and on
+## 16-1024 CPU machines, CreateContainer round trip, daemon RSS) as one table;
+## bench-cri adds the plugin's latency on the real containerd (root, flock)
+.PHONY: bench bench-cri
+bench:
+	bash scripts/bench.sh
+
+bench-cri:
+	bash scripts/bench.sh --cri
