@@ -321,6 +321,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 func (d *Daemon) newStub() (stub.Stub, error) {
 	cfg := d.Config()
 	opts := []stub.Option{
+		stub.WithLogger(nriLogger{d.log.WithField("component", "nri-stub")}),
 		stub.WithSocketPath(cfg.SocketPath),
 		stub.WithOnClose(func() {
 			d.connected.Store(false)
@@ -343,6 +344,15 @@ func (d *Daemon) newStub() (stub.Stub, error) {
 	d.setStub(s)
 	return s, nil
 }
+
+// nriLogger routes the NRI stub's own messages through the daemon's
+// logger, so that they share its format and level.
+type nriLogger struct{ e *logrus.Entry }
+
+func (l nriLogger) Debugf(_ context.Context, format string, args ...any) { l.e.Debugf(format, args...) }
+func (l nriLogger) Infof(_ context.Context, format string, args ...any)  { l.e.Infof(format, args...) }
+func (l nriLogger) Warnf(_ context.Context, format string, args ...any)  { l.e.Warnf(format, args...) }
+func (l nriLogger) Errorf(_ context.Context, format string, args ...any) { l.e.Errorf(format, args...) }
 
 func (d *Daemon) setStub(s stub.Stub) {
 	d.mu.Lock()
