@@ -148,6 +148,30 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	// Step 2: place containers the index does not know, oldest first:
 	// those holding an assignment are adopted, the others admitted now.
 	sort.SliceStable(liveCtrs, func(i, j int) bool { return liveCtrs[i].GetCreatedAt() < liveCtrs[j].GetCreatedAt() })
+	// Step 2a, before any admission: a running container whose exclusive
+	// assignment the state lost (corrupt checkpoint set aside, entry
+	// dropped while reconciling) keeps the CPUs the runtime says it runs
+	// on, when they are exactly its exclusive count and still free;
+	// admitting it afresh would move a running latency-critical container.
+	for _, c := range liveCtrs {
+		pod := podByID[c.GetPodSandboxId()]
+		if _, ok := d.engine.Assignment(st, podKey(pod), c.GetName()); ok {
+			continue
+		}
+		if r, known := recs[c.GetId()]; known && !r.Exclusive {
+			continue
+		}
+		n := d.exclusiveCount(requestFor(pod, c))
+		have, err := cpuset.Parse(c.GetLinux().GetResources().GetCpu().GetCpus())
+		if n == 0 || err != nil || have.Size() != n {
+			continue
+		}
+		if next, err := d.engine.Assign(st, podKey(pod), c.GetName(), have); err == nil {
+			st = next
+			d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": c.GetName(), "id": c.GetId(), "cpus": have.String()}).
+				Warn("state had no assignment for a running exclusive container; kept the CPUs it runs on")
+		}
+	}
 	placed := 0
 	for _, c := range liveCtrs {
 		pod := podByID[c.GetPodSandboxId()]
