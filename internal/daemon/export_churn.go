@@ -1,0 +1,36 @@
+package daemon
+
+// Test hooks for tests outside this package that drive the daemon in-process
+// (test/churn: the model-based churn test and the concurrency test). They
+// expose nothing the daemon does not already hold and change nothing; they
+// are not part of the plugin's behaviour and tools should not use them.
+
+import (
+	"context"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
+
+// EngineState returns the engine and the committed engine state, read
+// together under the daemon's lock (test hook: the invariant checker needs
+// both, consistently).
+func (d *Daemon) EngineState() (*policy.Engine, policy.State) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.engine, d.st
+}
+
+// Handlers are the plugin's NRI event handlers.
+type Handlers interface {
+	CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error)
+	StopContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error)
+	RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
+	RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error
+}
+
+// Handlers returns the plugin's event handlers (test hook: the concurrency
+// test calls them from many goroutines at once, without the serialization
+// of NRI's runtime side, to show the daemon's own locking suffices).
+func (d *Daemon) Handlers() Handlers { return &plugin{d: d} }

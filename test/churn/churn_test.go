@@ -1,0 +1,998 @@
+// Package churn holds the reliability tests of nri-cpualign that drive the
+// real plugin (internal/daemon, in-process) over the real NRI protocol with
+// NRI's own runtime side (pkg/adaptation): the model-based churn test with
+// crashes, corrupt checkpoints and runtime reconnects, the concurrency test
+// and the security checks. Every step is checked with internal/invariant.
+//
+// Replay a failure with the seed and op count it prints:
+//
+//	CHURN_SEED=<seed> CHURN_OPS=<ops> go test -race -run 'TestChurn/<config>' ./test/churn
+//
+// `make churn OPS=100000` runs a long one.
+package churn
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"math/rand"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
+	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
+	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
+	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
+)
+
+var (
+	seedFlag = flag.Int64("churn.seed", 0, "seed of TestChurn (0: $CHURN_SEED, else the clock)")
+	opsFlag  = flag.Int("churn.ops", 0, "operations of TestChurn over all configurations (0: $CHURN_OPS, else 10000)")
+)
+
+// defaultOps is the churn length of `make test`.
+const defaultOps = 10000
+
+// setup is one fixture machine with one option set.
+type setup struct {
+	name, fixture, toml string
+}
+
+// setups: six machines, six option sets, covering both CPU policies, every
+// topology manager policy but none-with-pod-scope, both scopes, and the
+// static options that change placement or admission.
+var setups = []setup{
+	{"ht-2s-6c_static", "ht-2s-6c", `cpu_manager_policy = "static"
+reserved_cpu_count = 2
+`},
+	{"epyc-7303-2p_full-pcpus_single-numa", "epyc-7303-2p", `cpu_manager_policy = "static"
+reserved_cpu_count = 4
+topology_manager_policy = "single-numa-node"
+[cpu_manager_policy_options]
+full-pcpus-only = "true"
+`},
+	{"ht-2s-4numa-80_distribute-numa_restricted_pod", "ht-2s-4numa-80", `cpu_manager_policy = "static"
+reserved_system_cpus = "0,40"
+topology_manager_policy = "restricted"
+topology_manager_scope = "pod"
+[cpu_manager_policy_options]
+distribute-cpus-across-numa = "true"
+`},
+	{"ampere-altra_uncore_strict_best-effort", "ampere-altra", `cpu_manager_policy = "static"
+reserved_cpu_count = 8
+topology_manager_policy = "best-effort"
+[cpu_manager_policy_options]
+prefer-align-cpus-by-uncorecache = "true"
+strict-cpu-reservation = "true"
+`},
+	{"offline-cpu_spread-cores", "offline-cpu", `cpu_manager_policy = "static"
+reserved_system_cpus = "0"
+[cpu_manager_policy_options]
+distribute-cpus-across-cores = "true"
+`},
+	{"ht-1s-4c_none", "ht-1s-4c", `cpu_manager_policy = "none"
+`},
+}
+
+func envInt(name string) int64 {
+	v, err := strconv.ParseInt(os.Getenv(name), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// TestChurn runs random operations over every setup and checks the
+// invariants after each one. The op count is split evenly over the setups.
+func TestChurn(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = envInt("CHURN_SEED")
+	}
+	if seed == 0 {
+		seed = time.Now().UnixNano() % 1e9
+	}
+	total := *opsFlag
+	if total == 0 {
+		total = int(envInt("CHURN_OPS"))
+	}
+	if total == 0 {
+		total = defaultOps
+	}
+	per := (total + len(setups) - 1) / len(setups)
+	t.Logf("CHURN_SEED=%d CHURN_OPS=%d (%d per setup)", seed, total, per)
+
+	var mu sync.Mutex
+	sum := stats{ops: map[string]int{}, faults: map[string]int{}}
+	for i, s := range setups {
+		t.Run(s.name, func(t *testing.T) {
+			c := newChurn(t, s, seed+int64(i), total)
+			c.run(per)
+			mu.Lock()
+			sum.add(c.stats)
+			mu.Unlock()
+			t.Logf("%s: %s", s.name, c.stats)
+		})
+	}
+	t.Logf("total over %d setups: %s", len(setups), sum)
+}
+
+type stats struct {
+	steps  int
+	ops    map[string]int // NRI-level operations by kind
+	faults map[string]int // injected faults by kind
+}
+
+func (s *stats) add(o stats) {
+	s.steps += o.steps
+	for k, v := range o.ops {
+		s.ops[k] += v
+	}
+	for k, v := range o.faults {
+		s.faults[k] += v
+	}
+}
+
+func (s stats) String() string {
+	f := func(m map[string]int) (string, int) {
+		keys := make([]string, 0, len(m))
+		n := 0
+		for k, v := range m {
+			keys = append(keys, k)
+			n += v
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+		}
+		return strings.Join(parts, " "), n
+	}
+	ops, nOps := f(s.ops)
+	faults, nFaults := f(s.faults)
+	return fmt.Sprintf("%d steps, %d operations (%s), %d faults injected (%s)", s.steps, nOps, ops, nFaults, faults)
+}
+
+// churn is one run: the runtime, the daemon, and the model of what must
+// hold.
+type churn struct {
+	t        *testing.T
+	s        setup
+	seed     int64
+	totalOps int
+	rng      *rand.Rand
+	topo     *topology.Topology
+	cfg      config.Config
+	stateDir string
+	rt       *runtime
+	logs     *ring
+	logger   *logrus.Logger
+
+	d      *daemon.Daemon
+	cancel context.CancelFunc
+	done   chan error
+
+	// admitted holds, by container ID, the exclusive CPUs of every running
+	// container the plugin admitted: they must never change.
+	admitted map[string]cpuset.CPUSet
+	// ghosts are containers that exited without their StopContainer
+	// reaching the plugin and were not restarted: the plugin cannot know,
+	// so their CPUs stay assigned until the next Synchronize.
+	ghosts map[invariant.Key]bool
+	// names counts the containers created per pod, for unique names.
+	names map[string]int
+	res   map[string]framework.Resources // by container ID
+	qos   map[string]framework.QOS       // by pod sandbox ID
+
+	history []string
+	stats
+	reconnects int
+
+	connMu sync.Mutex
+	conn   net.Conn // the plugin's connection to the runtime
+}
+
+// dial is the plugin's dialer: it keeps the connection so that a runtime
+// restart can cut it (pkg/adaptation's Stop leaves external plugins'
+// connections open; a real runtime restart closes them with the process).
+func (c *churn) dial(path string) (net.Conn, error) {
+	conn, err := net.Dial("unix", path)
+	if err == nil {
+		c.connMu.Lock()
+		c.conn = conn
+		c.connMu.Unlock()
+	}
+	return conn, err
+}
+
+func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
+	// Socket paths are limited to 108 bytes; t.TempDir() can be long. The
+	// state lives in memory (/dev/shm) when possible: the checkpoint's
+	// fsyncs are not what is tested here.
+	base := ""
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		base = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(base, "churn-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	c := &churn{
+		t: t, s: s, seed: seed, totalOps: totalOps, rng: rand.New(rand.NewSource(seed)),
+		topo: sysfstest.Load(t, s.fixture), stateDir: filepath.Join(dir, "state"),
+		logs: newRing(200), admitted: map[string]cpuset.CPUSet{}, ghosts: map[invariant.Key]bool{}, names: map[string]int{},
+		res: map[string]framework.Resources{}, qos: map[string]framework.QOS{},
+		stats: stats{ops: map[string]int{}, faults: map[string]int{}},
+	}
+	c.rt = newRuntime(t, dir)
+	t.Cleanup(c.rt.stop)
+	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\nmetrics_address = \"\"\nreconcile_period = \"0\"\nlog_level = \"info\"\n%s",
+		c.stateDir, c.rt.socket, s.toml)
+	c.cfg, err = config.Load([]byte(doc))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	c.logger = logrus.New()
+	c.logger.SetOutput(c.logs)
+	c.startDaemon()
+	t.Cleanup(c.stopDaemon)
+	return c
+}
+
+// ring keeps the last lines the daemon logged, printed on a failure.
+type ring struct {
+	mu    sync.Mutex
+	lines []string
+	next  int
+}
+
+func newRing(n int) *ring { return &ring{lines: make([]string, 0, n)} }
+
+func (r *ring) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if len(r.lines) < cap(r.lines) {
+			r.lines = append(r.lines, l)
+		} else {
+			r.lines[r.next] = l
+			r.next = (r.next + 1) % len(r.lines)
+		}
+	}
+	return len(p), nil
+}
+
+func (r *ring) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(append(append([]string{}, r.lines[r.next:]...), r.lines[:r.next]...), "\n")
+}
+
+func (c *churn) record(format string, args ...any) {
+	c.history = append(c.history, fmt.Sprintf("%5d ", c.steps)+fmt.Sprintf(format, args...))
+}
+
+// fail stops the test with everything needed to replay it: seed, op count,
+// the op list (in a file, the last ones inline) and the daemon's last log
+// lines.
+func (c *churn) fail(format string, args ...any) {
+	c.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	file := filepath.Join(os.TempDir(), fmt.Sprintf("churn-%s-seed%d.ops", c.s.name, c.seed))
+	_ = os.WriteFile(file, []byte(strings.Join(c.history, "\n")+"\n"), 0o644)
+	last := c.history
+	if len(last) > 40 {
+		last = last[len(last)-40:]
+	}
+	c.t.Fatalf("step %d of setup %s: %s\n\nreplay: CHURN_SEED=%d CHURN_OPS=%d go test -race -run 'TestChurn/%s$' ./test/churn\n"+
+		"(this setup's seed is %d) — full op list in %s; last ops:\n%s\n\ndaemon log (last lines):\n%s",
+		c.steps, c.s.name, msg, c.seed-int64(setupIndex(c.s.name)), c.totalOps, c.s.name, c.seed, file,
+		strings.Join(last, "\n"), c.logs)
+}
+
+func setupIndex(name string) int {
+	for i, s := range setups {
+		if s.name == name {
+			return i
+		}
+	}
+	return 0
+}
+
+// startDaemon starts a daemon (from the checkpoint, if any) and waits until
+// it has synchronized and is registered for events.
+func (c *churn) startDaemon() {
+	c.t.Helper()
+	n := c.rt.syncCount() + 1
+	d, err := daemon.New(c.cfg, daemon.WithTopology(c.topo), daemon.WithLogger(c.logger),
+		daemon.WithStubOptions(stub.WithDialer(c.dial)))
+	if err != nil {
+		c.t.Fatalf("daemon.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	c.d, c.cancel, c.done = d, cancel, done
+	c.waitForPlugin(n)
+	c.ops["synchronize"]++
+}
+
+func (c *churn) waitForPlugin(n int) {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for c.rt.syncCount() < n {
+		select {
+		case err := <-c.done:
+			c.done <- err
+			c.fail("daemon exited before synchronizing: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			c.fail("no Synchronize within 20s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.rt.waitForPlugin(n, time.Second); err != nil {
+		c.fail("%v", err)
+	}
+}
+
+// stopDaemon stops the plugin (its Run returns); idempotent.
+func (c *churn) stopDaemon() {
+	if c.cancel == nil {
+		return
+	}
+	c.cancel()
+	c.cancel = nil
+	select {
+	case err := <-c.done:
+		if err != nil {
+			c.t.Errorf("daemon.Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		c.t.Error("daemon did not stop within 10s")
+	}
+}
+
+func (c *churn) static() bool { return c.cfg.CPUManagerPolicy == policy.CPUPolicyStatic }
+
+// exclusiveCPUs is the static policy's rule, worked out independently of
+// the daemon: a Guaranteed container with request = limit in whole CPUs
+// gets that many exclusive CPUs.
+func (c *churn) exclusiveCPUs(q framework.QOS, r framework.Resources) int {
+	if !c.static() || q != framework.Guaranteed || r.CPULimitMilli < 1000 || r.CPULimitMilli%1000 != 0 {
+		return 0
+	}
+	return int(r.CPULimitMilli / 1000)
+}
+
+// mustFail says whether an exclusive request of n CPUs cannot be admitted
+// whatever the placement: more than the free non-reserved CPUs, an odd
+// count under full-pcpus-only on SMT, more than one NUMA node holds under
+// single-numa-node.
+func (c *churn) mustFail(pod, name string, n int) string {
+	if n == 0 {
+		return ""
+	}
+	e, st := c.d.EngineState()
+	if _, ok := e.Assignment(st, pod, name); ok {
+		// A restart after a lost stop event: the existing assignment is
+		// returned, after the full-pcpus-only checks (the kubelet's order).
+		if e.Config().CPUOptions["full-pcpus-only"] == "true" && n%c.topo.CPUsPerCore() != 0 {
+			return fmt.Sprintf("%d CPUs not whole cores of %d under full-pcpus-only", n, c.topo.CPUsPerCore())
+		}
+		return ""
+	}
+	held := cpuset.New()
+	for _, byName := range st.Alloc.Assignments {
+		for _, cpus := range byName {
+			held = held.Union(cpus)
+		}
+	}
+	free := c.topo.CPUs().Difference(e.Reserved()).Difference(held)
+	if n > free.Size() {
+		return fmt.Sprintf("%d CPUs > %d free", n, free.Size())
+	}
+	cfg := e.Config()
+	if cfg.CPUOptions["full-pcpus-only"] == "true" && n%c.topo.CPUsPerCore() != 0 {
+		return fmt.Sprintf("%d CPUs not whole cores of %d under full-pcpus-only", n, c.topo.CPUsPerCore())
+	}
+	if cfg.TopologyPolicy == "single-numa-node" {
+		most := 0
+		for _, node := range c.topo.NUMANodes() {
+			most = max(most, c.topo.CPUsInNUMANodes(node).Size())
+		}
+		if n > most {
+			return fmt.Sprintf("%d CPUs > %d in one NUMA node under single-numa-node", n, most)
+		}
+	}
+	return ""
+}
+
+var reasons = []string{"SMTAlignmentError", "TopologyAffinityError", "InsufficientCPUs"}
+
+// reasonOf checks that a rejection's text (after the ttRPC wrapping)
+// starts with a reason word and returns it.
+func reasonOf(err error) (string, bool) {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "desc = "); i >= 0 {
+		msg = msg[i+len("desc = "):]
+	}
+	for _, r := range reasons {
+		if strings.HasPrefix(msg, r) {
+			return r, true
+		}
+	}
+	return msg, false
+}
+
+// run does n random steps.
+func (c *churn) run(n int) {
+	for c.steps = 1; c.steps <= n; c.steps++ {
+		c.step()
+	}
+	c.steps = n
+}
+
+func (c *churn) step() {
+	type choice struct {
+		w int
+		f func()
+	}
+	maxReconnects := 1 + c.totalOps/20000 // each costs the plugin's 1 s reconnect backoff
+	choices := []choice{
+		{400, c.opCreate},
+		{120, c.opStop},
+		{100, c.opRemove},
+		{80, c.opRestartContainer},
+		{50, c.opRemovePod},
+		{10, c.opPluginRestart},
+		{7, c.opCorruptRestart},
+	}
+	if c.reconnects < maxReconnects {
+		choices = append(choices, choice{2, c.opRuntimeReconnect})
+	}
+	sum := 0
+	for _, ch := range choices {
+		sum += ch.w
+	}
+	x := c.rng.Intn(sum)
+	for _, ch := range choices {
+		if x < ch.w {
+			ch.f()
+			return
+		}
+		x -= ch.w
+	}
+}
+
+func (c *churn) pickQOS() framework.QOS {
+	switch x := c.rng.Intn(100); {
+	case x < 60:
+		return framework.Guaranteed
+	case x < 85:
+		return framework.Burstable
+	default:
+		return framework.BestEffort
+	}
+}
+
+// pickResources draws a container's resources for a pod of class q:
+// mostly small whole CPUs, some fractional, some too big to fit.
+func (c *churn) pickResources(q framework.QOS) framework.Resources {
+	switch q {
+	case framework.BestEffort:
+		return framework.Resources{}
+	case framework.Burstable:
+		req := int64(100 + c.rng.Intn(3000))
+		if c.rng.Intn(2) == 0 {
+			return framework.Resources{CPURequestMilli: req}
+		}
+		return framework.Resources{CPURequestMilli: req, CPULimitMilli: req + int64(1+c.rng.Intn(4000))}
+	}
+	var milli int64
+	switch x := c.rng.Intn(100); {
+	case x < 65:
+		milli = int64(1+c.rng.Intn(4)) * 1000
+	case x < 75:
+		milli = int64(5+c.rng.Intn(12)) * 1000
+	case x < 82:
+		milli = int64(c.topo.NumCPUs()+c.rng.Intn(4)) * 1000 // never fits
+	case x < 92:
+		milli = int64(1+c.rng.Intn(3))*1000 + 500
+	default:
+		milli = int64(100 + c.rng.Intn(900))
+	}
+	return framework.GuaranteedMilli(milli)
+}
+
+// pickPod returns an existing pod (with fewer than 4 running containers) or
+// a new one (run through the runtime, or stored only when away).
+func (c *churn) pickPod(away bool) *api.PodSandbox {
+	pods := c.rt.podList()
+	if len(pods) > 0 && c.rng.Intn(100) < 55 {
+		p := pods[c.rng.Intn(len(pods))]
+		if c.runningIn(p) < 4 {
+			return p
+		}
+	}
+	q := c.pickQOS()
+	p := c.rt.newPod(q)
+	c.qos[p.Id] = q
+	if err := c.rt.runPod(p, away); err != nil {
+		c.fail("RunPodSandbox %s: %v", p.Uid, err)
+	}
+	c.record("run-pod %s qos=%s away=%v", p.Uid, q, away)
+	return p
+}
+
+func (c *churn) runningIn(p *api.PodSandbox) int {
+	n := 0
+	for _, ct := range c.rt.containers() {
+		if ct.PodSandboxId == p.Id && ct.State != api.ContainerState_CONTAINER_STOPPED {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *churn) nextName(p *api.PodSandbox) string {
+	c.names[p.Id]++
+	return "c" + strconv.Itoa(c.names[p.Id])
+}
+
+func (c *churn) running() []*api.Container {
+	var out []*api.Container
+	for _, ct := range c.rt.containers() {
+		if ct.State != api.ContainerState_CONTAINER_STOPPED {
+			out = append(out, ct)
+		}
+	}
+	return out
+}
+
+// create sends one CreateContainer and checks the answer against the
+// model: must-fail requests fail with a reason word, exclusive requests get
+// exactly their count, the others the shared pool.
+func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *api.Container {
+	q := c.qos[p.Id]
+	n := c.exclusiveCPUs(q, r)
+	why := c.mustFail(p.Uid, name, n)
+	ct, err := c.rt.create(p, name, r, false)
+	c.ops["create"]++
+	c.record("create %s/%s qos=%s req=%d lim=%d exclusive=%d -> %s", p.Uid, name, q, r.CPURequestMilli, r.CPULimitMilli, n, errOr(ct, err))
+	if err != nil {
+		reason, ok := reasonOf(err)
+		if !ok {
+			c.fail("CreateContainer %s/%s rejected without a reason word first: %q", p.Uid, name, reason)
+		}
+		if n == 0 {
+			c.fail("CreateContainer %s/%s of the shared pool rejected: %v", p.Uid, name, err)
+		}
+		c.ops["create-rejected"]++
+		if why != "" {
+			c.faults["must-fail-request"]++
+		}
+		return nil
+	}
+	if why != "" {
+		c.fail("CreateContainer %s/%s admitted although it must fail (%s)", p.Uid, name, why)
+	}
+	c.res[ct.Id] = r
+	delete(c.ghosts, invariant.Key{Pod: p.Uid, Container: name})
+	e, st := c.d.EngineState()
+	cpus, ok := e.Assignment(st, p.Uid, name)
+	switch {
+	case n == 0 && ok:
+		c.fail("%s/%s (not exclusive by the static rule) got exclusive CPUs %s", p.Uid, name, cpus)
+	case n > 0 && !ok:
+		c.fail("%s/%s asked for %d exclusive CPUs and got none", p.Uid, name, n)
+	case n > 0 && cpus.Size() != n:
+		c.fail("%s/%s asked for %d exclusive CPUs and got %s", p.Uid, name, n, cpus)
+	case ok:
+		c.admitted[ct.Id] = cpus
+	}
+	return ct
+}
+
+func errOr(ct *api.Container, err error) string {
+	if err != nil {
+		r, _ := reasonOf(err)
+		if len(r) > 60 {
+			r = r[:60]
+		}
+		return "rejected: " + r
+	}
+	return ct.Id + " on " + ct.Linux.Resources.Cpu.Cpus
+}
+
+func (c *churn) opCreate() {
+	p := c.pickPod(false)
+	c.create(p, c.nextName(p), c.pickResources(c.qos[p.Id]))
+	c.check(false)
+}
+
+func (c *churn) pick(list []*api.Container) *api.Container {
+	if len(list) == 0 {
+		return nil
+	}
+	return list[c.rng.Intn(len(list))]
+}
+
+func (c *churn) opStop() {
+	ct := c.pick(c.running())
+	if ct == nil {
+		c.opCreate()
+		return
+	}
+	c.record("stop %s", ct.Id)
+	if err := c.rt.stopCtr(ct, false); err != nil {
+		c.fail("StopContainer %s: %v", ct.Id, err)
+	}
+	c.ops["stop"]++
+	delete(c.admitted, ct.Id)
+	c.check(false)
+}
+
+func (c *churn) opRemove() {
+	all := c.rt.containers()
+	ct := c.pick(all)
+	if ct == nil {
+		c.opCreate()
+		return
+	}
+	c.record("remove %s (state %s)", ct.Id, ct.State)
+	if err := c.rt.removeCtr(ct, false); err != nil {
+		c.fail("RemoveContainer %s: %v", ct.Id, err)
+	}
+	c.ops["remove"]++
+	delete(c.admitted, ct.Id)
+	// RemoveContainer cannot answer with updates: the plugin pushes the
+	// grown shared pool from its worker.
+	c.check(true)
+}
+
+// opRestartContainer restarts a running container under the same pod and
+// name: as the kubelet does (StopContainer, RemoveContainer, a new
+// CreateContainer), or after an exit whose StopContainer never reached the
+// plugin — then the new container must get the old one's CPUs back.
+func (c *churn) opRestartContainer() {
+	old := c.pick(c.running())
+	if old == nil {
+		c.opCreate()
+		return
+	}
+	p := c.rt.pod(old)
+	r := c.res[old.Id]
+	silent := c.rng.Intn(2) == 0
+	c.record("restart %s silent=%v", old.Id, silent)
+	before, wasExclusive := c.admitted[old.Id]
+	if err := c.rt.stopCtr(old, silent); err != nil {
+		c.fail("StopContainer %s: %v", old.Id, err)
+	}
+	delete(c.admitted, old.Id)
+	if silent {
+		c.faults["lost-stop-event"]++
+	} else {
+		c.ops["stop"]++
+		if err := c.rt.removeCtr(old, false); err != nil {
+			c.fail("RemoveContainer %s: %v", old.Id, err)
+		}
+		c.ops["remove"]++
+		c.check(true)
+	}
+	ct := c.create(p, old.Name, r)
+	c.ops["restart"]++
+	if silent && wasExclusive {
+		if ct == nil {
+			// full-pcpus-only counts the available physical CPUs before
+			// returning an existing assignment (kubelet-rules §6): with the
+			// shared pool too small the restart is refused, as by the
+			// kubelet, and the old CPUs stay with the exited container.
+			if c.cfg.CPUManagerPolicyOptions["full-pcpus-only"] == "true" {
+				c.ghosts[invariant.Key{Pod: p.Uid, Container: old.Name}] = true
+				c.check(false)
+				return
+			}
+			c.fail("restart of %s after a lost stop event was rejected; it held %s", old.Id, before)
+		}
+		if got := c.admitted[ct.Id]; !got.Equals(before) {
+			c.fail("restart of %s after a lost stop event moved it from %s to %s", old.Id, before, got)
+		}
+	}
+	c.check(false)
+}
+
+func (c *churn) opRemovePod() {
+	pods := c.rt.podList()
+	if len(pods) == 0 {
+		c.opCreate()
+		return
+	}
+	p := pods[c.rng.Intn(len(pods))]
+	c.record("remove-pod %s (%d running)", p.Uid, c.runningIn(p))
+	c.forgetPod(p)
+	if err := c.rt.removePod(p, false); err != nil {
+		c.fail("RemovePodSandbox %s: %v", p.Uid, err)
+	}
+	c.ops["remove-pod"]++
+	c.check(true)
+}
+
+func (c *churn) forgetPod(p *api.PodSandbox) {
+	for k := range c.ghosts {
+		if k.Pod == p.Uid {
+			delete(c.ghosts, k)
+		}
+	}
+	for _, ct := range c.rt.containers() {
+		if ct.PodSandboxId == p.Id {
+			delete(c.admitted, ct.Id)
+		}
+	}
+}
+
+// awayOps changes the runtime while no plugin is connected: containers are
+// created unpinned, containers exit and are removed, pods go away.
+func (c *churn) awayOps() {
+	for i, k := 0, c.rng.Intn(6); i < k; i++ {
+		switch x := c.rng.Intn(100); {
+		case x < 50:
+			p := c.pickPod(true)
+			name := c.nextName(p)
+			r := c.pickResources(c.qos[p.Id])
+			ct, _ := c.rt.create(p, name, r, true)
+			c.res[ct.Id] = r
+			c.record("away: create %s/%s qos=%s req=%d lim=%d -> %s", p.Uid, name, c.qos[p.Id], r.CPURequestMilli, r.CPULimitMilli, ct.Id)
+		case x < 75:
+			if ct := c.pick(c.running()); ct != nil {
+				c.record("away: exit %s", ct.Id)
+				_ = c.rt.stopCtr(ct, true)
+				delete(c.admitted, ct.Id)
+			}
+		case x < 90:
+			if ct := c.pick(c.rt.containers()); ct != nil {
+				c.record("away: remove %s", ct.Id)
+				_ = c.rt.removeCtr(ct, true)
+				delete(c.admitted, ct.Id)
+			}
+		default:
+			if pods := c.rt.podList(); len(pods) > 0 {
+				p := pods[c.rng.Intn(len(pods))]
+				c.record("away: remove-pod %s", p.Uid)
+				c.forgetPod(p)
+				_ = c.rt.removePod(p, true)
+			}
+		}
+		c.ops["while-away"]++
+	}
+}
+
+// afterSync adopts into the model the containers the plugin placed in
+// Synchronize (created while it was away) and checks them.
+func (c *churn) afterSync() {
+	clear(c.ghosts) // Synchronize releases what no running container holds
+	e, st := c.d.EngineState()
+	for _, ct := range c.running() {
+		if _, ok := c.admitted[ct.Id]; ok {
+			continue
+		}
+		p := c.rt.pod(ct)
+		cpus, ok := e.Assignment(st, p.Uid, ct.Name)
+		n := c.exclusiveCPUs(c.qos[p.Id], c.res[ct.Id])
+		switch {
+		case ok && n == 0:
+			c.fail("%s (not exclusive) got exclusive CPUs %s at Synchronize", ct.Id, cpus)
+		case ok && cpus.Size() != n:
+			c.fail("%s asked for %d exclusive CPUs and got %s at Synchronize", ct.Id, n, cpus)
+		case ok:
+			c.admitted[ct.Id] = cpus
+		}
+	}
+}
+
+func (c *churn) opPluginRestart() {
+	c.record("plugin killed")
+	c.stopDaemon()
+	c.faults["plugin-kill"]++
+	if c.rng.Intn(3) == 0 {
+		// A crash between writing the temporary checkpoint and renaming it.
+		name := filepath.Join(c.stateDir, "."+daemon.CheckpointName+".tmp-"+strconv.Itoa(c.rng.Int()))
+		_ = os.WriteFile(name, []byte(`{"version":1,"checks`), 0o600)
+		c.faults["stale-temp-file"]++
+		c.record("stale temp checkpoint %s", filepath.Base(name))
+	}
+	c.awayOps()
+	c.record("plugin restarted")
+	c.startDaemon()
+	c.afterSync()
+	c.check(false)
+	if m, _ := filepath.Glob(filepath.Join(c.stateDir, ".*.tmp-*")); len(m) > 0 {
+		c.fail("stale temporary checkpoint files left after a restart: %v", m)
+	}
+}
+
+func (c *churn) opCorruptRestart() {
+	c.record("plugin killed")
+	c.stopDaemon()
+	c.faults["plugin-kill"]++
+	kind := c.corrupt()
+	c.faults["corrupt-checkpoint:"+kind]++
+	c.record("checkpoint corrupted: %s", kind)
+	c.awayOps()
+	c.record("plugin restarted")
+	c.startDaemon()
+	c.afterSync()
+	c.check(false)
+}
+
+// corrupt damages the checkpoint in one of several ways and returns which.
+func (c *churn) corrupt() string {
+	path := filepath.Join(c.stateDir, daemon.CheckpointName)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		c.fail("read checkpoint: %v", err)
+	}
+	write := func(b []byte) {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			c.fail("corrupt checkpoint: %v", err)
+		}
+	}
+	switch c.rng.Intn(7) {
+	case 0:
+		write(raw[:c.rng.Intn(len(raw))])
+		return "truncated"
+	case 1:
+		b := bytes.Clone(raw)
+		i := c.rng.Intn(len(b))
+		b[i] ^= byte(1 + c.rng.Intn(255))
+		write(b)
+		return "byte-flipped"
+	case 2:
+		b := make([]byte, c.rng.Intn(512))
+		c.rng.Read(b)
+		write(b)
+		return "garbage"
+	case 3:
+		write(nil)
+		return "empty"
+	case 4:
+		write(bytes.Replace(raw, []byte(`"version": 1`), []byte(`"version": 7`), 1))
+		return "unknown-version"
+	case 5:
+		// A symbolic link in place of the file: refused, never followed.
+		target := path + ".elsewhere"
+		if err := os.WriteFile(target, raw, 0o600); err != nil {
+			c.fail("%v", err)
+		}
+		_ = os.Remove(path)
+		if err := os.Symlink(target, path); err != nil {
+			c.fail("%v", err)
+		}
+		return "symlink"
+	default:
+		// A well-formed checkpoint (valid checksum) with entries that must
+		// be reconciled, not trusted: reserved, offline and unparsable CPU
+		// lists, and a pod that no longer exists.
+		var p map[string]any
+		f := checkpoint.New(c.stateDir, daemon.CheckpointName)
+		if err := f.Load(&p); err != nil {
+			c.fail("load checkpoint: %v", err)
+		}
+		eng, _ := p["engine"].(map[string]any)
+		asg, _ := eng["assignments"].(map[string]any)
+		if asg == nil {
+			asg = map[string]any{}
+			eng["assignments"] = asg
+		}
+		e, _ := c.d.EngineState()
+		asg["zz-gone-pod"] = map[string]any{
+			"reserved": e.Reserved().String(),
+			"offline":  "9000-9001",
+			"junk":     "1-x",
+		}
+		if err := f.Save(p); err != nil {
+			c.fail("save checkpoint: %v", err)
+		}
+		return "bogus-entries"
+	}
+}
+
+func (c *churn) opRuntimeReconnect() {
+	c.reconnects++
+	c.record("runtime restarted")
+	n := c.rt.syncCount() + 1
+	c.rt.stop()
+	c.connMu.Lock()
+	c.conn.Close()
+	c.connMu.Unlock()
+	c.faults["runtime-restart"]++
+	c.awayOps()
+	c.rt.start()
+	c.waitForPlugin(n)
+	c.ops["synchronize"]++
+	c.afterSync()
+	c.check(false)
+}
+
+// check verifies the invariants; with settle it allows the plugin's worker
+// up to 5 s to push updates it could not return from the handler.
+func (c *churn) check(settle bool) {
+	c.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := c.verify()
+		if err == nil {
+			return
+		}
+		if !settle || time.Now().After(deadline) {
+			c.fail("%v", err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (c *churn) verify() error {
+	e, st := c.d.EngineState()
+	applied, err := c.rt.running()
+	if err != nil {
+		return err
+	}
+	var probs []string
+	if err := (invariant.Options{NoPodOverlap: true}).Check(e, st, applied); err != nil {
+		probs = append(probs, err.Error())
+	}
+	ids := make([]string, 0, len(c.admitted))
+	for id := range c.admitted {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	byID := map[string]*api.Container{}
+	for _, ct := range c.rt.containers() {
+		byID[ct.Id] = ct
+	}
+	for _, id := range ids {
+		want := c.admitted[id]
+		ct, ok := byID[id]
+		if !ok || ct.State == api.ContainerState_CONTAINER_STOPPED {
+			probs = append(probs, fmt.Sprintf("model: admitted container %s is not running", id))
+			continue
+		}
+		k := invariant.Key{Pod: c.rt.pod(ct).GetUid(), Container: ct.Name}
+		have, _ := e.Assignment(st, k.Pod, k.Container)
+		if !have.Equals(want) || !applied[k].Equals(want) {
+			probs = append(probs, fmt.Sprintf("container %s (%s) lost its CPUs: admitted on %q, assignment now %q, runs on %q", id, k, want, have, applied[k]))
+		}
+	}
+	for pod, byName := range st.Alloc.Assignments {
+		for name, cpus := range byName {
+			k := invariant.Key{Pod: pod, Container: name}
+			if _, ok := applied[k]; !ok && !c.ghosts[k] {
+				probs = append(probs, fmt.Sprintf("CPUs %s leaked: assigned to %s/%s, which is not running", cpus, pod, name))
+			}
+		}
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s", strings.Join(probs, "\n"))
+}
+
