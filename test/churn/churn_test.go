@@ -995,4 +995,3 @@ func (c *churn) verify() error {
 	}
 	return fmt.Errorf("%s", strings.Join(probs, "\n"))
 }
-

@@ -232,7 +232,9 @@ func (rt *runtime) op(f func(r *adaptation.Adaptation)) {
 func (rt *runtime) runPod(pod *api.PodSandbox, away bool) error {
 	var err error
 	if !away {
-		rt.op(func(r *adaptation.Adaptation) { err = r.RunPodSandbox(context.Background(), &api.RunPodSandboxRequest{Pod: pod}) })
+		rt.op(func(r *adaptation.Adaptation) {
+			err = r.RunPodSandbox(context.Background(), &api.RunPodSandboxRequest{Pod: pod})
+		})
 	}
 	if err == nil {
 		rt.mu.Lock()
