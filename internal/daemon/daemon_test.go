@@ -723,3 +723,43 @@ func TestReconcileLoopPeriod(t *testing.T) {
 		return strings.TrimSpace(string(b)) == "1,5"
 	})
 }
+
+// A checkpoint written under another reservation is reconciled: an
+// assignment on CPUs that are now reserved is dropped and its container
+// placed again.
+func TestCheckpointFromAnotherConfig(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	r1 := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo)
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c2, _, err := rt.create(g1, "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2 := rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"})
+	c3, _, err := rt.create(g2, "c3", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// c2 on core 1 {1,5}, c3 on core 2 {2,6}.
+	if rt.cpus(c2) != "1,5" || rt.cpus(c3) != "2,6" {
+		t.Fatalf("c2 %q c3 %q", rt.cpus(c2), rt.cpus(c3))
+	}
+	r1.stop(t)
+
+	// Now core 1 is reserved instead of core 0.
+	r2 := startDaemon(t, rt, testConfig(t, rt, stateDir, "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"1,5\"\n"), topo)
+	// c3 keeps core 2; c2 lost core 1 to the reservation and is placed
+	// again on the lowest free core: core 0 = {0,4} (core 3 is free too,
+	// core 0 comes first).
+	if rt.cpus(c3) != "2,6" {
+		t.Errorf("c3 %q, want 2,6", rt.cpus(c3))
+	}
+	if rt.cpus(c2) != "0,4" {
+		t.Errorf("c2 %q, want 0,4", rt.cpus(c2))
+	}
+	if v := r2.d.State(); v.Reserved != "1,5" || v.Shared != "1,3,5,7" {
+		t.Errorf("state %+v, want reserved 1,5 and shared 1,3,5,7", v)
+	}
+}
