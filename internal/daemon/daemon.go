@@ -349,6 +349,7 @@ func (d *Daemon) newStub() (stub.Stub, error) {
 // logger, so that they share its format and level.
 type nriLogger struct{ e *logrus.Entry }
 
+// Debugf, Infof, Warnf and Errorf implement the NRI log.Logger interface.
 func (l nriLogger) Debugf(_ context.Context, format string, args ...any) { l.e.Debugf(format, args...) }
 func (l nriLogger) Infof(_ context.Context, format string, args ...any)  { l.e.Infof(format, args...) }
 func (l nriLogger) Warnf(_ context.Context, format string, args ...any)  { l.e.Warnf(format, args...) }

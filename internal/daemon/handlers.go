@@ -57,6 +57,8 @@ func admissionError(err error) error {
 	return fmt.Errorf("%s: %w", reason, err)
 }
 
+// Configure applies the runtime's plugin configuration, if any, and
+// subscribes to every event the plugin implements.
 func (p *plugin) Configure(_ context.Context, cfg, runtime, version string) (api.EventMask, error) {
 	d := p.d
 	d.log.WithFields(logrus.Fields{"runtime": runtime, "version": version, "has_config": strings.TrimSpace(cfg) != ""}).
@@ -68,6 +70,7 @@ func (p *plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 	return 0, nil // 0: every event the plugin implements
 }
 
+// Shutdown is the runtime going down; the state is already on disk.
 func (p *plugin) Shutdown(context.Context) {
 	p.d.log.Info("runtime is shutting down")
 }

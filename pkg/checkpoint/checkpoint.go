@@ -43,6 +43,7 @@ type CorruptError struct {
 	Reason string
 }
 
+// Error names the file and why it cannot be trusted.
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("checkpoint %s is corrupt: %s", e.Path, e.Reason)
 }

@@ -142,6 +142,8 @@ type Error struct {
 	Msg   string
 }
 
+// Error renders "config FILE line N: key "K": bad value "V": MSG", leaving
+// out the parts that are unknown.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("config")
