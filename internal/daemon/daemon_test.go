@@ -763,3 +763,40 @@ func TestCheckpointFromAnotherConfig(t *testing.T) {
 		t.Errorf("state %+v, want reserved 1,5 and shared 1,3,5,7", v)
 	}
 }
+
+// A decision that cannot be written is not made: the container is refused
+// with PersistError and the state stays as it was.
+func TestPersistFailureRefusesAndKeepsState(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo)
+	// A directory in the checkpoint's place makes the rename fail (as root,
+	// permissions would not).
+	path := filepath.Join(stateDir, CheckpointName)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	_, _, err := rt.create(g1, "c2", 2000, 2000)
+	if err == nil || !strings.Contains(err.Error(), "PersistError") {
+		t.Fatalf("create with an unwritable checkpoint = %v, want PersistError", err)
+	}
+	if v := r.d.State(); v.Shared != "0-7" || len(v.Containers) != 0 {
+		t.Errorf("state changed by a decision that was not persisted: %+v", v)
+	}
+	if err := os.RemoveAll(path); err != nil {
+		t.Fatal(err)
+	}
+	// Core 1 was never taken: the retry gets it.
+	c2, _, err := rt.create(g1, "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.cpus(c2); got != "1,5" {
+		t.Errorf("c2 %q, want 1,5", got)
+	}
+}
