@@ -44,6 +44,9 @@ type runtime struct {
 	ctrs  map[string]*api.Container
 	syncs int
 	seq   int
+	// beforeUpdate, when set, runs when an unsolicited update arrives,
+	// before the runtime takes its lock (tests order events with it).
+	beforeUpdate func()
 }
 
 // newRuntime starts the runtime side on dir/nri.sock; dir must be short
@@ -126,6 +129,12 @@ func (rt *runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error 
 }
 
 func (rt *runtime) update(_ context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
+	rt.mu.Lock()
+	hook := rt.beforeUpdate
+	rt.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	rt.lock.Lock()
 	defer rt.lock.Unlock()
 	rt.mu.Lock()
