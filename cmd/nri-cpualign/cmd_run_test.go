@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
@@ -151,5 +154,72 @@ func TestRunConnects(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "state", "cpualign_state.json")); err != nil {
 		t.Errorf("no checkpoint written: %v", err)
+	}
+}
+
+// TestPreRegisteredPlugin lets NRI's runtime side launch the real binary
+// from its plugin directory, as containerd does for pre-registered
+// plugins: no flags, a connected socket in the environment, and the whole
+// configuration from <plugin config dir>/90-cpualign.conf via Configure.
+func TestPreRegisteredPlugin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir, err := os.MkdirTemp("", "nri-prereg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sysfs := filepath.Join(dir, "sys")
+	if err := sysfstest.WriteNamed(sysfs, "ht-1s-4c"); err != nil {
+		t.Fatal(err)
+	}
+	plugins, confd := filepath.Join(dir, "plugins"), filepath.Join(dir, "conf.d")
+	for _, d := range []string{plugins, confd} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "90-cpualign"), ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	stateDir := filepath.Join(dir, "state")
+	conf := fmt.Sprintf("reserved_cpu_count = 2\nstate_dir = %q\nsysfs_root = %q\ncgroup_root = %q\nmetrics_address = \"\"\n",
+		stateDir, sysfs, filepath.Join(dir, "cgroup"))
+	if err := os.WriteFile(filepath.Join(confd, "90-cpualign.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := adaptation.New("test-runtime", "v0", func(ctx context.Context, cb adaptation.SyncCB) error {
+		_, err := cb(ctx, nil, nil)
+		return err
+	}, func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) { return nil, nil },
+		adaptation.WithSocketPath(filepath.Join(dir, "nri.sock")), adaptation.WithPluginPath(plugins), adaptation.WithPluginConfigPath(confd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Start launches the plugin and waits for it to register.
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+
+	pod := &api.PodSandbox{Id: "sb", Uid: "u1", Name: "p", Namespace: "ns", Linux: &api.LinuxPodSandbox{CgroupParent: "/kubepods/podu1"}}
+	ctr := &api.Container{Id: "c1", PodSandboxId: "sb", Name: "app", Linux: &api.LinuxContainer{
+		CgroupsPath: "/kubepods/podu1/c1",
+		Resources: &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: &api.OptionalUInt64{Value: 2048},
+			Quota: &api.OptionalInt64{Value: 200000}, Period: &api.OptionalUInt64{Value: 100000}}}}}
+	resp, err := r.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: ctr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// reserved_cpu_count = 2 on ht-1s-4c reserves core 0 = {0,4}; 2 CPUs
+	// are the next whole core, {1,5}.
+	if got := resp.GetAdjust().GetLinux().GetResources().GetCpu().GetCpus(); got != "1,5" {
+		t.Errorf("adjusted cpus %q, want 1,5", got)
+	}
+	// The state_dir of the runtime's configuration holds the checkpoint.
+	if _, err := os.Stat(filepath.Join(stateDir, "cpualign_state.json")); err != nil {
+		t.Errorf("no checkpoint in the configured state_dir: %v", err)
 	}
 }

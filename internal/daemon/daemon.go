@@ -114,12 +114,17 @@ type Daemon struct {
 	// refused and the runtime's Configure must bring a valid one.
 	pendingErr error
 	restored   bool // the checkpoint (or kubelet state) has been loaded
+	fixedTopo  bool // the topology came from WithTopology, not sysfs_root
 	st         policy.State
-	ctrs       map[string]ctrRecord // by container ID
-	gen        uint64               // bumped on every committed change
-	syncs      int                  // completed Synchronize calls
-	stub       stub.Stub            // current connection, nil between connections
-	syncedC    chan struct{}        // closed after the first Synchronize
+	// Set by Run for what starts once the configuration is final.
+	runCtx      context.Context
+	runWG       *sync.WaitGroup
+	unlockState func() error
+	ctrs        map[string]ctrRecord // by container ID
+	gen         uint64               // bumped on every committed change
+	syncs       int                  // completed Synchronize calls
+	stub        stub.Stub            // current connection, nil between connections
+	syncedC     chan struct{}        // closed after the first Synchronize
 
 	connected atomic.Bool
 	kickC     chan struct{} // wakes the update worker
@@ -163,6 +168,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		log:         o.log,
 		ckpt:        checkpoint.New(cfg.StateDir, CheckpointName),
 		kubeletFile: o.kubeletFile,
+		fixedTopo:   o.topo != nil,
 		stubOpts:    o.stubOpts,
 		cfg:         cfg,
 		engine:      engine,
@@ -235,56 +241,86 @@ func preRegistered() bool { return os.Getenv(api.PluginSocketEnvVar) != "" }
 // reconcile loop, and serves the runtime until ctx is cancelled. It returns
 // nil on cancellation and an error when it cannot go on (state directory
 // locked, unreadable checkpoint, lost connection in pre-registered mode).
+// With WithConfigFromRuntime and a start-up configuration the engine
+// refused, the state directory, restore and metrics server wait for the
+// runtime's Configure.
 func (d *Daemon) Run(ctx context.Context) error {
-	unlock, err := d.ckpt.Lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := d.ckpt.RemoveStaleTemps(); err != nil {
-		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
-	}
-	d.logStartup()
-	d.mu.Lock()
-	configured := d.engine != nil
-	d.mu.Unlock()
-	if configured {
-		if err := d.restore(); err != nil {
-			return err
-		}
-	} else {
-		d.log.WithField("start_up_config_error", d.pendingErr.Error()).
-			Info("waiting for the policy configuration from the runtime (pre-registered plugin)")
-	}
-
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	defer d.releaseStateDir()
 
-	if addr := d.Config().MetricsAddress; addr != "" {
-		srv, err := d.metrics.listen(addr)
+	d.mu.Lock()
+	d.runCtx, d.runWG = ctx, &wg
+	configured := d.engine != nil
+	d.mu.Unlock()
+	d.logStartup()
+	if configured {
+		d.mu.Lock()
+		err := d.startLocked()
+		d.mu.Unlock()
 		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
+			return err
 		}
-		d.log.WithField("address", srv.Addr).Info("serving /metrics, /state and /healthz")
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-ctx.Done()
-			shutdownCtx, c := context.WithTimeout(context.Background(), 2*time.Second)
-			defer c()
-			_ = srv.Shutdown(shutdownCtx)
-		}()
+	} else {
+		d.log.WithField("start_up_config_error", d.pendingErr.Error()).
+			Info("waiting for the configuration from the runtime (pre-registered plugin)")
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		d.updateWorker(ctx)
 	}()
-
 	return d.serve(ctx)
+}
+
+// startLocked takes the state directory, restores the state and starts
+// the metrics server: what needs the final configuration. d.mu is held.
+func (d *Daemon) startLocked() error {
+	d.ckpt = checkpoint.New(d.cfg.StateDir, CheckpointName)
+	unlock, err := d.ckpt.Lock()
+	if err != nil {
+		return err
+	}
+	d.unlockState = unlock
+	if err := d.ckpt.RemoveStaleTemps(); err != nil {
+		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
+	}
+	if err := d.restoreLocked(); err != nil {
+		return err
+	}
+	addr := d.cfg.MetricsAddress
+	if addr == "" {
+		return nil
+	}
+	srv, err := d.metrics.listen(addr)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	d.log.WithField("address", srv.Addr).Info("serving /metrics, /state and /healthz")
+	ctx, wg := d.runCtx, d.runWG
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		shutdownCtx, c := context.WithTimeout(context.Background(), 2*time.Second)
+		defer c()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	return nil
+}
+
+// releaseStateDir drops the state directory lock taken by startLocked.
+func (d *Daemon) releaseStateDir() {
+	d.mu.Lock()
+	unlock := d.unlockState
+	d.unlockState = nil
+	d.mu.Unlock()
+	if unlock != nil {
+		_ = unlock()
+	}
 }
 
 // serve connects to the runtime and keeps reconnecting (external mode).
@@ -442,30 +478,60 @@ func (d *Daemon) configure(doc string) error {
 	if set(config.KeyLogFormat) {
 		next.LogFormat = in.LogFormat
 	}
-	for _, k := range []struct{ key, got, have string }{
-		{config.KeyStateDir, in.StateDir, d.cfg.StateDir},
-		{config.KeySocketPath, in.SocketPath, d.cfg.SocketPath},
-		{config.KeySysfsRoot, in.SysfsRoot, d.cfg.SysfsRoot},
-		{config.KeyCgroupRoot, in.CgroupRoot, d.cfg.CgroupRoot},
-		{config.KeyMetricsAddress, in.MetricsAddress, d.cfg.MetricsAddress},
-	} {
-		if set(k.key) && k.got != k.have {
-			d.log.WithFields(logrus.Fields{"key": k.key, "runtime_value": k.got, "value": k.have}).
-				Warn("ignoring a process-level key from the runtime's configuration; set it with a flag or --config")
+	topo := d.topo
+	if d.engine == nil {
+		// Nothing has started yet (pre-registered plugin without
+		// --config): the runtime's configuration is the whole one.
+		for _, k := range []struct {
+			key      string
+			dst, src *string
+		}{
+			{config.KeyStateDir, &next.StateDir, &in.StateDir},
+			{config.KeySysfsRoot, &next.SysfsRoot, &in.SysfsRoot},
+			{config.KeyCgroupRoot, &next.CgroupRoot, &in.CgroupRoot},
+			{config.KeyMetricsAddress, &next.MetricsAddress, &in.MetricsAddress},
+		} {
+			if set(k.key) {
+				*k.dst = *k.src
+			}
+		}
+		if next.SysfsRoot != d.cfg.SysfsRoot && !d.fixedTopo {
+			t, err := sysfs.Read(next.SysfsRoot)
+			if err != nil {
+				return fmt.Errorf("configuration from the runtime: read topology from %s: %w", next.SysfsRoot, err)
+			}
+			topo = t
+		}
+	} else {
+		for _, k := range []struct{ key, got, have string }{
+			{config.KeyStateDir, in.StateDir, d.cfg.StateDir},
+			{config.KeySocketPath, in.SocketPath, d.cfg.SocketPath},
+			{config.KeySysfsRoot, in.SysfsRoot, d.cfg.SysfsRoot},
+			{config.KeyCgroupRoot, in.CgroupRoot, d.cfg.CgroupRoot},
+			{config.KeyMetricsAddress, in.MetricsAddress, d.cfg.MetricsAddress},
+		} {
+			if set(k.key) && k.got != k.have {
+				d.log.WithFields(logrus.Fields{"key": k.key, "runtime_value": k.got, "value": k.have}).
+					Warn("ignoring a process-level key from the runtime's configuration; set it with a flag or --config")
+			}
 		}
 	}
-	engine, err := buildEngine(d.topo, next)
+	engine, err := buildEngine(topo, next)
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
 	if d.engine == nil {
-		// First configuration (pre-registered plugin): restore now.
-		d.cfg, d.engine, d.st, d.pendingErr = next, engine, engine.NewState(), nil
+		// First configuration (pre-registered plugin): start now.
+		d.cfg, d.topo, d.engine, d.st, d.pendingErr = next, topo, engine, engine.NewState(), nil
 		d.kick() // the worker picks up a new reconcile_period
 		applyLogSettings(d.log, next)
-		d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String()}).
+		d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String(), "cpus": topo.CPUs().String()}).
 			Info("effective configuration (from the runtime)")
-		return d.restoreLocked()
+		if d.runCtx == nil {
+			// Not running (tests call configure directly): restore only.
+			return d.restoreLocked()
+		}
+		return d.startLocked()
 	}
 	// The state built under the old engine is carried over through a
 	// snapshot, which the new engine reconciles (reserved set, options).

@@ -121,7 +121,6 @@ func (d *Daemon) kick() {
 // shared pool to every shared-pool container; every reconcile_period, the
 // right cpuset to every container whose cgroup drifted.
 func (d *Daemon) updateWorker(ctx context.Context) {
-	reader := newCgroupReader(d.Config().CgroupRoot)
 	var (
 		ticker *time.Ticker
 		tick   <-chan time.Time
@@ -151,7 +150,8 @@ func (d *Daemon) updateWorker(ctx context.Context) {
 		case <-d.kickC:
 			d.pushShared()
 		case <-tick:
-			d.reconcile(reader)
+			// cgroup_root may come with the runtime's Configure.
+			d.reconcile(newCgroupReader(d.Config().CgroupRoot))
 		}
 	}
 }
