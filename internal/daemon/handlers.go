@@ -156,7 +156,13 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	// dropped while reconciling) keeps the CPUs the runtime says it runs
 	// on, when they are exactly its exclusive count and still free;
 	// admitting it afresh would move a running latency-critical container.
-	for _, c := range liveCtrs {
+	// CPUs another live container also runs on are not exclusive (e.g. a
+	// shared-pool container whose pool happens to have that size).
+	liveSets := make([]cpuset.CPUSet, len(liveCtrs))
+	for i, c := range liveCtrs {
+		liveSets[i], _ = cpuset.Parse(c.GetLinux().GetResources().GetCpu().GetCpus())
+	}
+	for i, c := range liveCtrs {
 		pod := podByID[c.GetPodSandboxId()]
 		if _, ok := d.engine.Assignment(st, podKey(pod), c.GetName()); ok {
 			continue
@@ -167,6 +173,16 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		n := d.exclusiveCount(requestFor(pod, c))
 		have, err := cpuset.Parse(c.GetLinux().GetResources().GetCpu().GetCpus())
 		if n == 0 || err != nil || have.Size() != n {
+			continue
+		}
+		alone := true
+		for j, other := range liveSets {
+			if j != i && other.Intersection(have).Size() > 0 {
+				alone = false
+				break
+			}
+		}
+		if !alone {
 			continue
 		}
 		if next, err := d.engine.Assign(st, podKey(pod), c.GetName(), have); err == nil {
