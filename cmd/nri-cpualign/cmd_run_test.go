@@ -193,7 +193,9 @@ func TestPreRegisteredPlugin(t *testing.T) {
 	r, err := adaptation.New("test-runtime", "v0", func(ctx context.Context, cb adaptation.SyncCB) error {
 		_, err := cb(ctx, nil, nil)
 		return err
-	}, func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) { return nil, nil },
+	}, func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+		return nil, nil
+	},
 		adaptation.WithSocketPath(filepath.Join(dir, "nri.sock")), adaptation.WithPluginPath(plugins), adaptation.WithPluginConfigPath(confd))
 	if err != nil {
 		t.Fatal(err)
