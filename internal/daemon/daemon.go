@@ -419,6 +419,10 @@ func (d *Daemon) logStartup() {
 	if engine == nil {
 		return
 	}
+	if strings.TrimSpace(cfg.ReservedSystemCPUs) != "" && cfg.ReservedCPUCount > 0 {
+		d.log.WithFields(logrus.Fields{"reserved_system_cpus": cfg.ReservedSystemCPUs, "reserved_cpu_count": cfg.ReservedCPUCount}).
+			Warn("both reserved_system_cpus and reserved_cpu_count are set; reserved_system_cpus wins, as the kubelet's reservedSystemCPUs does")
+	}
 	d.log.WithFields(logrus.Fields{
 		"config":   cfg.Summary(),
 		"source":   cfg.Source(),
