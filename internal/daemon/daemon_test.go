@@ -125,6 +125,24 @@ func TestCreateStopMoveSharedContainers(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(stateDir, CheckpointName)); err != nil {
 		t.Errorf("no checkpoint: %v", err)
 	}
+	// Five admissions (be1, c2, c4, bu, one), three of them asking for
+	// exclusive CPUs (c2, c4, one), one refused (one).
+	srv := httptest.NewServer(r.d.Handler())
+	defer srv.Close()
+	body := get(t, srv.URL+"/metrics")
+	for _, line := range []string{
+		"topology_manager_admission_requests_total 5",
+		"topology_manager_admission_errors_total 1",
+		"cpu_manager_pinning_requests_total 3",
+		"cpu_manager_pinning_errors_total 1",
+		"nri_cpualign_exclusive_cpus 0",
+		"nri_cpualign_shared_cpus 8",
+		"nri_cpualign_containers 2",
+	} {
+		if !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
 }
 
 func TestRestartKeepsAssignments(t *testing.T) {
