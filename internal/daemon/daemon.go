@@ -99,9 +99,11 @@ func WithStubOptions(opts ...stub.Option) Option {
 
 // Daemon is the NRI plugin. Create it with New and start it with Run.
 type Daemon struct {
+	// topo and ckpt are set by New and replaced only by the first
+	// Configure of a pre-registered plugin (under mu, before any event).
 	topo        *topology.Topology
-	log         *logrus.Logger
 	ckpt        *checkpoint.File
+	log         *logrus.Logger
 	kubeletFile string
 	stubOpts    []stub.Option
 	metrics     *metrics
