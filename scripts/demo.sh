@@ -38,7 +38,8 @@ CONF
 
 log "starting nri-cpualign (log: $DEMO_RUN/plugin.log)"
 offset=$(stat -c %s "$E2E_CONTAINERD_LOG")
-setsid "$PLUGIN_BIN" run --config "$DEMO_RUN/config.toml" >>"$DEMO_RUN/plugin.log" 2>&1 </dev/null &
+# 9>&-: the plugin must not keep the lock fd (it would block every e2e run).
+setsid "$PLUGIN_BIN" run --config "$DEMO_RUN/config.toml" >>"$DEMO_RUN/plugin.log" 2>&1 </dev/null 9>&- &
 echo $! >"$DEMO_PIDFILE"
 for i in $(seq 200); do
 	grep -q '90-cpualign.*connected and synchronized' < <(tail -c +"$((offset + 1))" "$E2E_CONTAINERD_LOG") && break

@@ -52,7 +52,8 @@ cd "$REPO_ROOT"
 color=()
 [ -t 1 ] || color=(-ginkgo.no-color)
 set +e
-go test -tags e2e -count=1 -timeout 20m -v ./test/e2e -ginkgo.v "${color[@]}" "$@"
+# 9>&-: the suite restarts containerd, which must not inherit the lock fd.
+go test -tags e2e -count=1 -timeout 20m -v ./test/e2e -ginkgo.v "${color[@]}" "$@" 9>&-
 status=$?
 set -e
 exit "$status"

@@ -26,14 +26,16 @@ check_prereqs() {
 setup_containerd() {
 	local t0=$SECONDS
 	log "setting up containerd ($SETUP_SCRIPT)"
-	bash "$SETUP_SCRIPT" >/dev/null || die "containerd setup failed"
+	# 9>&-: containerd must not inherit the caller's lock fd, or it would
+	# hold /tmp/nri-cpualign-e2e.lock for as long as it runs.
+	bash "$SETUP_SCRIPT" >/dev/null 9>&- || die "containerd setup failed"
 	# shellcheck disable=SC1091
 	source "$E2E_RUN/env"
 	log "containerd ready in $((SECONDS - t0))s (pid $E2E_CONTAINERD_PID, NRI socket $NRI_SOCKET)"
 }
 
 teardown_containerd() {
-	bash "$TEARDOWN_SCRIPT" >&2 || log "teardown reported errors"
+	bash "$TEARDOWN_SCRIPT" >&2 9>&- || log "teardown reported errors"
 }
 
 build_plugin() {
