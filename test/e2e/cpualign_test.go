@@ -29,11 +29,15 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 		// the Guaranteed container that holds an exclusive CPU, and its CPUs
 		pinned     *framework.Container
 		pinnedCPUs cpuset.CPUSet
+		// exclusive CPUs of other Guaranteed containers (machines with 3+ CPUs)
+		otherExclusive = cpuset.New()
 	)
 
 	// pool is the shared pool while the given CPUs are exclusive: all CPUs
 	// but those (the reserved CPU stays in it, as in the kubelet).
-	pool := func(exclusive cpuset.CPUSet) cpuset.CPUSet { return Host.CPUs.Difference(exclusive) }
+	pool := func(exclusive cpuset.CPUSet) cpuset.CPUSet {
+		return Host.CPUs.Difference(exclusive).Difference(otherExclusive)
+	}
 
 	expectShared := func(ctx context.Context, want cpuset.CPUSet) {
 		GinkgoHelper()
@@ -49,7 +53,7 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 	// exclusive CPUs as taken (after a restart, a reconnect, a rebuild).
 	expectAllocatable := func(ctx context.Context, exclusive cpuset.CPUSet) {
 		GinkgoHelper()
-		free := Host.CPUs.Difference(Reserved()).Difference(exclusive).Size()
+		free := Host.CPUs.Difference(Reserved()).Difference(exclusive).Difference(otherExclusive).Size()
 		before, err := CRI.ContainerCount(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		r := framework.GuaranteedCPUs(free + 1)
@@ -136,8 +140,23 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 		// Created with no plugin connected: containerd runs it unadjusted.
 		down := pods.RunWith(ctx, "made-while-down", framework.Resources{CPURequestMilli: 200, CPULimitMilli: 400})
 		GinkgoWriter.Printf("created while the plugin was down: %s\n", CPUsOf(ctx, down))
+		// A Guaranteed one too, where the machine has a CPU left to give.
+		var downPinned *framework.Container
+		if free := Host.CPUs.Difference(Reserved()).Difference(pinnedCPUs).Size(); free >= 1 {
+			downPinned = pods.RunWith(ctx, "pinned-while-down", framework.GuaranteedCPUs(1))
+		} else {
+			GinkgoWriter.Printf("not creating a Guaranteed container while the plugin is down: %d CPUs leave none free\n", Host.CPUs.Size())
+		}
 
 		plugin.Start(ctx)
+		if downPinned != nil {
+			Eventually(func(g Gomega) {
+				cpus := CPUsOfG(g, ctx, downPinned)
+				g.Expect(cpus).To(HaveCPUCount(1))
+				g.Expect(cpus).To(BeDisjointFrom(Reserved().Union(pinnedCPUs)))
+				otherExclusive = cpus
+			}).WithContext(ctx).WithTimeout(5 * time.Second).Should(Succeed())
+		}
 		Eventually(func(g Gomega) {
 			g.Expect(CPUsOfG(g, ctx, down)).To(EqualCPUs(pool(pinnedCPUs)), "the container created while the plugin was down")
 		}).WithContext(ctx).WithTimeout(5 * time.Second).Should(Succeed())
@@ -212,7 +231,7 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 		Expect(CRI.StopContainer(ctx, pinned)).To(Succeed())
 		Eventually(func(g Gomega) {
 			for _, ct := range shared {
-				g.Expect(CPUsOfG(g, ctx, ct)).To(EqualCPUs(Host.CPUs), "shared container %s", ct.Name)
+				g.Expect(CPUsOfG(g, ctx, ct)).To(EqualCPUs(pool(cpuset.New())), "shared container %s", ct.Name)
 			}
 		}).WithContext(ctx).WithTimeout(5 * time.Second).Should(Succeed())
 	}, SpecTimeout(3*time.Minute))
