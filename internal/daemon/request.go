@@ -26,8 +26,15 @@ func milliFromShares(shares uint64) int64 {
 	if shares <= minShares {
 		return 0
 	}
+	shares = min(shares, maxCgroupValue)
 	return int64(shares * milliPerCPU / sharesPerCPU)
 }
+
+// maxCgroupValue caps shares, quota and period before the arithmetic
+// (2^40: far beyond what a kernel accepts, while x*1000 cannot overflow),
+// so that absurd values give absurd but non-negative requests instead of
+// wrapping around to negative ones.
+const maxCgroupValue = 1 << 40
 
 // milliFromQuota is the CPU limit the kubelet turned into a CFS quota; a
 // quota <= 0 (-1 = unlimited, 0 = unset) or no period means no limit.
@@ -35,6 +42,7 @@ func milliFromQuota(quota int64, period uint64) int64 {
 	if quota <= 0 || period == 0 {
 		return 0
 	}
+	quota, period = min(quota, maxCgroupValue), min(period, maxCgroupValue)
 	return quota * milliPerCPU / int64(period)
 }
 
