@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
 
 // TOML key names, exactly as the configuration file spells them.
@@ -328,7 +329,7 @@ func (c Config) problems() []*Error {
 	oneOf(KeyLogLevel, c.LogLevel, logLevels)
 	oneOf(KeyLogFormat, c.LogFormat, logFormats)
 	if strings.TrimSpace(c.ReservedSystemCPUs) != "" {
-		if _, err := cpuset.Parse(strings.TrimSpace(c.ReservedSystemCPUs)); err != nil {
+		if _, err := sysfs.ParseList(c.ReservedSystemCPUs); err != nil { // bounded ids: "0-4000000000" must not hang
 			bad(KeyReservedSystemCPUs, c.ReservedSystemCPUs, `want a Linux CPU list like "0,1" or "0-3,8-11"`)
 		}
 	}
@@ -370,7 +371,7 @@ func (c Config) problems() []*Error {
 func (c Config) Policy() (policy.Config, error) {
 	reserved := cpuset.New()
 	if s := strings.TrimSpace(c.ReservedSystemCPUs); s != "" {
-		r, err := cpuset.Parse(s)
+		r, err := sysfs.ParseList(s)
 		if err != nil {
 			return policy.Config{}, &Error{File: c.source, Line: c.lines[KeyReservedSystemCPUs], Key: KeyReservedSystemCPUs,
 				Value: c.ReservedSystemCPUs, Msg: `want a Linux CPU list like "0,1" or "0-3,8-11"`}
