@@ -17,6 +17,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
 
 // ctrRecord is what the daemon remembers about a container it has placed.
@@ -185,7 +186,7 @@ func importKubeletState(engine *policy.Engine, st policy.State, path string, log
 		return st, 0, nil
 	}
 	if ks.DefaultCPUSet != "" {
-		if _, err := cpuset.Parse(ks.DefaultCPUSet); err != nil {
+		if _, err := sysfs.ParseList(ks.DefaultCPUSet); err != nil { // bounded: a huge range must not hang
 			return st, 0, fmt.Errorf("import kubelet state %s: defaultCpuSet %q: %w", path, ks.DefaultCPUSet, err)
 		}
 	}
@@ -203,7 +204,7 @@ func importKubeletState(engine *policy.Engine, st policy.State, path string, log
 		sort.Strings(names)
 		for _, name := range names {
 			s := ks.Entries[pod][name]
-			cpus, err := cpuset.Parse(s)
+			cpus, err := sysfs.ParseList(s)
 			if err != nil || cpus.IsEmpty() {
 				log.WithFields(logrus.Fields{"file": path, "pod": pod, "container": name, "cpus": s}).Warn("kubelet state entry is not a CPU list; skipped")
 				continue
