@@ -165,3 +165,37 @@ func FuzzRestore(f *testing.F) {
 		}
 	})
 }
+
+// Huge CPU ranges in the kubelet's state are refused or skipped, never
+// expanded (cpuset.Parse would build billions of CPUs before failing).
+func TestKubeletStateHugeRange(t *testing.T) {
+	cfg, err := config.Load([]byte(fuzzConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, _ := cfg.Policy()
+	e, err := policy.New(sysfstest.Load(t, "ht-2s-6c"), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		doc     string
+		wantErr bool
+	}{
+		{`{"policyName":"static","defaultCpuSet":"0-4000000000","entries":{}}`, true},
+		{`{"policyName":"static","defaultCpuSet":"0","entries":{"p":{"c":"1-4000000000"}}}`, false},
+	} {
+		path := filepath.Join(dir, "state")
+		if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, n, err := importKubeletState(e, e.NewState(), path, quietLogger())
+		if tc.wantErr != (err != nil) || (err != nil && !strings.Contains(err.Error(), path)) {
+			t.Errorf("%s: err = %v", tc.doc, err)
+		}
+		if n != 0 || len(st.Alloc.Assignments) != 0 {
+			t.Errorf("%s: imported %d", tc.doc, n)
+		}
+	}
+}

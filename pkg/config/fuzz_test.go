@@ -72,3 +72,15 @@ func checkErrors(t *testing.T, data []byte, err error) {
 		}
 	}
 }
+
+// A CPU list with a huge range is refused with the key, not expanded:
+// cpuset.Parse would build a set of four billion CPUs (minutes and
+// gigabytes) before anything could say the value is wrong. Found while
+// fuzzing.
+func TestHugeCPURangeRefused(t *testing.T) {
+	_, err := Load([]byte("reserved_system_cpus = \"0-4000000000\"\n"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Key != KeyReservedSystemCPUs || ce.Line != 1 {
+		t.Fatalf("Load = %v, want an error on line 1 naming %s", err, KeyReservedSystemCPUs)
+	}
+}
