@@ -20,9 +20,9 @@ if ! flock -n 9; then
 	flock 9
 fi
 
-# The demo's plugin would clash with the suite's (same NRI name), and the
-# teardown at the end stops its containerd anyway.
-if demo_plugin_running; then
+# The demo's plugin would clash with the suite's (same NRI name), and its
+# pods would hold CPUs: stop it, as make demo-down would.
+if demo_plugin_running || [ -d "$DEMO_RUN" ]; then
 	log "a demo is running: stopping it first (as make demo-down would)"
 	stop_demo_plugin
 	rm -rf "$DEMO_RUN"
@@ -44,6 +44,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A clean slate: whatever an earlier run, a demo or a crash left in the test
+# containerd (pods holding CPUs) would change what the suite sees.
+teardown_containerd
 setup_containerd
 build_plugin
 
