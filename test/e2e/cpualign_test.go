@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
@@ -169,6 +170,12 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 	It("keeps the state across a containerd restart under the running plugin", func(ctx SpecContext) {
 		offset := framework.FileSize(Env.ContainerdLog)
 		Expect(framework.RestartContainerd(ctx, &Env)).To(Succeed())
+		// gRPC redials the new containerd with its own backoff; calls made
+		// before that fail fast with Unavailable.
+		Eventually(func() error {
+			_, err := CRI.RT.Version(ctx, &cri.VersionRequest{})
+			return err
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 		// The plugin either redials by itself or exits so that its
 		// DaemonSet restarts it; play the DaemonSet.
 		Eventually(func() bool {
