@@ -21,6 +21,9 @@ type Client struct {
 	conn  *grpc.ClientConn
 	RT    cri.RuntimeServiceClient // raw runtime service, for calls not wrapped here
 	Image string                   // image every container runs (the busybox test image)
+	// NodeMemory is the node's memory in bytes, for the kubelet's
+	// Burstable oom_score_adj.
+	NodeMemory int64
 }
 
 // Dial connects to the CRI socket at addr (a path) and checks the runtime
@@ -32,7 +35,7 @@ func Dial(ctx context.Context, addr, image string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CRI dial %s: %w", addr, err)
 	}
-	c := &Client{conn: conn, RT: cri.NewRuntimeServiceClient(conn), Image: image}
+	c := &Client{conn: conn, RT: cri.NewRuntimeServiceClient(conn), Image: image, NodeMemory: NodeMemory()}
 	if _, err := c.RT.Version(ctx, &cri.VersionRequest{}); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("CRI Version on %s: %w", addr, err)
@@ -163,7 +166,7 @@ func (c *Client) CreateContainer(ctx context.Context, p *Pod, name string, r Res
 		Labels:      map[string]string{"io.kubernetes.container.name": name},
 		Annotations: map[string]string{},
 		Linux: &cri.LinuxContainerConfig{
-			Resources: r.CRI(p.QOS),
+			Resources: r.CRIOnNode(p.QOS, c.NodeMemory),
 			// The zero NamespaceMode is POD: without repeating the pod's
 			// options the container would share the pause container's PID
 			// namespace and /proc/1 would not be its own process.

@@ -41,6 +41,24 @@ func TestKubeletResources(t *testing.T) {
 	}
 }
 
+func TestBurstableOOMScoreAdj(t *testing.T) {
+	// 1000 - 1000*256Mi/1Gi = 750; a request above the node's memory
+	// clamps to 2; unknown node memory gives 999 (1000 clamped).
+	r := Resources{CPURequestMilli: 100, MemRequest: 256 << 20}
+	if got := r.CRIOnNode(Burstable, 1<<30).OomScoreAdj; got != 750 {
+		t.Errorf("oom_score_adj = %d, want 750", got)
+	}
+	if got := (Resources{MemRequest: 2 << 30}).CRIOnNode(Burstable, 1<<30).OomScoreAdj; got != 2 {
+		t.Errorf("oom_score_adj = %d, want 2", got)
+	}
+	if got := r.CRI(Burstable).OomScoreAdj; got != 999 {
+		t.Errorf("oom_score_adj = %d, want 999", got)
+	}
+	if got := GuaranteedCPUs(1).CRI(Guaranteed).OomScoreAdj; got != -997 {
+		t.Errorf("guaranteed oom_score_adj = %d, want -997", got)
+	}
+}
+
 func TestPodCRIAndCgroupParent(t *testing.T) {
 	// A limit on one container only: the pod has no CPU limit; requests add up
 	// (250m + 1000m = 1250m -> 1280 shares).

@@ -2,6 +2,9 @@ package framework
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -119,15 +122,38 @@ func OOMScoreAdj(q QOS, r Resources, nodeMemory int64) int64 {
 // CRI returns the LinuxContainerResources the kubelet sends in
 // CreateContainer for a container of a pod in class q: shares from the
 // request, quota from the limit (0 without a limit), period always 100000.
-func (r Resources) CRI(q QOS) *cri.LinuxContainerResources {
+// The node's memory size is not known here, so a Burstable container gets
+// oom_score_adj 999; CRIOnNode computes it.
+func (r Resources) CRI(q QOS) *cri.LinuxContainerResources { return r.CRIOnNode(q, 0) }
+
+// CRIOnNode is CRI on a node with nodeMemory bytes (0 = unknown), which
+// the kubelet's Burstable oom_score_adj depends on.
+func (r Resources) CRIOnNode(q QOS, nodeMemory int64) *cri.LinuxContainerResources {
 	n := r.normalized()
 	return &cri.LinuxContainerResources{
 		CpuShares:          MilliToShares(n.CPURequestMilli),
 		CpuPeriod:          cfsPeriod,
 		CpuQuota:           MilliToQuota(n.CPULimitMilli),
 		MemoryLimitInBytes: n.MemLimit,
-		OomScoreAdj:        OOMScoreAdj(q, n, 0),
+		OomScoreAdj:        OOMScoreAdj(q, n, nodeMemory),
 	}
+}
+
+// NodeMemory is MemTotal of /proc/meminfo in bytes, 0 if unreadable.
+func NodeMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }
 
 // PodCRI returns the pod-level resources the kubelet sends in
