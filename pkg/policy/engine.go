@@ -434,7 +434,9 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 	if exclusive {
 		if cpus, ok := e.Assignment(st, req.Pod, req.Container); ok {
 			h, _, _ := e.affinity(st, req)
-			_, got, err := e.static.Allocate(st.Alloc, allocRequest(req), h)
+			// The allocator's State is kept: it updates the pod's
+			// init-container reuse set even for an existing assignment.
+			alloc, got, err := e.static.Allocate(st.Alloc, allocRequest(req), h)
 			if err != nil {
 				return st, Decision{}, err
 			}
@@ -442,7 +444,9 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 				return st, Decision{}, &allocator.InvalidStateError{Pod: req.Pod, Container: req.Container,
 					Msg: fmt.Sprintf("allocator returned %s for a container that holds %s", got, cpus)}
 			}
-			return st, Decision{CPUs: cpus, Mems: e.memsFor(h.Affinity, cpus), Exclusive: true, Affinity: h, Existing: true}, nil
+			next := st
+			next.Alloc = alloc
+			return next, Decision{CPUs: cpus, Mems: e.memsFor(h.Affinity, cpus), Exclusive: true, Affinity: h, Existing: true}, nil
 		}
 	}
 	// Step 3.
@@ -674,12 +678,17 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 				notes = append(notes, fmt.Sprintf("dropped pod %s container %s: cpuset %q does not parse or is empty", pod, c, text))
 				continue
 			}
-			next, err := e.Assign(st, pod, c, cpus)
+			if e.static == nil {
+				notes = append(notes, fmt.Sprintf("dropped pod %s container %s (%s): cpu_manager_policy none has no exclusive CPUs", pod, c, text))
+				continue
+			}
+			// Same-pod overlap is legitimate after init-container reuse.
+			alloc, err := e.static.AssignReusing(st.Alloc, pod, c, cpus)
 			if err != nil {
 				notes = append(notes, fmt.Sprintf("dropped pod %s container %s (%s): %v", pod, c, text, err))
 				continue
 			}
-			st = next
+			st.Alloc = alloc
 		}
 	}
 	if s.ReusablePod != "" && s.Reusable != "" && e.static != nil {

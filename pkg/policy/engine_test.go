@@ -687,3 +687,50 @@ func TestPodScopeRejectsWholePod(t *testing.T) {
 	_, d := add(t, e, e.NewState(), req)
 	check(t, d, want{cpus: "0,12", mems: "0", exclusive: true, numa: "0", preferred: true})
 }
+
+// TestFromSnapshotKeepsSamePodOverlap: after init-container reuse the app
+// container holds the init container's CPUs (ht-2s-6c, reserved 0,12: the
+// init container gets core 1 = {1,13}, the app reuses it). Both entries
+// must survive a checkpoint round trip; restoring them with the plain,
+// overlap-refusing Assign would drop the second.
+func TestFromSnapshotKeepsSamePodOverlap(t *testing.T) {
+	e := newEngine(t, "ht-2s-6c", static("none", "0,12"))
+	init := guaranteed("p", "init", 2)
+	init.Type = allocator.Init
+	st, d := add(t, e, e.NewState(), init)
+	if d.CPUs.String() != "1,13" {
+		t.Fatalf("init got %s, want 1,13", d.CPUs)
+	}
+	st, app := add(t, e, st, guaranteed("p", "app", 2))
+	if app.CPUs.String() != "1,13" {
+		t.Fatalf("app got %s, want the init container's 1,13", app.CPUs)
+	}
+	back, notes, err := e.FromSnapshot(e.Snapshot(st))
+	if err != nil || len(notes) != 0 {
+		t.Fatalf("FromSnapshot: err=%v notes=%v", err, notes)
+	}
+	for _, c := range []string{"init", "app"} {
+		if got, ok := e.Assignment(back, "p", c); !ok || got.String() != "1,13" {
+			t.Fatalf("restored %s = %s (%t), want 1,13", c, got, ok)
+		}
+	}
+}
+
+// TestAddExistingKeepsReuseUpdate: re-adding an init container that holds
+// CPUs (a restart) puts its CPUs back in the pod's reuse set, as the
+// kubelet's allocator does on its existing-assignment path; the engine must
+// return that State rather than the one it was given.
+func TestAddExistingKeepsReuseUpdate(t *testing.T) {
+	e := newEngine(t, "ht-2s-6c", static("none", "0,12"))
+	init := guaranteed("p", "init", 2)
+	init.Type = allocator.Init
+	st, _ := add(t, e, e.NewState(), init)
+	st, _ = add(t, e, st, guaranteed("p", "app", 2)) // takes 1,13 out of the reuse set
+	if st.Alloc.Reusable.Size() != 0 {
+		t.Fatalf("reusable after the app = %s, want empty", st.Alloc.Reusable)
+	}
+	st, d := add(t, e, st, init)
+	if !d.Existing || st.Alloc.ReusablePod != "p" || st.Alloc.Reusable.String() != "1,13" {
+		t.Fatalf("after re-adding init: existing=%t reusable=%s/%s, want true p/1,13", d.Existing, st.Alloc.ReusablePod, st.Alloc.Reusable)
+	}
+}
