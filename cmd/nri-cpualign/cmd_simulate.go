@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 	"github.com/sirupsen/logrus"
-	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -254,7 +254,7 @@ func (s *simulator) assign(req requestLine) any {
 	if req.Pod == "" || req.Container == "" {
 		return fail(&allocator.InvalidStateError{Pod: req.Pod, Container: req.Container, Msg: "assign needs pod and container"})
 	}
-	cpus, err := cpuset.Parse(req.CPUs)
+	cpus, err := topology.ParseList(req.CPUs)
 	if err != nil || cpus.IsEmpty() {
 		return fail(&allocator.InvalidStateError{Pod: req.Pod, Container: req.Container, Msg: fmt.Sprintf("cpus %q is not a non-empty Linux CPU list", req.CPUs)})
 	}

@@ -656,7 +656,7 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 	st := e.NewState()
 	var notes []string
 	if s.Reserved != "" || e.reserved.Size() > 0 {
-		if r, err := cpuset.Parse(s.Reserved); err != nil || !r.Equals(e.reserved) {
+		if r, err := topology.ParseList(s.Reserved); err != nil || !r.Equals(e.reserved) {
 			notes = append(notes, fmt.Sprintf("reserved CPUs were %q in the checkpoint, now %q", s.Reserved, e.reserved.String()))
 		}
 	}
@@ -673,7 +673,7 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 		sort.Strings(ctrs)
 		for _, c := range ctrs {
 			text := s.Assignments[pod][c]
-			cpus, err := cpuset.Parse(text)
+			cpus, err := topology.ParseList(text)
 			if err != nil || cpus.Size() == 0 {
 				notes = append(notes, fmt.Sprintf("dropped pod %s container %s: cpuset %q does not parse or is empty", pod, c, text))
 				continue
@@ -692,7 +692,7 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 		}
 	}
 	if s.ReusablePod != "" && s.Reusable != "" && e.static != nil {
-		r, err := cpuset.Parse(s.Reusable)
+		r, err := topology.ParseList(s.Reusable)
 		held := cpuset.New()
 		for _, cpus := range st.Alloc.Assignments[s.ReusablePod] {
 			held = held.Union(cpus)
@@ -722,7 +722,7 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 		}
 	}
 	if s.Shared != "" {
-		if sh, err := cpuset.Parse(s.Shared); err != nil || !sh.Equals(e.SharedCPUs(st)) {
+		if sh, err := topology.ParseList(s.Shared); err != nil || !sh.Equals(e.SharedCPUs(st)) {
 			notes = append(notes, fmt.Sprintf("shared pool recomputed: %q in the checkpoint, now %q", s.Shared, e.SharedCPUs(st).String()))
 		}
 	}
