@@ -16,6 +16,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -229,6 +230,9 @@ func report(on, off []time.Duration) {
 	}
 	fmt.Printf("delta (on - off): p50 %s, p99 %s; paired differences: p50 %s, p99 %s\n",
 		ms(pct(on, .5)-pct(off, .5)), ms(pct(on, .99)-pct(off, .99)), ms(pct(diffs, .5)), ms(pct(diffs, .99)))
+	if lo, hi, ok := medianCI(diffs); ok {
+		fmt.Printf("median paired difference, distribution-free 95%% confidence interval: [%s, %s]\n", ms(lo), ms(hi))
+	}
 	var raw []string
 	for _, d := range on {
 		raw = append(raw, fmt.Sprint(d.Microseconds()))
@@ -239,4 +243,19 @@ func report(on, off []time.Duration) {
 		raw = append(raw, fmt.Sprint(d.Microseconds()))
 	}
 	fmt.Println("raw off µs:", strings.Join(raw, " "))
+}
+
+// medianCI is the distribution-free (sign test) 95% confidence interval of
+// the median: the order statistics n/2 -+ 1.96*sqrt(n)/2 (normal
+// approximation of the binomial, fine from about 20 samples).
+func medianCI(d []time.Duration) (lo, hi time.Duration, ok bool) {
+	n := len(d)
+	if n < 20 {
+		return 0, 0, false
+	}
+	c := slices.Clone(d)
+	slices.Sort(c)
+	// k is 1-based: the k-th smallest and the k-th largest.
+	k := int(math.Floor(float64(n)/2 - 1.96*math.Sqrt(float64(n))/2))
+	return c[k-1], c[n-k], true
 }
