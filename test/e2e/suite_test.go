@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
@@ -37,8 +38,9 @@ var (
 	podSeq atomic.Int64
 )
 
-// PluginName is the NRI name ("<idx>-<name>") nri-cpualign registers with.
-const PluginName = "90-cpualign"
+// PluginName is the NRI name ("<idx>-<name>") nri-cpualign registers with,
+// as containerd logs it.
+const PluginName = daemon.PluginIdx + "-" + daemon.PluginName
 
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -72,16 +74,12 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		out, err := exec.CommandContext(ctx, "go", "build", "-o", PluginBin, "github.com/nri-cpualign/nri-cpualign/cmd/nri-cpualign").CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "go build nri-cpualign:\n%s", out)
 	}
-	// Gate while cmd/nri-cpualign/cmd_run.go is still the placeholder, so
-	// `make test` stays green until the daemon lands; it goes away by itself.
-	if out, _ := exec.CommandContext(ctx, PluginBin, "run", "--help").CombinedOutput(); strings.Contains(string(out), "not implemented yet") {
-		containerdMissing = "nri-cpualign run is not implemented yet: " + strings.TrimSpace(string(out))
-	}
 	GinkgoWriter.Printf("containerd pid %d, NRI socket %s, %d CPUs %s, plugin %s, work dir %s\n",
 		Env.ContainerdPID, Env.NRISocket, Host.CPUs.Size(), Host.CPUs, PluginBin, WorkDir)
 }, NodeTimeout(5*time.Minute))
 
-// containerdMissing says why the real-containerd specs cannot run ("" = they can).
+// containerdMissing says why the real-containerd specs cannot run ("" = they
+// can).
 var containerdMissing string
 
 // RequireContainerd skips the current spec (or Ordered container, from
@@ -148,6 +146,7 @@ func CPUsOfG(g Gomega, ctx context.Context, ct *framework.Container) cpuset.CPUS
 
 // PluginConfig is the TOML the suite gives nri-cpualign: the static policy
 // with CPU 0 reserved (the kubelet's reservedSystemCPUs), state in stateDir.
+// extra lines are appended (new keys or tables; TOML refuses a repeated key).
 func PluginConfig(stateDir string, extra ...string) string {
 	lines := []string{
 		`cpu_manager_policy = "static"`,
