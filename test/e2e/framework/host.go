@@ -11,7 +11,10 @@ import (
 )
 
 // Host is this machine's CPU placement facts, read from sysfs, to translate
-// a container's CPUs into NUMA nodes and L3 groups.
+// a container's CPUs into NUMA nodes and L3 groups. It reads sysfs on its
+// own rather than through pkg/sysfs, so the checks do not share the plugin's
+// reading of the machine. L3 ids are sysfs cache ids (no kubelet uncore
+// fallback): the demo shows the hardware.
 type Host struct {
 	CPUs        cpuset.CPUSet
 	MemoryNodes cpuset.CPUSet // NUMA nodes with memory
