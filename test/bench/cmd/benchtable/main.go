@@ -120,6 +120,15 @@ func us(ns float64) string {
 	return fmt.Sprintf("%.2f", ns/1000)
 }
 
+// optUs is us of a metric, "-" when the benchmark did not report it.
+func optUs(r row, metric string) string {
+	v, ok := r.metrics[metric]
+	if !ok {
+		return "-"
+	}
+	return us(v)
+}
+
 func render(w io.Writer, rows []row) {
 	var decisions, trips []row
 	for _, r := range rows {
@@ -131,12 +140,13 @@ func render(w io.Writer, rows []row) {
 		}
 	}
 	if len(decisions) > 0 {
-		fmt.Fprintln(w, "| machine | CPUs | NUMA nodes | L3 groups | occupancy % | option set | request CPUs | ns/decision | p50 µs | p99 µs | allocs/decision | B/decision |")
-		fmt.Fprintln(w, "|---|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|")
+		fmt.Fprintln(w, "| machine | CPUs | NUMA nodes | L3 groups | occupancy % | option set | request CPUs | ns/decision | p50 µs | p99 µs | CPU p50 µs | CPU p99 µs | allocs/decision | B/decision |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 		for _, r := range decisions {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %.0f | %.0f |\n",
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s | %s | %.0f | %.0f |\n",
 				r.machine, r.param("cpus"), r.param("numa"), r.param("l3"), occupancy(r), r.param("opts"), r.param("req"),
-				r.metrics["ns/op"], us(r.metrics["p50-ns"]), us(r.metrics["p99-ns"]), r.metrics["allocs/op"], r.metrics["B/op"])
+				r.metrics["ns/op"], us(r.metrics["p50-ns"]), us(r.metrics["p99-ns"]), optUs(r, "cpu-p50-ns"), optUs(r, "cpu-p99-ns"),
+				r.metrics["allocs/op"], r.metrics["B/op"])
 		}
 	}
 	if len(trips) > 0 {
@@ -243,15 +253,17 @@ func scaling(w io.Writer, decisions []row) (maxK float64, where string) {
 func targets(w io.Writer, decisions, trips []row) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Targets:")
-	worst, where := 0.0, ""
-	for _, r := range decisions {
-		if r.intParam("cpus") == 256 && r.metrics["p99-ns"] > worst {
-			worst = r.metrics["p99-ns"]
-			where = fmt.Sprintf("%s, %s, occupancy %s%%", r.machine, r.param("opts"), r.param("occ"))
+	for _, m := range []struct{ metric, what string }{{"p99-ns", "wall-clock"}, {"cpu-p99-ns", "thread CPU time"}} {
+		worst, where := 0.0, ""
+		for _, r := range decisions {
+			if v, ok := r.metrics[m.metric]; ok && r.intParam("cpus") == 256 && (where == "" || v > worst) {
+				worst = v
+				where = fmt.Sprintf("%s, %s, occupancy %s%%", r.machine, r.param("opts"), r.param("occ"))
+			}
 		}
-	}
-	if where != "" {
-		fmt.Fprintf(w, "- one decision <= 20 µs p99 on the 256-CPU machines: worst p99 %s µs (%s): %s\n", us(worst), where, verdict(worst <= 20000))
+		if where != "" {
+			fmt.Fprintf(w, "- one decision <= 20 µs p99 on the 256-CPU machines (%s): worst p99 %s µs (%s): %s\n", m.what, us(worst), where, verdict(worst <= 20000))
+		}
 	}
 	for _, r := range trips {
 		if r.param("state") == "disk" && r.param("existing") == "500" && r.param("kind") == "exclusive" {

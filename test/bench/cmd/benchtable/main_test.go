@@ -12,7 +12,7 @@ import (
 const sample = `goos: linux
 pkg: github.com/nri-cpualign/nri-cpualign/test/bench
 BenchmarkDecision/ht-1s-4c/cpus=8/numa=1/l3=1/occ=90/opts=packed/req=2-2         	    2000	      3000 ns/op	        66.67 occ-pct	      2500 p50-ns	      9000 p99-ns	    1200 B/op	      20 allocs/op
-BenchmarkDecision/epyc-9754/cpus=256/numa=1/l3=16/occ=0/opts=full-pcpus-only/req=8-2 	    2000	     12000 ns/op	         0 occ-pct	     11000 p50-ns	     25000 p99-ns	   30000 B/op	      60 allocs/op
+BenchmarkDecision/epyc-9754/cpus=256/numa=1/l3=16/occ=0/opts=full-pcpus-only/req=8-2 	    2000	     12000 ns/op	     10500 cpu-p50-ns	     19000 cpu-p99-ns	         0 occ-pct	     11000 p50-ns	     25000 p99-ns	   30000 B/op	      60 allocs/op
 BenchmarkScaling/gen-16/cpus=16/numa=2/l3=1/occ=50/opts=packed/req=4-2           	    2000	      2000 ns/op	        50 occ-pct	      1900 p50-ns	      4000 p99-ns	     900 B/op	      10 allocs/op
 BenchmarkScaling/gen-1024/cpus=1024/numa=8/l3=64/occ=50/opts=packed/req=8-2      	    2000	    128000 ns/op	        50 occ-pct	    120000 p50-ns	    200000 p99-ns	   80000 B/op	     100 allocs/op
 BenchmarkCreateContainer/epyc-9754/cpus=256/existing=500/kind=exclusive/state=disk-2 	time="x" level=warning msg="slow"
@@ -68,12 +68,13 @@ func TestRender(t *testing.T) {
 	got := out.String()
 	for _, want := range []string{
 		// ht-1s-4c: 90% nominal, Fill stopped at 66.67% (keeps room for the request).
-		"| ht-1s-4c | 8 | 1 | 1 | 90 (67) | packed | 2 | 3000 | 2.50 | 9.00 | 20 | 1200 |",
-		"| epyc-9754 | 256 | 1 | 16 | 0 | full-pcpus-only | 8 | 12000 | 11.0 | 25.0 | 60 | 30000 |",
+		"| ht-1s-4c | 8 | 1 | 1 | 90 (67) | packed | 2 | 3000 | 2.50 | 9.00 | - | - | 20 | 1200 |",
+		"| epyc-9754 | 256 | 1 | 16 | 0 | full-pcpus-only | 8 | 12000 | 11.0 | 25.0 | 10.5 | 19.0 | 60 | 30000 |",
 		"| epyc-9754 | 500 | exclusive | disk | 2500 | 2000 | 9000 | 14000 | 2600000 |",
 		// 2 µs at 16 CPUs, 128 µs at 1024: ×64 time for ×64 CPUs is k = 1.
 		"| packed | 50 | 2.00 | 128 | 1.00 |",
-		"worst p99 25.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): missed",
+		"(wall-clock): worst p99 25.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): missed",
+		"(thread CPU time): worst p99 19.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): met",
 		"p50 2000 µs, p99 9000 µs: missed",
 		"largest growth exponent k = 1.00 (packed, occupancy 50%): met",
 	} {
