@@ -211,10 +211,10 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			placed++
 			continue
 		}
-		req := requestFor(pod, c)
+		entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
+		req := d.withDeviceHints(requestFor(pod, c), c, entry)
 		next, dec, err := d.engine.Add(st, req)
 		d.metrics.observeAdmission(req, err, 0)
-		entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
 		if err != nil {
 			entry.WithError(err).WithField("reason", reasonOf(err)).
 				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
@@ -291,6 +291,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if d.engine == nil {
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", d.pendingErr)
 	}
+	req = d.withDeviceHints(req, ctr, entry)
 	start := time.Now()
 	next, dec, err := d.engine.Add(d.st, req)
 	d.metrics.observeAdmission(req, err, time.Since(start))
