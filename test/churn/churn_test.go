@@ -252,8 +252,11 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	}
 	c.rt = newRuntime(t, dir)
 	t.Cleanup(c.rt.stop)
-	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\nmetrics_address = \"\"\nreconcile_period = \"0\"\nlog_level = \"info\"\n%s",
-		c.stateDir, c.rt.socket, s.toml)
+	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\nreconcile_period = \"0\"\nlog_level = \"info\"\n", c.stateDir, c.rt.socket)
+	if !strings.Contains(s.toml, "metrics_address") {
+		doc += "metrics_address = \"\"\n"
+	}
+	doc += s.toml
 	c.cfg, err = config.Load([]byte(doc))
 	if err != nil {
 		t.Fatalf("config: %v", err)
