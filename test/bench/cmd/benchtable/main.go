@@ -182,7 +182,19 @@ func occupancy(r row) string {
 	return nominal
 }
 
-// scaling prints, per option set and occupancy, the mean decision time on
+// typical is a decision's typical cost: the median thread CPU time, else
+// the median wall-clock time, else the mean. Medians keep a shared
+// machine's bursts of load out of the growth exponent.
+func typical(r row) float64 {
+	for _, m := range []string{"cpu-p50-ns", "p50-ns", "ns/op"} {
+		if v, ok := r.metrics[m]; ok {
+			return v
+		}
+	}
+	return 0
+}
+
+// scaling prints, per option set and occupancy, the typical decision time on
 // each generated machine and the growth exponent between the smallest and
 // the largest (time ∝ CPUs^k; k <= 1 is at most linear).
 func scaling(w io.Writer, decisions []row) (maxK float64, where string) {
@@ -210,7 +222,7 @@ func scaling(w io.Writer, decisions []row) (maxK float64, where string) {
 	}
 	sort.Ints(cpus)
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Growth with the machine (generated machines, mean µs per decision; k: time ∝ CPUs^k from the smallest to the largest):")
+	fmt.Fprintln(w, "Growth with the machine (generated machines, median µs of thread CPU time per decision; k: time ∝ CPUs^k from the smallest to the largest):")
 	fmt.Fprintln(w)
 	head := "| option set | occupancy % |"
 	sep := "|---|--:|"
@@ -223,7 +235,7 @@ func scaling(w io.Writer, decisions []row) (maxK float64, where string) {
 	for _, k := range keys {
 		at := map[int]float64{}
 		for _, r := range byKey[k] {
-			at[r.intParam("cpus")] = r.metrics["ns/op"]
+			at[r.intParam("cpus")] = typical(r)
 		}
 		line := fmt.Sprintf("| %s | %s |", k.opts, k.occ)
 		for _, c := range cpus {
