@@ -230,8 +230,8 @@ func scaling(w io.Writer, decisions []row) (maxK float64, where string) {
 		head += fmt.Sprintf(" %d CPUs |", c)
 		sep += "--:|"
 	}
-	fmt.Fprintln(w, head+" k |")
-	fmt.Fprintln(w, sep+"--:|")
+	fmt.Fprintln(w, head+" k | steepest step |")
+	fmt.Fprintln(w, sep+"--:|---|")
 	for _, k := range keys {
 		at := map[int]float64{}
 		for _, r := range byKey[k] {
@@ -255,6 +255,18 @@ func scaling(w io.Writer, decisions []row) (maxK float64, where string) {
 		} else {
 			line += " - |"
 		}
+		// The steepest step between neighbouring sizes: where the growth
+		// is locally faster than the endpoints show (e.g. more NUMA nodes).
+		steep, steepAt := 0.0, "-"
+		for i := 1; i < len(cpus); i++ {
+			a, b := at[cpus[i-1]], at[cpus[i]]
+			if a > 0 && b > 0 {
+				if ks := math.Log(b/a) / math.Log(float64(cpus[i])/float64(cpus[i-1])); steepAt == "-" || ks > steep {
+					steep, steepAt = ks, fmt.Sprintf("%.2f (%d→%d)", ks, cpus[i-1], cpus[i])
+				}
+			}
+		}
+		line += " " + steepAt + " |"
 		fmt.Fprintln(w, line)
 	}
 	return maxK, where

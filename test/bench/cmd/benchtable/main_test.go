@@ -73,7 +73,7 @@ func TestRender(t *testing.T) {
 		"| epyc-9754 | 500 | exclusive | disk | 2500 | 2000 | 9000 | 14000 | 2600000 |",
 		// Medians (no CPU time reported here): 1.9 µs at 16 CPUs, 120 µs
 		// at 1024; k = ln(120/1.9)/ln(64) = 0.9966.
-		"| packed | 50 | 1.90 | 120 | 1.00 |",
+		"| packed | 50 | 1.90 | 120 | 1.00 | 1.00 (16→1024) |",
 		"(wall-clock): worst p99 25.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): missed",
 		"(thread CPU time): worst p99 19.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): met",
 		"p50 2000 µs, p99 9000 µs: missed",
