@@ -216,7 +216,7 @@ func mean(s []time.Duration) time.Duration {
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
 func report(on, off []time.Duration) {
-	fmt.Printf("CreateContainer+StartContainer on the real containerd, Guaranteed 1-CPU container, %d samples per mode\n", len(on))
+	fmt.Printf("CreateContainer+StartContainer on the real containerd, Guaranteed 1-CPU container, %d samples per mode:\n\n", len(on))
 	fmt.Println("| plugin | samples | p50 | p99 | mean |")
 	fmt.Println("|---|--:|--:|--:|--:|")
 	fmt.Printf("| on | %d | %s | %s | %s |\n", len(on), ms(pct(on, .5)), ms(pct(on, .99)), ms(mean(on)))
@@ -228,7 +228,7 @@ func report(on, off []time.Duration) {
 	for i := range m {
 		diffs[i] = on[i] - off[i]
 	}
-	fmt.Printf("delta (on - off): p50 %s, p99 %s; paired differences: p50 %s, p99 %s\n",
+	fmt.Printf("\ndelta (on - off): p50 %s, p99 %s; paired differences: p50 %s, p99 %s\n",
 		ms(pct(on, .5)-pct(off, .5)), ms(pct(on, .99)-pct(off, .99)), ms(pct(diffs, .5)), ms(pct(diffs, .99)))
 	if lo, hi, ok := medianCI(diffs); ok {
 		fmt.Printf("median paired difference, distribution-free 95%% confidence interval: [%s, %s]\n", ms(lo), ms(hi))
