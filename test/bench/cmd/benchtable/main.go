@@ -160,10 +160,11 @@ func render(w io.Writer, rows []row) {
 				us(r.metrics["ns/op"]), us(r.metrics["p50-ns"]), us(r.metrics["p99-ns"]), r.metrics["allocs/op"], r.metrics["B/op"])
 		}
 	}
-	maxK, kWhere := scaling(w, decisions)
+	maxK, kWhere, steepest := scaling(w, decisions)
 	targets(w, decisions, trips)
 	if kWhere != "" {
-		fmt.Fprintf(w, "- cost no worse than linear in CPUs: largest growth exponent k = %.2f (%s): %s\n", maxK, kWhere, verdict(maxK <= 1))
+		fmt.Fprintf(w, "- cost no worse than linear in CPUs: largest growth exponent k = %.2f from the smallest to the largest machine (%s): %s; steepest step between neighbouring sizes k = %s\n",
+			maxK, kWhere, verdict(maxK <= 1), steepest)
 	}
 }
 
@@ -197,7 +198,7 @@ func typical(r row) float64 {
 // scaling prints, per option set and occupancy, the typical decision time on
 // each generated machine and the growth exponent between the smallest and
 // the largest (time ∝ CPUs^k; k <= 1 is at most linear).
-func scaling(w io.Writer, decisions []row) (maxK float64, where string) {
+func scaling(w io.Writer, decisions []row) (maxK float64, where, steepest string) {
 	type key struct{ opts, occ string }
 	byKey := map[key][]row{}
 	var keys []key
@@ -214,8 +215,9 @@ func scaling(w io.Writer, decisions []row) (maxK float64, where string) {
 		sizes[r.intParam("cpus")] = true
 	}
 	if len(keys) == 0 {
-		return 0, ""
+		return 0, "", ""
 	}
+	maxSteep := 0.0
 	var cpus []int
 	for c := range sizes {
 		cpus = append(cpus, c)
@@ -267,9 +269,12 @@ func scaling(w io.Writer, decisions []row) (maxK float64, where string) {
 			}
 		}
 		line += " " + steepAt + " |"
+		if steepAt != "-" && (steepest == "" || steep > maxSteep) {
+			maxSteep, steepest = steep, fmt.Sprintf("%s, %s, occupancy %s%%", steepAt, k.opts, k.occ)
+		}
 		fmt.Fprintln(w, line)
 	}
-	return maxK, where
+	return maxK, where, steepest
 }
 
 // targets compares the figures with issue 9's targets (a report, not a

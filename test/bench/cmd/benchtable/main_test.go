@@ -77,7 +77,7 @@ func TestRender(t *testing.T) {
 		"(wall-clock): worst p99 25.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): missed",
 		"(thread CPU time): worst p99 19.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): met",
 		"p50 2000 µs, p99 9000 µs: missed",
-		"largest growth exponent k = 1.00 (packed, occupancy 50%): met",
+		"largest growth exponent k = 1.00 from the smallest to the largest machine (packed, occupancy 50%): met; steepest step between neighbouring sizes k = 1.00 (16→1024), packed, occupancy 50%",
 		"median µs of thread CPU time",
 	} {
 		if !strings.Contains(got, want) {
