@@ -55,11 +55,12 @@ if [ "$mode" != cri-only ]; then
 	fi
 	go run ./test/bench/cmd/benchtable <"$raw" >"$OUT/table.md"
 	log "daemon memory (real binary, in-process NRI runtime)"
-	CGO_ENABLED=0 go build -ldflags "-s -w" -o "$PLUGIN_BIN" ./cmd/nri-cpualign
-	go run ./test/bench/cmd/rss -bin "$PLUGIN_BIN" -containers 500 | tee "$OUT/rss.txt"
+	# Its own copy: bin/nri-cpualign may be running under an e2e suite.
+	CGO_ENABLED=0 go build -ldflags "-s -w" -o "$OUT/nri-cpualign" ./cmd/nri-cpualign
+	go run ./test/bench/cmd/rss -bin "$OUT/nri-cpualign" -containers 500 | tee "$OUT/rss.txt"
 	{
 		echo
-		echo "Daemon memory (bin/nri-cpualign on the epyc-9754 fixture, containers created over NRI):"
+		echo "Daemon memory (nri-cpualign run on the epyc-9754 fixture, containers created over NRI):"
 		echo
 		grep -E '^(rss|target|created)' "$OUT/rss.txt" | sed 's/^/    /'
 	} >>"$OUT/table.md"
