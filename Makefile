@@ -13,8 +13,9 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nri-cpualign
 
-## test: everything — gofmt, vet, unit tests with -race, the e2e suite
-test: fmt-check vet unit e2e
+## test: everything — gofmt, vet, unit tests with -race (the churn test's
+## 10000 operations included), brief fuzzing of every target, the e2e suite
+test: fmt-check vet unit fuzz-short e2e
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -57,3 +58,30 @@ bench:
 
 bench-cri:
 	bash scripts/bench.sh --cri
+
+## churn: the long model-based churn test (test/churn) under -race, OPS
+## operations split over its six machine/option setups; CHURN_SEED=n replays
+## a run (a failure prints the seed and the op list)
+OPS ?= 100000
+.PHONY: churn
+churn:
+	CHURN_OPS=$(OPS) $(GO) test -race -count=1 -timeout 0 -v -run 'TestChurn$$' ./test/churn
+
+## fuzz: every fuzz target for FUZZTIME each (default 30s), one at a time
+## (fuzzing uses every core); fuzz-short (part of make test) runs 4s each
+FUZZTIME ?= 30s
+FUZZ_TARGETS := pkg/config:FuzzLoad pkg/checkpoint:FuzzLoad \
+	pkg/sysfs:FuzzParseList pkg/sysfs:FuzzParseInt pkg/sysfs:FuzzParseMemTotal \
+	pkg/sysfs:FuzzParseDistances pkg/sysfs:FuzzReadFS pkg/sysfs:FuzzDeviceNUMANode \
+	internal/daemon:FuzzKubeletState internal/daemon:FuzzRequestFor internal/daemon:FuzzRestore \
+	cmd/nri-cpualign:FuzzSimulate
+.PHONY: fuzz fuzz-short
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=./$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) $$pkg 2>&1 | grep -v '^fuzz: elapsed: [0-9]*s, execs' ; \
+		test $${PIPESTATUS[0]} -eq 0; \
+	done
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=4s
