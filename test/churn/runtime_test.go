@@ -258,7 +258,11 @@ func (rt *runtime) runPod(pod *api.PodSandbox, away bool) error {
 // containerd does. Away, the container is created with no plugin: no
 // adjustment, the cpuset left empty (unpinned).
 func (rt *runtime) create(pod *api.PodSandbox, name string, r framework.Resources, away bool) (*api.Container, error) {
-	c := rt.newCtr(pod, name, r)
+	return rt.createCtr(pod, rt.newCtr(pod, name, r), away)
+}
+
+// createCtr is create for a container made by newCtr and then changed.
+func (rt *runtime) createCtr(pod *api.PodSandbox, c *api.Container, away bool) (*api.Container, error) {
 	var resp *api.CreateContainerResponse
 	var err error
 	if !away {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
+
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
@@ -125,5 +127,75 @@ func TestMetricsListenerLocalByDefault(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz on %s: %d %s", addr, resp.StatusCode, b)
+	}
+}
+
+// Device hints read only sysfs entries derived from a device's major and
+// minor numbers, never the container's device path: the path here is a
+// FIFO, which would block any reader forever (the runtime's 2 s request
+// timeout would then drop the plugin's answer). A dev/ link leading out of
+// the devices tree is refused, and the container admitted without a hint.
+//
+// Machine ht-2s-6c: NUMA node 0 = CPUs 0-5,12-17, node 1 = 6-11,18-23,
+// siblings N and N+12; reserved_cpu_count = 2 reserves core 0 = {0,12}.
+// With its device on node 1 a 2-CPU container gets the lowest core of node
+// 1, {6,18}; without a hint the lowest free core, {1,13}.
+func TestDeviceHintsReadOnlySysfs(t *testing.T) {
+	sys := t.TempDir()
+	files := map[string]string{
+		"devices/pci0000:80/numa_node":           "1\n",
+		"devices/pci0000:80/0000:80:01.0/dev":    "240:0\n",
+		"devices/pci0000:80/0000:80:01.0/uevent": "",
+	}
+	for p, content := range files {
+		full := filepath.Join(sys, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(sys, "dev/char"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		"dev/char/240:0": "../../devices/pci0000:80/0000:80:01.0",
+		"dev/char/241:0": "/",
+	} {
+		if err := os.Symlink(target, filepath.Join(sys, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fifo := filepath.Join(t.TempDir(), "evil")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newChurn(t, setup{name: "devices", fixture: "ht-2s-6c", toml: "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n" +
+		"topology_manager_policy = \"restricted\"\nsysfs_root = \"" + sys + "\"\n"}, 1, 0)
+	for _, tc := range []struct {
+		name  string
+		major int64
+		want  string
+	}{
+		{"on-node-1", 240, "6,18"},
+		{"link-outside", 241, "1,13"},
+	} {
+		p := c.rt.newPod(framework.Guaranteed)
+		if err := c.rt.runPod(p, false); err != nil {
+			t.Fatal(err)
+		}
+		ct := c.rt.newCtr(p, tc.name, framework.GuaranteedCPUs(2))
+		ct.Linux.Devices = []*api.LinuxDevice{{Path: fifo, Type: "c", Major: tc.major, Minor: 0}}
+		got, err := c.rt.createCtr(p, ct, false)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if cpus := got.Linux.Resources.Cpu.Cpus; cpus != tc.want {
+			t.Errorf("%s: cpus %q, want %s", tc.name, cpus, tc.want)
+		}
+	}
+	if err := c.verify(); err != nil {
+		t.Error(err)
 	}
 }
