@@ -45,7 +45,7 @@ func run(args []string, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	var t time.Time = time.Unix(0, 0)
+	t := time.Unix(0, 0)
 	if *created != "" {
 		sec, err := strconv.ParseInt(*created, 10, 64)
 		if err != nil || sec < 0 {
