@@ -305,6 +305,14 @@ func TestKubeletStateImportErrors(t *testing.T) {
 	if err := d.Run(t.Context()); err == nil || !strings.Contains(err.Error(), bad) {
 		t.Errorf("Run with a bad kubelet state file = %v, want an error naming it", err)
 	}
+
+	// A missing file is a node that never ran the kubelet's static
+	// policy: nothing to import, the daemon starts empty.
+	missing := filepath.Join(t.TempDir(), "cpu_manager_state")
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo, WithKubeletState(missing))
+	if v := r.d.State(); len(v.Containers) != 0 || v.Shared != "0-7" {
+		t.Errorf("state after a missing kubelet state file: %d containers, shared %q; want none and 0-7", len(v.Containers), v.Shared)
+	}
 }
 
 func TestConfigErrorsNameTheKey(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -174,6 +175,12 @@ type kubeletState struct {
 // warning. A policyName other than "static" has nothing to adopt.
 func importKubeletState(engine *policy.Engine, st policy.State, path string, log *logrus.Logger) (policy.State, int, error) {
 	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A node that never ran the kubelet's static policy has no file;
+		// the flag can then stay in a DaemonSet shared by all nodes.
+		log.WithField("file", path).Warn("no kubelet CPU manager state to import")
+		return st, 0, nil
+	}
 	if err != nil {
 		return st, 0, fmt.Errorf("import kubelet state: %w", err)
 	}
