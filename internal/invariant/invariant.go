@@ -97,13 +97,16 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 		if len(keys) > 0 {
 			add("cpu_manager_policy none has exclusive assignments: %v", keys)
 		}
-		if !shared.Equals(online) {
+		if !equal(shared, online) {
 			add("cpu_manager_policy none: shared pool %s, want every online CPU %s", shared, online)
 		}
 	}
 
 	exclusive := cpuset.New()
-	for i, k := range keys {
+	// Overlaps are found through one owner per CPU (linear, not pairwise:
+	// the churn test checks hundreds of containers after every step).
+	owners := map[int][]Key{}
+	for _, k := range keys {
 		set := st.Alloc.Assignments[k.Pod][k.Container]
 		if set.IsEmpty() {
 			add("%s has an empty exclusive set", k)
@@ -117,15 +120,35 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 		if r := set.Intersection(reserved); !r.IsEmpty() {
 			add("%s holds reserved CPUs %s", k, r)
 		}
-		for _, other := range keys[i+1:] {
-			if other.Pod == k.Pod && !o.NoPodOverlap {
-				continue // init-container reuse inside one pod
-			}
-			if both := set.Intersection(st.Alloc.Assignments[other.Pod][other.Container]); !both.IsEmpty() {
-				add("%s and %s both hold CPUs %s", k, other, both)
-			}
+		for _, cpu := range set.UnsortedList() {
+			owners[cpu] = append(owners[cpu], k)
 		}
 		exclusive = exclusive.Union(set)
+	}
+	type pair struct{ a, b Key }
+	shared2 := map[pair][]int{}
+	for cpu, ks := range owners {
+		for i, a := range ks {
+			for _, b := range ks[i+1:] {
+				if a.Pod == b.Pod && !o.NoPodOverlap {
+					continue // init-container reuse inside one pod
+				}
+				shared2[pair{a, b}] = append(shared2[pair{a, b}], cpu)
+			}
+		}
+	}
+	pairs := make([]pair, 0, len(shared2))
+	for p := range shared2 {
+		pairs = append(pairs, p)
+	}
+	sort.Slice(pairs, func(i, j int) bool {
+		if pairs[i].a != pairs[j].a {
+			return less(pairs[i].a, pairs[j].a)
+		}
+		return less(pairs[i].b, pairs[j].b)
+	})
+	for _, p := range pairs {
+		add("%s and %s both hold CPUs %s", p.a, p.b, cpuset.New(shared2[p]...))
 	}
 
 	union := shared.Union(exclusive)
@@ -137,7 +160,7 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 	} else if miss := reserved.Difference(shared); !miss.IsEmpty() {
 		add("reserved CPUs %s are not in the shared pool %s", miss, shared)
 	}
-	if !union.Equals(online) {
+	if !equal(union, online) {
 		what := "shared ∪ exclusive"
 		if strict {
 			what += " ∪ reserved"
@@ -164,12 +187,12 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 	for _, k := range appliedKeys {
 		have := applied[k]
 		if want, ok := e.Assignment(st, k.Pod, k.Container); ok {
-			if !have.Equals(want) {
+			if !equal(have, want) {
 				add("exclusive container %s runs on %q, its assignment is %q", k, have, want)
 			}
 			continue
 		}
-		if !have.Equals(shared) {
+		if !equal(have, shared) {
 			add("shared-pool container %s runs on %q, the shared pool is %q", k, have, shared)
 		}
 	}
@@ -192,10 +215,15 @@ func assignedKeys(st policy.State) []Key {
 }
 
 func sortKeys(keys []Key) {
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].Pod != keys[j].Pod {
-			return keys[i].Pod < keys[j].Pod
-		}
-		return keys[i].Container < keys[j].Container
-	})
+	sort.Slice(keys, func(i, j int) bool { return less(keys[i], keys[j]) })
 }
+
+func less(a, b Key) bool {
+	if a.Pod != b.Pod {
+		return a.Pod < b.Pod
+	}
+	return a.Container < b.Container
+}
+
+// equal is CPUSet.Equals without its reflect.DeepEqual.
+func equal(a, b cpuset.CPUSet) bool { return a.Size() == b.Size() && a.IsSubsetOf(b) }
