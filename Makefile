@@ -79,7 +79,8 @@ FUZZ_TARGETS := pkg/config:FuzzLoad pkg/checkpoint:FuzzLoad \
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=./$${t%%:*}; fn=$${t##*:}; echo "== $$fn ($$pkg, $(FUZZTIME))"; \
-		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) $$pkg 2>&1 | grep -v '^fuzz: elapsed: [0-9]*s, execs' ; \
+		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) $$pkg 2>&1 | \
+			awk '/^fuzz: elapsed: [0-9]+s, execs/ {last = $$0; next} {print} END {if (last != "") print "last progress: " last}'; \
 		test $${PIPESTATUS[0]} -eq 0; \
 	done
 
