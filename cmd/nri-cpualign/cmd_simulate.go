@@ -225,8 +225,9 @@ func (s *simulator) handle(n int, line []byte) any {
 	if err := dec.Decode(&req); err != nil {
 		return errorLine{Error: "not a valid request: " + err.Error(), Line: n}
 	}
-	if dec.More() {
-		return errorLine{Error: "not a valid request: more than one JSON value on the line", Line: n}
+	// dec.More is false before a stray '}' or ']': check the rest itself.
+	if rest := bytes.TrimSpace(line[dec.InputOffset():]); len(rest) > 0 {
+		return errorLine{Error: fmt.Sprintf("not a valid request: %q after the JSON object; want one JSON object per line", rest), Line: n}
 	}
 	switch req.Op {
 	case "assign":
