@@ -126,19 +126,19 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 		exclusive = exclusive.Union(set)
 	}
 	type pair struct{ a, b Key }
-	shared2 := map[pair][]int{}
+	overlaps := map[pair][]int{}
 	for cpu, ks := range owners {
 		for i, a := range ks {
 			for _, b := range ks[i+1:] {
 				if a.Pod == b.Pod && !o.NoPodOverlap {
 					continue // init-container reuse inside one pod
 				}
-				shared2[pair{a, b}] = append(shared2[pair{a, b}], cpu)
+				overlaps[pair{a, b}] = append(overlaps[pair{a, b}], cpu)
 			}
 		}
 	}
-	pairs := make([]pair, 0, len(shared2))
-	for p := range shared2 {
+	pairs := make([]pair, 0, len(overlaps))
+	for p := range overlaps {
 		pairs = append(pairs, p)
 	}
 	sort.Slice(pairs, func(i, j int) bool {
@@ -148,7 +148,7 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 		return less(pairs[i].b, pairs[j].b)
 	})
 	for _, p := range pairs {
-		add("%s and %s both hold CPUs %s", p.a, p.b, cpuset.New(shared2[p]...))
+		add("%s and %s both hold CPUs %s", p.a, p.b, cpuset.New(overlaps[p]...))
 	}
 
 	union := shared.Union(exclusive)
