@@ -296,6 +296,30 @@ func (rt *runtime) createCtr(pod *api.PodSandbox, c *api.Container, away bool) (
 	return c, nil
 }
 
+// createAnswerLost sends CreateContainer but, as containerd does when the
+// plugin's answer comes after plugin_request_timeout, creates the
+// container without the adjustment and applies none of the updates: it
+// runs unpinned. (The caller then cuts the plugin's connection, which the
+// runtime does on a timeout.) A rejection is returned as is.
+func (rt *runtime) createAnswerLost(pod *api.PodSandbox, name string, r framework.Resources) (*api.Container, error) {
+	c := rt.newCtr(pod, name, r)
+	var err error
+	rt.op(func(a *adaptation.Adaptation) {
+		_, err = a.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: proto.Clone(c).(*api.Container)})
+		if err != nil {
+			return
+		}
+		rt.mu.Lock()
+		c.State = api.ContainerState_CONTAINER_RUNNING
+		rt.ctrs[c.Id] = c
+		rt.mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 func (rt *runtime) pod(c *api.Container) *api.PodSandbox {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
