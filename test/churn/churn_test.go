@@ -34,6 +34,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -189,7 +190,7 @@ type churn struct {
 	topo     *topology.Topology
 	cfg      config.Config
 	stateDir string
-	rt       *runtime
+	rt       *nritest.Runtime
 	logs     *ring
 	logger   *logrus.Logger
 
@@ -250,9 +251,12 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		res: map[string]framework.Resources{}, qos: map[string]framework.QOS{},
 		stats: stats{ops: map[string]int{}, faults: map[string]int{}},
 	}
-	c.rt = newRuntime(t, dir)
-	t.Cleanup(c.rt.stop)
-	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\nreconcile_period = \"0\"\nlog_level = \"info\"\n", c.stateDir, c.rt.socket)
+	c.rt = nritest.New(dir, nritest.WithName("churn-runtime"), nritest.WithErrorf(t.Errorf))
+	if err := c.rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.rt.Stop)
+	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\nreconcile_period = \"0\"\nlog_level = \"info\"\n", c.stateDir, c.rt.Socket())
 	if !strings.Contains(s.toml, "metrics_address") {
 		doc += "metrics_address = \"\"\n"
 	}
@@ -332,7 +336,7 @@ func setupIndex(name string) int {
 // it has synchronized and is registered for events.
 func (c *churn) startDaemon() {
 	c.t.Helper()
-	n := c.rt.syncCount() + 1
+	n := c.rt.Syncs() + 1
 	d, err := daemon.New(c.cfg, daemon.WithTopology(c.topo), daemon.WithLogger(c.logger),
 		daemon.WithStubOptions(stub.WithDialer(c.dial)))
 	if err != nil {
@@ -349,7 +353,7 @@ func (c *churn) startDaemon() {
 func (c *churn) waitForPlugin(n int) {
 	c.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for c.rt.syncCount() < n {
+	for c.rt.Syncs() < n {
 		select {
 		case err := <-c.done:
 			c.done <- err
@@ -361,7 +365,7 @@ func (c *churn) waitForPlugin(n int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if err := c.rt.waitForPlugin(n, time.Second); err != nil {
+	if err := c.rt.WaitForPlugin(n, time.Second); err != nil {
 		c.fail("%v", err)
 	}
 }
@@ -511,7 +515,7 @@ func (c *churn) step() {
 // removePodWeight keeps the node at a realistic size: pod removals grow
 // more likely past 30 pods (the kubelet's default limit is 110).
 func (c *churn) removePodWeight() int {
-	if n := len(c.rt.podList()); n > 30 {
+	if n := len(c.rt.Pods()); n > 30 {
 		return 50 + 20*(n-30)
 	}
 	return 50
@@ -557,10 +561,26 @@ func (c *churn) pickResources(q framework.QOS) framework.Resources {
 	return framework.GuaranteedMilli(milli)
 }
 
+// newPod makes a pod as the kubelet runs it, with a fresh UID.
+func (c *churn) newPod(q framework.QOS) *api.PodSandbox {
+	uid := fmt.Sprintf("pod%d", c.rt.Next())
+	return nritest.NewPod(uid, uid, "churn", q)
+}
+
+// createIn sends CreateContainer for a new container of r and returns it
+// as stored by the runtime, with the plugin's cpuset applied.
+func (c *churn) createIn(p *api.PodSandbox, name string, r framework.Resources) (*api.Container, error) {
+	ct := c.rt.NewContainer(p, name, r)
+	if _, err := c.rt.CreateContainer(context.Background(), p, ct); err != nil {
+		return nil, err
+	}
+	return ct, nil
+}
+
 // pickPod returns an existing pod (with fewer than 4 running containers) or
 // a new one (run through the runtime, or stored only when away).
 func (c *churn) pickPod(away bool) *api.PodSandbox {
-	pods := c.rt.podList()
+	pods := c.rt.Pods()
 	if len(pods) > 0 && c.rng.Intn(100) < 55 {
 		p := pods[c.rng.Intn(len(pods))]
 		if c.runningIn(p) < 4 {
@@ -568,9 +588,11 @@ func (c *churn) pickPod(away bool) *api.PodSandbox {
 		}
 	}
 	q := c.pickQOS()
-	p := c.rt.newPod(q)
+	p := c.newPod(q)
 	c.qos[p.Id] = q
-	if err := c.rt.runPod(p, away); err != nil {
+	if away {
+		c.rt.RunPodAway(p)
+	} else if err := c.rt.RunPod(context.Background(), p); err != nil {
 		c.fail("RunPodSandbox %s: %v", p.Uid, err)
 	}
 	c.record("run-pod %s qos=%s away=%v", p.Uid, q, away)
@@ -579,7 +601,7 @@ func (c *churn) pickPod(away bool) *api.PodSandbox {
 
 func (c *churn) runningIn(p *api.PodSandbox) int {
 	n := 0
-	for _, ct := range c.rt.containers() {
+	for _, ct := range c.rt.Containers() {
 		if ct.PodSandboxId == p.Id && ct.State != api.ContainerState_CONTAINER_STOPPED {
 			n++
 		}
@@ -594,7 +616,7 @@ func (c *churn) nextName(p *api.PodSandbox) string {
 
 func (c *churn) running() []*api.Container {
 	var out []*api.Container
-	for _, ct := range c.rt.containers() {
+	for _, ct := range c.rt.Containers() {
 		if ct.State != api.ContainerState_CONTAINER_STOPPED {
 			out = append(out, ct)
 		}
@@ -609,7 +631,7 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 	q := c.qos[p.Id]
 	n := c.exclusiveCPUs(q, r)
 	why := c.mustFail(p.Uid, name, n)
-	ct, err := c.rt.create(p, name, r, false)
+	ct, err := c.createIn(p, name, r)
 	c.ops["create"]++
 	c.record("create %s/%s qos=%s req=%d lim=%d exclusive=%d -> %s", p.Uid, name, q, r.CPURequestMilli, r.CPULimitMilli, n, errOr(ct, err))
 	if err != nil {
@@ -677,7 +699,7 @@ func (c *churn) opStop() {
 		return
 	}
 	c.record("stop %s", ct.Id)
-	if err := c.rt.stopCtr(ct, false); err != nil {
+	if _, err := c.rt.StopContainer(context.Background(), ct); err != nil {
 		c.fail("StopContainer %s: %v", ct.Id, err)
 	}
 	c.ops["stop"]++
@@ -686,14 +708,14 @@ func (c *churn) opStop() {
 }
 
 func (c *churn) opRemove() {
-	all := c.rt.containers()
+	all := c.rt.Containers()
 	ct := c.pick(all)
 	if ct == nil {
 		c.opCreate()
 		return
 	}
 	c.record("remove %s (state %s)", ct.Id, ct.State)
-	if err := c.rt.removeCtr(ct, false); err != nil {
+	if err := c.rt.RemoveContainer(context.Background(), ct); err != nil {
 		c.fail("RemoveContainer %s: %v", ct.Id, err)
 	}
 	c.ops["remove"]++
@@ -713,12 +735,14 @@ func (c *churn) opRestartContainer() {
 		c.opCreate()
 		return
 	}
-	p := c.rt.pod(old)
+	p := c.rt.PodOf(old)
 	r := c.res[old.Id]
 	silent := c.rng.Intn(2) == 0
 	c.record("restart %s silent=%v", old.Id, silent)
 	before, wasExclusive := c.admitted[old.Id]
-	if err := c.rt.stopCtr(old, silent); err != nil {
+	if silent {
+		c.rt.StopContainerAway(old)
+	} else if _, err := c.rt.StopContainer(context.Background(), old); err != nil {
 		c.fail("StopContainer %s: %v", old.Id, err)
 	}
 	delete(c.admitted, old.Id)
@@ -726,7 +750,7 @@ func (c *churn) opRestartContainer() {
 		c.faults["lost-stop-event"]++
 	} else {
 		c.ops["stop"]++
-		if err := c.rt.removeCtr(old, false); err != nil {
+		if err := c.rt.RemoveContainer(context.Background(), old); err != nil {
 			c.fail("RemoveContainer %s: %v", old.Id, err)
 		}
 		c.ops["remove"]++
@@ -755,7 +779,7 @@ func (c *churn) opRestartContainer() {
 }
 
 func (c *churn) opRemovePod() {
-	pods := c.rt.podList()
+	pods := c.rt.Pods()
 	if len(pods) == 0 {
 		c.opCreate()
 		return
@@ -763,7 +787,7 @@ func (c *churn) opRemovePod() {
 	p := pods[c.rng.Intn(len(pods))]
 	c.record("remove-pod %s (%d running)", p.Uid, c.runningIn(p))
 	c.forgetPod(p)
-	if err := c.rt.removePod(p, false); err != nil {
+	if err := c.rt.RemovePod(context.Background(), p); err != nil {
 		c.fail("RemovePodSandbox %s: %v", p.Uid, err)
 	}
 	c.ops["remove-pod"]++
@@ -776,7 +800,7 @@ func (c *churn) forgetPod(p *api.PodSandbox) {
 			delete(c.ghosts, k)
 		}
 	}
-	for _, ct := range c.rt.containers() {
+	for _, ct := range c.rt.Containers() {
 		if ct.PodSandboxId == p.Id {
 			delete(c.admitted, ct.Id)
 		}
@@ -792,27 +816,28 @@ func (c *churn) awayOps() {
 			p := c.pickPod(true)
 			name := c.nextName(p)
 			r := c.pickResources(c.qos[p.Id])
-			ct, _ := c.rt.create(p, name, r, true)
+			ct := c.rt.NewContainer(p, name, r)
+			c.rt.CreateContainerAway(ct)
 			c.res[ct.Id] = r
 			c.record("away: create %s/%s qos=%s req=%d lim=%d -> %s", p.Uid, name, c.qos[p.Id], r.CPURequestMilli, r.CPULimitMilli, ct.Id)
 		case x < 75:
 			if ct := c.pick(c.running()); ct != nil {
 				c.record("away: exit %s", ct.Id)
-				_ = c.rt.stopCtr(ct, true)
+				c.rt.StopContainerAway(ct)
 				delete(c.admitted, ct.Id)
 			}
 		case x < 90:
-			if ct := c.pick(c.rt.containers()); ct != nil {
+			if ct := c.pick(c.rt.Containers()); ct != nil {
 				c.record("away: remove %s", ct.Id)
-				_ = c.rt.removeCtr(ct, true)
+				c.rt.RemoveContainerAway(ct)
 				delete(c.admitted, ct.Id)
 			}
 		default:
-			if pods := c.rt.podList(); len(pods) > 0 {
+			if pods := c.rt.Pods(); len(pods) > 0 {
 				p := pods[c.rng.Intn(len(pods))]
 				c.record("away: remove-pod %s", p.Uid)
 				c.forgetPod(p)
-				_ = c.rt.removePod(p, true)
+				c.rt.RemovePodAway(p)
 			}
 		}
 		c.ops["while-away"]++
@@ -828,7 +853,7 @@ func (c *churn) afterSync() {
 		if _, ok := c.admitted[ct.Id]; ok {
 			continue
 		}
-		p := c.rt.pod(ct)
+		p := c.rt.PodOf(ct)
 		cpus, ok := e.Assignment(st, p.Uid, ct.Name)
 		n := c.exclusiveCPUs(c.qos[p.Id], c.res[ct.Id])
 		switch {
@@ -952,14 +977,16 @@ func (c *churn) corrupt() string {
 func (c *churn) opRuntimeReconnect() {
 	c.reconnects++
 	c.record("runtime restarted")
-	n := c.rt.syncCount() + 1
-	c.rt.stop()
+	n := c.rt.Syncs() + 1
+	c.rt.Stop()
 	c.connMu.Lock()
 	c.conn.Close()
 	c.connMu.Unlock()
 	c.faults["runtime-restart"]++
 	c.awayOps()
-	c.rt.start()
+	if err := c.rt.Start(); err != nil {
+		c.fail("restart the runtime: %v", err)
+	}
 	c.waitForPlugin(n)
 	c.ops["synchronize"]++
 	c.afterSync()
@@ -976,8 +1003,9 @@ func (c *churn) opAnswerLost() {
 	p := c.pickPod(false)
 	name := c.nextName(p)
 	r := c.pickResources(c.qos[p.Id])
-	n := c.rt.syncCount() + 1
-	ct, err := c.rt.createAnswerLost(p, name, r)
+	n := c.rt.Syncs() + 1
+	ct := c.rt.NewContainer(p, name, r)
+	err := c.rt.CreateContainerAnswerLost(context.Background(), p, ct)
 	c.ops["create"]++
 	c.record("create %s/%s req=%d lim=%d, answer lost (runtime timeout) -> %s", p.Uid, name, r.CPURequestMilli, r.CPULimitMilli, errOr(ct, err))
 	if err != nil {
@@ -1032,7 +1060,7 @@ func (c *churn) check(settle bool) {
 
 func (c *churn) verify() error {
 	e, st := c.d.EngineState()
-	applied, err := c.rt.running()
+	applied, err := c.rt.Running()
 	if err != nil {
 		return err
 	}
@@ -1046,7 +1074,7 @@ func (c *churn) verify() error {
 	}
 	sort.Strings(ids)
 	byID := map[string]*api.Container{}
-	for _, ct := range c.rt.containers() {
+	for _, ct := range c.rt.Containers() {
 		byID[ct.Id] = ct
 	}
 	for _, id := range ids {
@@ -1056,7 +1084,7 @@ func (c *churn) verify() error {
 			probs = append(probs, fmt.Sprintf("model: admitted container %s is not running", id))
 			continue
 		}
-		k := invariant.Key{Pod: c.rt.pod(ct).GetUid(), Container: ct.Name}
+		k := invariant.Key{Pod: c.rt.PodOf(ct).GetUid(), Container: ct.Name}
 		have, _ := e.Assignment(st, k.Pod, k.Container)
 		if !sameSet(have, want) || !sameSet(applied[k], want) {
 			probs = append(probs, fmt.Sprintf("container %s (%s) lost its CPUs: admitted on %q, assignment now %q, runs on %q", id, k, want, have, applied[k]))

@@ -62,8 +62,8 @@ func TestConcurrentHandlers(t *testing.T) {
 					if rng.Intn(3) == 0 {
 						q, r = framework.Burstable, framework.Resources{CPURequestMilli: 500}
 					}
-					pod := c.rt.newPod(q)
-					ct := c.rt.newCtr(pod, fmt.Sprintf("w%d-%d", w, i), r)
+					pod := c.newPod(q)
+					ct := c.rt.NewContainer(pod, fmt.Sprintf("w%d-%d", w, i), r)
 					adj, _, err := h.CreateContainer(ctx, pod, ct)
 					if err != nil {
 						// A full machine rejects, with the reason first.
@@ -186,12 +186,12 @@ func TestConcurrentThroughNRI(t *testing.T) {
 					if rng.Intn(3) == 0 {
 						q, r = framework.BestEffort, framework.Resources{}
 					}
-					pod := c.rt.newPod(q)
-					if err := c.rt.runPod(pod, false); err != nil {
+					pod := c.newPod(q)
+					if err := c.rt.RunPod(context.Background(), pod); err != nil {
 						errs <- err
 						continue
 					}
-					ct, err := c.rt.create(pod, "c", r, false)
+					ct, err := c.createIn(pod, "c", r)
 					if err != nil {
 						if _, ok := reasonOf(err); !ok {
 							errs <- fmt.Errorf("create: %v", err)
@@ -203,17 +203,17 @@ func TestConcurrentThroughNRI(t *testing.T) {
 					k := rng.Intn(len(mine))
 					ct := mine[k]
 					mine = append(mine[:k], mine[k+1:]...)
-					if err := c.rt.stopCtr(ct, false); err != nil {
+					if _, err := c.rt.StopContainer(context.Background(), ct); err != nil {
 						errs <- err
 					}
-					if err := c.rt.removeCtr(ct, false); err != nil {
+					if err := c.rt.RemoveContainer(context.Background(), ct); err != nil {
 						errs <- err
 					}
 				default:
 					k := rng.Intn(len(mine))
 					ct := mine[k]
 					mine = append(mine[:k], mine[k+1:]...)
-					if err := c.rt.removePod(c.rt.pod(ct), false); err != nil {
+					if err := c.rt.RemovePod(context.Background(), c.rt.PodOf(ct)); err != nil {
 						errs <- err
 					}
 				}
@@ -259,31 +259,29 @@ func TestConcurrentThroughNRI(t *testing.T) {
 // the state changed during a push.
 func TestPushRacingCreate(t *testing.T) {
 	c := newChurn(t, setup{name: "push-race", fixture: "ht-2s-6c", toml: "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n"}, 3, 0)
-	shared := c.rt.newPod(framework.BestEffort)
-	if err := c.rt.runPod(shared, false); err != nil {
+	shared := c.newPod(framework.BestEffort)
+	if err := c.rt.RunPod(context.Background(), shared); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.rt.create(shared, "s", framework.Resources{}, false); err != nil {
+	if _, err := c.createIn(shared, "s", framework.Resources{}); err != nil {
 		t.Fatal(err)
 	}
-	x := c.rt.newPod(framework.Guaranteed)
-	y := c.rt.newPod(framework.Guaranteed)
+	x := c.newPod(framework.Guaranteed)
+	y := c.newPod(framework.Guaranteed)
 	for _, p := range []*api.PodSandbox{x, y} {
-		if err := c.rt.runPod(p, false); err != nil {
+		if err := c.rt.RunPod(context.Background(), p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.rt.create(x, "x", framework.GuaranteedCPUs(4), false); err != nil {
+	if _, err := c.createIn(x, "x", framework.GuaranteedCPUs(4)); err != nil {
 		t.Fatal(err)
 	}
 	arrived, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	c.rt.mu.Lock()
-	c.rt.beforeUpdate = func() {
+	c.rt.SetBeforeUpdate(func() {
 		once.Do(func() { close(arrived); <-release })
-	}
-	c.rt.mu.Unlock()
-	if err := c.rt.removePod(x, false); err != nil {
+	})
+	if err := c.rt.RemovePod(context.Background(), x); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -291,7 +289,7 @@ func TestPushRacingCreate(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the plugin did not push the grown shared pool after RemovePodSandbox")
 	}
-	if _, err := c.rt.create(y, "y", framework.GuaranteedCPUs(4), false); err != nil {
+	if _, err := c.createIn(y, "y", framework.GuaranteedCPUs(4)); err != nil {
 		t.Fatal(err)
 	}
 	close(release)

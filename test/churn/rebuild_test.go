@@ -1,6 +1,7 @@
 package churn
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,15 +20,15 @@ import (
 // again: a fresh admission of B would pick core 1; B must stay on {2,6}.
 func TestCorruptCheckpointKeepsRunningCPUs(t *testing.T) {
 	c := newChurn(t, setup{name: "rebuild", fixture: "ht-1s-4c", toml: "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,4\"\n"}, 1, 0)
-	pa := c.rt.newPod(framework.Guaranteed)
-	pb := c.rt.newPod(framework.Guaranteed)
+	pa := c.newPod(framework.Guaranteed)
+	pb := c.newPod(framework.Guaranteed)
 	for _, p := range []string{pa.Id, pb.Id} {
 		c.qos[p] = framework.Guaranteed
 	}
-	if err := c.rt.runPod(pa, false); err != nil {
+	if err := c.rt.RunPod(context.Background(), pa); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.rt.runPod(pb, false); err != nil {
+	if err := c.rt.RunPod(context.Background(), pb); err != nil {
 		t.Fatal(err)
 	}
 	a := c.create(pa, "a", framework.GuaranteedCPUs(2))
@@ -38,10 +39,10 @@ func TestCorruptCheckpointKeepsRunningCPUs(t *testing.T) {
 	if got := b.Linux.Resources.Cpu.Cpus; got != "2,6" {
 		t.Fatalf("b on %q, want 2,6", got)
 	}
-	if err := c.rt.stopCtr(a, false); err != nil {
+	if _, err := c.rt.StopContainer(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.rt.removeCtr(a, false); err != nil {
+	if err := c.rt.RemoveContainer(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	delete(c.admitted, a.Id)
@@ -55,7 +56,7 @@ func TestCorruptCheckpointKeepsRunningCPUs(t *testing.T) {
 	if _, err := os.Stat(path + ".corrupt-1"); err != nil {
 		t.Errorf("corrupt checkpoint not set aside: %v", err)
 	}
-	applied, err := c.rt.running()
+	applied, err := c.rt.Running()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package churn
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -26,9 +27,9 @@ func TestStateFileModes(t *testing.T) {
 	old := syscall.Umask(0) // the most permissive umask; no test here runs in parallel
 	defer syscall.Umask(old)
 	c := newChurn(t, setup{name: "modes", fixture: "ht-1s-4c", toml: secTOML}, 1, 0)
-	p := c.rt.newPod(framework.Guaranteed)
+	p := c.newPod(framework.Guaranteed)
 	c.qos[p.Id] = framework.Guaranteed
-	if err := c.rt.runPod(p, false); err != nil {
+	if err := c.rt.RunPod(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 	if c.create(p, "c", framework.GuaranteedCPUs(2)) == nil {
@@ -70,9 +71,9 @@ func TestSymlinkedCheckpointRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.startDaemon()
-	p := c.rt.newPod(framework.Guaranteed)
+	p := c.newPod(framework.Guaranteed)
 	c.qos[p.Id] = framework.Guaranteed
-	if err := c.rt.runPod(p, false); err != nil {
+	if err := c.rt.RunPod(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 	if c.create(p, "c", framework.GuaranteedCPUs(2)) == nil {
@@ -181,17 +182,17 @@ func TestDeviceHintsReadOnlySysfs(t *testing.T) {
 		{"on-node-1", 240, "6,18"},
 		{"link-outside", 241, "1,13"},
 	} {
-		p := c.rt.newPod(framework.Guaranteed)
-		if err := c.rt.runPod(p, false); err != nil {
+		p := c.newPod(framework.Guaranteed)
+		if err := c.rt.RunPod(context.Background(), p); err != nil {
 			t.Fatal(err)
 		}
-		ct := c.rt.newCtr(p, tc.name, framework.GuaranteedCPUs(2))
+		ct := c.rt.NewContainer(p, tc.name, framework.GuaranteedCPUs(2))
 		ct.Linux.Devices = []*api.LinuxDevice{{Path: fifo, Type: "c", Major: tc.major, Minor: 0}}
-		got, err := c.rt.createCtr(p, ct, false)
+		_, err := c.rt.CreateContainer(context.Background(), p, ct)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if cpus := got.Linux.Resources.Cpu.Cpus; cpus != tc.want {
+		if cpus := ct.Linux.Resources.Cpu.Cpus; cpus != tc.want {
 			t.Errorf("%s: cpus %q, want %s", tc.name, cpus, tc.want)
 		}
 	}

@@ -1,0 +1,678 @@
+// Package nritest is the runtime side of NRI for tests and benchmarks: the
+// pkg/adaptation code containerd and CRI-O embed, with a container store
+// kept the way containerd keeps it, driven directly by the caller, who plays
+// the CRI server and sends the pod and container events the kubelet's calls
+// cause. A plugin (the daemon, in process or not) connects to its socket
+// and is exercised over the real NRI protocol without root or real
+// containers.
+//
+// The kubelet's cgroup values (cgroup parents by QoS class, shares and
+// quota from milli-CPUs, the pod-level sums) come from test/e2e/framework.
+package nritest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
+	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
+)
+
+// Runtime is the runtime side of NRI with a store of pods and containers.
+// It applies a plugin's adjustments and updates (solicited or not) to its
+// containers, optionally writes their cpusets into a fake cgroup v1 tree,
+// and hands its pods and containers (running and stopped) to a
+// (re)connecting plugin in Synchronize. Like containerd it holds its big
+// lock while a plugin handles an event and takes it for unsolicited
+// updates (a plugin calling UpdateContainers from an event handler
+// deadlocks here as there), and blocks plugin registration during an
+// operation, so a plugin that connects never misses a container.
+//
+// The "Away" operations change the store without any event: what the
+// runtime does while no plugin is connected, or when an event never
+// reaches the plugin.
+type Runtime struct {
+	name       string
+	dir        string
+	socket     string
+	cgroupRoot string
+	errorf     func(format string, args ...any)
+
+	lock sync.Mutex // the runtime's big lock, held across plugin calls
+
+	mu           sync.Mutex // guards everything below
+	r            *adaptation.Adaptation
+	pods         map[string]*api.PodSandbox
+	ctrs         map[string]*api.Container
+	syncs        int
+	syncUpdates  []*api.ContainerUpdate
+	unsolicited  []*api.ContainerUpdate
+	pushes       int
+	seq          int
+	beforeUpdate func()
+}
+
+// Option configures a Runtime.
+type Option func(*Runtime)
+
+// WithName sets the runtime name the plugin sees (default "nritest").
+func WithName(name string) Option { return func(rt *Runtime) { rt.name = name } }
+
+// WithCgroupRoot makes the runtime write every cpuset it applies into
+// root/cpuset/<cgroups path>/cpuset.{cpus,mems}, as a cgroup v1 tree for a
+// reconcile loop to read.
+func WithCgroupRoot(root string) Option { return func(rt *Runtime) { rt.cgroupRoot = root } }
+
+// WithErrorf reports what the runtime finds wrong with a plugin's answers
+// (a CreateContainer update naming the container being created) and its
+// own failures to write the fake cgroup files; typically t.Errorf. Without
+// it they panic, so that they cannot go unnoticed.
+func WithErrorf(f func(format string, args ...any)) Option {
+	return func(rt *Runtime) { rt.errorf = f }
+}
+
+// New makes a runtime listening on dir/nri.sock once started (dir must be
+// short: unix socket paths are limited to 108 bytes). It does not start.
+func New(dir string, opts ...Option) *Runtime {
+	rt := &Runtime{name: "nritest", dir: dir, socket: filepath.Join(dir, "nri.sock"),
+		pods: map[string]*api.PodSandbox{}, ctrs: map[string]*api.Container{}}
+	for _, o := range opts {
+		o(rt)
+	}
+	if rt.errorf == nil {
+		rt.errorf = func(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+	}
+	return rt
+}
+
+// Start starts listening; after Stop it starts again on the same socket
+// with the same store, as a restarted containerd does.
+func (rt *Runtime) Start() error {
+	_ = os.Remove(rt.socket)
+	r, err := adaptation.New(rt.name, "v0.0.0", rt.synchronize, rt.update,
+		adaptation.WithSocketPath(rt.socket),
+		adaptation.WithPluginPath(filepath.Join(rt.dir, "plugins")),
+		adaptation.WithPluginConfigPath(filepath.Join(rt.dir, "conf.d")))
+	if err != nil {
+		return err
+	}
+	rt.mu.Lock()
+	before, beforeUpdates := rt.syncs, rt.syncUpdates
+	rt.mu.Unlock()
+	if err := r.Start(); err != nil {
+		return err
+	}
+	// Start synchronizes the (here absent) pre-installed plugins through
+	// the same function: only plugin connections count.
+	rt.mu.Lock()
+	rt.r = r
+	rt.syncs, rt.syncUpdates = before, beforeUpdates
+	rt.mu.Unlock()
+	return nil
+}
+
+// Stop stops listening and drops every plugin connection; the store stays.
+func (rt *Runtime) Stop() {
+	if r := rt.Adaptation(); r != nil {
+		r.Stop()
+	}
+}
+
+// Socket is the path plugins connect to.
+func (rt *Runtime) Socket() string { return rt.socket }
+
+// CgroupRoot is the root of the fake cgroup tree ("" without one).
+func (rt *Runtime) CgroupRoot() string { return rt.cgroupRoot }
+
+// Adaptation is the running NRI runtime side (nil before Start).
+func (rt *Runtime) Adaptation() *adaptation.Adaptation {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.r
+}
+
+func (rt *Runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
+	rt.lock.Lock()
+	defer rt.lock.Unlock()
+	rt.mu.Lock()
+	pods := make([]*api.PodSandbox, 0, len(rt.pods))
+	for _, p := range rt.sortedPodsLocked() {
+		pods = append(pods, proto.Clone(p).(*api.PodSandbox))
+	}
+	ctrs := make([]*api.Container, 0, len(rt.ctrs))
+	for _, c := range rt.sortedCtrsLocked() {
+		ctrs = append(ctrs, proto.Clone(c).(*api.Container))
+	}
+	rt.mu.Unlock()
+	updates, err := cb(ctx, pods, ctrs)
+	if err != nil {
+		return err
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.applyLocked(updates)
+	rt.syncUpdates = updates
+	rt.syncs++
+	return nil
+}
+
+func (rt *Runtime) update(_ context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
+	rt.mu.Lock()
+	hook := rt.beforeUpdate
+	rt.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	rt.lock.Lock()
+	defer rt.lock.Unlock()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.pushes++
+	rt.unsolicited = append(rt.unsolicited, updates...)
+	rt.applyLocked(updates)
+	return nil, nil
+}
+
+// SetBeforeUpdate sets a function run when an unsolicited update arrives,
+// before the runtime takes its lock (tests order events with it).
+func (rt *Runtime) SetBeforeUpdate(f func()) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.beforeUpdate = f
+}
+
+// applyLocked applies updates as the runtime does: to known containers
+// that have not stopped (an update for any other fails, ignored when the
+// plugin says so).
+func (rt *Runtime) applyLocked(updates []*api.ContainerUpdate) {
+	for _, u := range updates {
+		c, ok := rt.ctrs[u.GetContainerId()]
+		if !ok || c.State == api.ContainerState_CONTAINER_STOPPED {
+			continue
+		}
+		cpu := u.GetLinux().GetResources().GetCpu()
+		rt.setCPUsLocked(c, cpu.GetCpus(), cpu.GetMems())
+	}
+}
+
+// setCPUsLocked records a cpuset in the container's resources and, with a
+// cgroup root, in its cgroup v1 cpuset directory; "" leaves a value as is.
+func (rt *Runtime) setCPUsLocked(c *api.Container, cpus, mems string) {
+	if c.Linux == nil {
+		c.Linux = &api.LinuxContainer{}
+	}
+	if c.Linux.Resources == nil {
+		c.Linux.Resources = &api.LinuxResources{}
+	}
+	if c.Linux.Resources.Cpu == nil {
+		c.Linux.Resources.Cpu = &api.LinuxCPU{}
+	}
+	if cpus != "" {
+		c.Linux.Resources.Cpu.Cpus = cpus
+		rt.writeCgroup(c, "cpuset.cpus", cpus)
+	}
+	if mems != "" {
+		c.Linux.Resources.Cpu.Mems = mems
+		rt.writeCgroup(c, "cpuset.mems", mems)
+	}
+}
+
+func (rt *Runtime) writeCgroup(c *api.Container, file, value string) {
+	if rt.cgroupRoot == "" {
+		return
+	}
+	dir := filepath.Join(rt.cgroupRoot, "cpuset", c.Linux.CgroupsPath)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		rt.errorf("nritest: %v", err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value+"\n"), 0o644); err != nil {
+		rt.errorf("nritest: %v", err)
+	}
+}
+
+// CgroupFile is the fake cgroup file holding c's cpuset.cpus.
+func (rt *Runtime) CgroupFile(c *api.Container) string {
+	return filepath.Join(rt.cgroupRoot, "cpuset", c.GetLinux().GetCgroupsPath(), "cpuset.cpus")
+}
+
+// SetCPUs sets the cpuset of a stored container as if someone else (the
+// kubelet, an operator) had written it; "" leaves a value as is.
+func (rt *Runtime) SetCPUs(c *api.Container, cpus, mems string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if cur, ok := rt.ctrs[c.Id]; ok {
+		rt.setCPUsLocked(cur, cpus, mems)
+	}
+}
+
+// Syncs is the number of completed plugin Synchronize calls.
+func (rt *Runtime) Syncs() int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.syncs
+}
+
+// SyncUpdates is what the last plugin Synchronize answered.
+func (rt *Runtime) SyncUpdates() []*api.ContainerUpdate {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.syncUpdates
+}
+
+// Unsolicited is every update the plugin pushed with UpdateContainers, in
+// order.
+func (rt *Runtime) Unsolicited() []*api.ContainerUpdate {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return append([]*api.ContainerUpdate(nil), rt.unsolicited...)
+}
+
+// Pushes is the number of UpdateContainers calls the plugin made.
+func (rt *Runtime) Pushes() int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.pushes
+}
+
+// WaitForPlugin waits until plugin Synchronize number n has completed and
+// the plugin is registered for events.
+func (rt *Runtime) WaitForPlugin(n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for rt.Syncs() < n {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no plugin Synchronize #%d within %s", n, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The plugin joins the event list right after Synchronize, under the
+	// lock BlockPluginSync waits for.
+	rt.Adaptation().BlockPluginSync().Unblock()
+	return nil
+}
+
+// Next is a new number from the runtime's sequence (for unique names).
+func (rt *Runtime) Next() int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.seq++
+	return rt.seq
+}
+
+// NewPod makes a pod the way the kubelet runs it: its cgroup parent by QoS
+// class, no pod-level resources (set Linux.Resources or
+// Linux.PodResources to send them, see PodResources).
+func NewPod(uid, name, namespace string, q framework.QOS) *api.PodSandbox {
+	return &api.PodSandbox{Id: "sb-" + uid, Uid: uid, Name: name, Namespace: namespace,
+		Linux: &api.LinuxPodSandbox{CgroupParent: framework.CgroupParent(q, uid)}}
+}
+
+// PodResources is the kubelet's pod-level resources for a pod of the
+// given containers: the sums of their shares, quota and memory limit.
+func PodResources(ctrs ...framework.Resources) *api.LinuxResources {
+	pr := framework.PodCRI(framework.PodQOS(ctrs...), ctrs...)
+	return &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: api.UInt64(uint64(pr.CpuShares)),
+		Quota: api.Int64(pr.CpuQuota), Period: api.UInt64(uint64(pr.CpuPeriod))},
+		Memory: &api.LinuxMemory{Limit: api.Int64(pr.MemoryLimitInBytes)}}
+}
+
+// ContainerResources is what the kubelet sends for a container of r:
+// shares from the request, quota from the limit, period 100000, the memory
+// limit.
+func ContainerResources(r framework.Resources) *api.LinuxResources {
+	cr := r.CRI(framework.PodQOS(r))
+	return &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: api.UInt64(uint64(cr.CpuShares)),
+		Quota: api.Int64(cr.CpuQuota), Period: api.UInt64(uint64(cr.CpuPeriod))},
+		Memory: &api.LinuxMemory{Limit: api.Int64(cr.MemoryLimitInBytes)}}
+}
+
+// NewContainer makes the container containerd would hand to CreateContainer
+// for r in pod: the kubelet's resources, the cgroups path under the pod's
+// cgroup parent, a unique id and creation time. It is not stored or sent.
+func (rt *Runtime) NewContainer(pod *api.PodSandbox, name string, r framework.Resources) *api.Container {
+	n := rt.Next()
+	id := fmt.Sprintf("%s-%s-%d", pod.Uid, name, n)
+	return &api.Container{
+		Id: id, PodSandboxId: pod.Id, Name: name, State: api.ContainerState_CONTAINER_CREATED, CreatedAt: int64(n),
+		Linux: &api.LinuxContainer{
+			CgroupsPath: pod.GetLinux().GetCgroupParent() + "/" + id,
+			Resources:   ContainerResources(r),
+		},
+	}
+}
+
+// Op runs f as one CRI operation: plugin registration is held off and the
+// runtime's lock is held meanwhile. For requests the methods below do not
+// send as wanted; f must not touch the store.
+func (rt *Runtime) Op(f func(r *adaptation.Adaptation)) {
+	r := rt.Adaptation()
+	blk := r.BlockPluginSync()
+	defer blk.Unblock()
+	rt.lock.Lock()
+	defer rt.lock.Unlock()
+	f(r)
+}
+
+// away runs f on the store under the runtime's lock, sending nothing.
+func (rt *Runtime) away(f func()) {
+	rt.lock.Lock()
+	defer rt.lock.Unlock()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	f()
+}
+
+// RunPod sends RunPodSandbox and, when accepted, stores the pod.
+func (rt *Runtime) RunPod(ctx context.Context, pod *api.PodSandbox) error {
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		err = a.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod})
+	})
+	if err != nil {
+		return err
+	}
+	rt.RunPodAway(pod)
+	return nil
+}
+
+// RunPodAway stores the pod without an event.
+func (rt *Runtime) RunPodAway(pod *api.PodSandbox) {
+	rt.away(func() { rt.pods[pod.Id] = pod })
+}
+
+// CreateContainer sends CreateContainer for c (from NewContainer, perhaps changed)
+// and, when the plugins accept it, stores it running with the adjustment
+// and the updates applied, as containerd does. The updates must not name
+// the container being created.
+func (rt *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.CreateContainerResponse, error) {
+	var resp *api.CreateContainerResponse
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		resp, err = a.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: proto.Clone(c).(*api.Container)})
+		if err != nil {
+			return
+		}
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		for _, u := range resp.GetUpdate() {
+			if u.GetContainerId() == c.Id {
+				rt.errorf("CreateContainer's updates name the container being created (%s)", c.Id)
+			}
+		}
+		c.State = api.ContainerState_CONTAINER_RUNNING
+		rt.ctrs[c.Id] = c
+		cpu := resp.GetAdjust().GetLinux().GetResources().GetCpu()
+		rt.setCPUsLocked(c, cpu.GetCpus(), cpu.GetMems())
+		rt.applyLocked(resp.GetUpdate())
+	})
+	return resp, err
+}
+
+// CreateContainerAway stores c running with no plugin: no adjustment, the cpuset
+// left as it is (empty from NewContainer: unpinned).
+func (rt *Runtime) CreateContainerAway(c *api.Container) {
+	rt.away(func() {
+		c.State = api.ContainerState_CONTAINER_RUNNING
+		rt.ctrs[c.Id] = c
+	})
+}
+
+// CreateContainerAnswerLost sends CreateContainer but, as containerd does when the
+// plugin's answer comes after plugin_request_timeout, stores the container
+// running without the adjustment and applies none of the updates: it runs
+// unpinned. (The caller then cuts the plugin's connection, which the
+// runtime does on a timeout.) A rejection is returned as is.
+func (rt *Runtime) CreateContainerAnswerLost(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		_, err = a.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: proto.Clone(c).(*api.Container)})
+		if err != nil {
+			return
+		}
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		c.State = api.ContainerState_CONTAINER_RUNNING
+		rt.ctrs[c.Id] = c
+	})
+	return err
+}
+
+// StartContainer sends StartContainer for a created container.
+func (rt *Runtime) StartContainer(ctx context.Context, c *api.Container) error {
+	pod := rt.PodOf(c)
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		rt.mu.Lock()
+		cur := proto.Clone(c).(*api.Container)
+		rt.mu.Unlock()
+		err = a.StartContainer(ctx, &api.StartContainerRequest{Pod: pod, Container: cur})
+	})
+	return err
+}
+
+// StopContainer marks the container stopped and sends StopContainer, applying the
+// updates of the answer; it returns them.
+func (rt *Runtime) StopContainer(ctx context.Context, c *api.Container) ([]*api.ContainerUpdate, error) {
+	pod := rt.PodOf(c)
+	var resp *api.StopContainerResponse
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		rt.mu.Lock()
+		cur := proto.Clone(c).(*api.Container)
+		rt.markStoppedLocked(c)
+		rt.mu.Unlock()
+		resp, err = a.StopContainer(ctx, &api.StopContainerRequest{Pod: pod, Container: cur})
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		rt.applyLocked(resp.GetUpdate())
+	})
+	return resp.GetUpdate(), err
+}
+
+func (rt *Runtime) markStoppedLocked(c *api.Container) {
+	if cur, ok := rt.ctrs[c.Id]; ok {
+		cur.State = api.ContainerState_CONTAINER_STOPPED
+	}
+	c.State = api.ContainerState_CONTAINER_STOPPED
+}
+
+// StopContainerAway marks the container stopped without an event: it exited while
+// no plugin was connected, or its StopContainer never reached the plugin.
+func (rt *Runtime) StopContainerAway(c *api.Container) {
+	rt.away(func() { rt.markStoppedLocked(c) })
+}
+
+// RemoveContainer forgets the container and sends RemoveContainer.
+func (rt *Runtime) RemoveContainer(ctx context.Context, c *api.Container) error {
+	pod := rt.PodOf(c)
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		rt.mu.Lock()
+		cur := proto.Clone(c).(*api.Container)
+		delete(rt.ctrs, c.Id)
+		rt.mu.Unlock()
+		err = a.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: cur})
+	})
+	return err
+}
+
+// RemoveContainerAway forgets the container without an event.
+func (rt *Runtime) RemoveContainerAway(c *api.Container) {
+	rt.away(func() { delete(rt.ctrs, c.Id) })
+}
+
+// RemovePod forgets the pod and its containers, running or not, and sends
+// RemovePodSandbox.
+func (rt *Runtime) RemovePod(ctx context.Context, pod *api.PodSandbox) error {
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		rt.mu.Lock()
+		rt.forgetPodLocked(pod)
+		rt.mu.Unlock()
+		err = a.RemovePodSandbox(ctx, &api.RemovePodSandboxRequest{Pod: pod})
+	})
+	return err
+}
+
+// RemovePodAway forgets the pod and its containers without an event.
+func (rt *Runtime) RemovePodAway(pod *api.PodSandbox) {
+	rt.away(func() { rt.forgetPodLocked(pod) })
+}
+
+func (rt *Runtime) forgetPodLocked(pod *api.PodSandbox) {
+	for id, c := range rt.ctrs {
+		if c.PodSandboxId == pod.Id {
+			delete(rt.ctrs, id)
+		}
+	}
+	delete(rt.pods, pod.Id)
+}
+
+// UpdateContainer sends UpdateContainer (an in-place resize) with the new
+// resources and applies the updates of the answer; it returns them.
+func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	pod := rt.PodOf(c)
+	var updates []*api.ContainerUpdate
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		rt.mu.Lock()
+		cur := proto.Clone(c).(*api.Container)
+		rt.mu.Unlock()
+		var resp *api.UpdateContainerResponse
+		resp, err = a.UpdateContainer(ctx, &api.UpdateContainerRequest{Pod: pod, Container: cur, LinuxResources: res})
+		if err != nil {
+			return
+		}
+		updates = resp.GetUpdate()
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		rt.applyLocked(updates)
+	})
+	return updates, err
+}
+
+// PodOf is the stored pod of a container (nil when gone).
+func (rt *Runtime) PodOf(c *api.Container) *api.PodSandbox {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.pods[c.PodSandboxId]
+}
+
+// CPUs is the stored container's applied cpuset.cpus and cpuset.mems;
+// ok is false when the runtime no longer has it.
+func (rt *Runtime) CPUs(id string) (cpus, mems string, ok bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	c, ok := rt.ctrs[id]
+	if !ok {
+		return "", "", false
+	}
+	cpu := c.GetLinux().GetResources().GetCpu()
+	return cpu.GetCpus(), cpu.GetMems(), true
+}
+
+// Containers lists the stored containers (running and stopped) by creation.
+// They are the store's own: read their cpusets with CPUs.
+func (rt *Runtime) Containers() []*api.Container {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.sortedCtrsLocked()
+}
+
+// ContainerNamed is the first stored container (by creation) named name.
+func (rt *Runtime) ContainerNamed(name string) (*api.Container, bool) {
+	for _, c := range rt.Containers() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+func (rt *Runtime) sortedCtrsLocked() []*api.Container {
+	out := make([]*api.Container, 0, len(rt.ctrs))
+	for _, c := range rt.ctrs {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt < out[j].CreatedAt })
+	return out
+}
+
+// Pods lists the stored pods, sorted by id.
+func (rt *Runtime) Pods() []*api.PodSandbox {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.sortedPodsLocked()
+}
+
+func (rt *Runtime) sortedPodsLocked() []*api.PodSandbox {
+	out := make([]*api.PodSandbox, 0, len(rt.pods))
+	for _, p := range rt.pods {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
+	return out
+}
+
+// UpdatesByName maps updates for stored containers to their names, with the
+// new cpuset.cpus; updates for containers the runtime does not have are
+// left out.
+func (rt *Runtime) UpdatesByName(updates []*api.ContainerUpdate) map[string]string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	out := map[string]string{}
+	for _, u := range updates {
+		if c, ok := rt.ctrs[u.GetContainerId()]; ok {
+			out[c.Name] = u.GetLinux().GetResources().GetCpu().GetCpus()
+		}
+	}
+	return out
+}
+
+// Running is every running container's applied cpuset.cpus, by pod UID and
+// container name (an unpinned container, never updated, has an empty set).
+func (rt *Runtime) Running() (map[invariant.Key]cpuset.CPUSet, error) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	out := map[invariant.Key]cpuset.CPUSet{}
+	for _, c := range rt.ctrs {
+		if c.State == api.ContainerState_CONTAINER_STOPPED {
+			continue
+		}
+		pod := rt.pods[c.PodSandboxId]
+		k := invariant.Key{Pod: pod.GetUid(), Container: c.Name}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("two running containers %s", k)
+		}
+		s := c.GetLinux().GetResources().GetCpu().GetCpus()
+		cpus, err := cpuset.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("container %s has cpuset %q: %w", c.Id, s, err)
+		}
+		out[k] = cpus
+	}
+	return out, nil
+}
+
+// ErrNoCPUs is returned by AdjustedCPUs for an adjustment without a cpuset.
+var ErrNoCPUs = errors.New("the plugin's adjustment sets no cpuset.cpus")
+
+// AdjustedCPUs is the cpuset.cpus a CreateContainer answer adjusts.
+func AdjustedCPUs(resp *api.CreateContainerResponse) (string, error) {
+	cpus := resp.GetAdjust().GetLinux().GetResources().GetCpu().GetCpus()
+	if cpus == "" {
+		return "", ErrNoCPUs
+	}
+	return cpus, nil
+}
