@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
@@ -23,14 +25,14 @@ import (
 // Fixture machines over the real NRI protocol: the daemon runs in this
 // process (internal/daemon), reads a fixture sysfs tree written by
 // pkg/sysfs/sysfstest, and talks ttRPC to NRI's own runtime side
-// (NRIRuntime), so multi-NUMA and multi-L3 placements are exercised end to
-// end on any machine, without root. Expected CPU sets are worked out by hand
+// (internal/nritest), so multi-NUMA and multi-L3 placements are exercised
+// end to end on any machine, without root. Expected CPU sets are worked out by hand
 // from the kubelet's rules (kubelet-rules.md); the fixture numbering is the
 // one documented in pkg/sysfs/sysfstest/fixtures.go.
 
 // FixtureDaemon is an in-process nri-cpualign on a fixture machine.
 type FixtureDaemon struct {
-	RT  *NRIRuntime
+	RT  *nritest.Runtime
 	All cpuset.CPUSet // every CPU of the fixture
 }
 
@@ -43,11 +45,13 @@ func StartFixtureDaemon(ctx context.Context, name, toml string) *FixtureDaemon {
 	dir := GinkgoT().TempDir()
 	sys := filepath.Join(dir, "sys")
 	Expect(sysfstest.WriteNamed(sys, name)).To(Succeed())
-	rt := StartNRIRuntime(dir)
+	rt := nritest.New(dir, nritest.WithName("e2e-runtime"), nritest.WithErrorf(GinkgoT().Errorf))
+	Expect(rt.Start()).To(Succeed())
+	DeferCleanup(rt.Stop)
 	// The fixed keys go first: the caller's TOML may end inside a table.
 	cfg, err := config.Load([]byte(`state_dir = "` + filepath.Join(dir, "state") + `"
 sysfs_root = "` + sys + `"
-socket_path = "` + rt.Socket + `"
+socket_path = "` + rt.Socket() + `"
 metrics_address = ""
 reconcile_period = "0s"
 ` + toml))
@@ -63,18 +67,61 @@ reconcile_period = "0s"
 		cancel()
 		Eventually(done).WithTimeout(10 * time.Second).Should(Receive())
 	})
-	rt.WaitForPlugin(ctx, 1)
+	Expect(rt.WaitForPlugin(1, 20*time.Second)).To(Succeed())
 	host, err := framework.ReadHost(sys)
 	Expect(err).NotTo(HaveOccurred())
 	return &FixtureDaemon{RT: rt, All: host.CPUs}
 }
 
-// Place creates a one-container pod and returns the plugin's placement.
+// Placement is the plugin's answer to one CreateContainer.
+type Placement struct {
+	Container *api.Container
+	CPUs      cpuset.CPUSet     // the adjustment's cpuset.cpus
+	Mems      string            // the adjustment's cpuset.mems
+	Updates   map[string]string // other containers' new cpuset.cpus, by container name
+}
+
+// Place runs a one-container pod with the kubelet's values for r and sends
+// CreateContainer (then StartContainer, when it is accepted), as containerd
+// would, and returns the plugin's placement.
 func (f *FixtureDaemon) Place(ctx context.Context, name string, r framework.Resources) (*api.PodSandbox, Placement, error) {
 	GinkgoHelper()
-	pod := f.RT.RunPod(ctx, name, r)
-	p, err := f.RT.CreateContainer(ctx, pod, name, r)
-	return pod, p, err
+	uid := fmt.Sprintf("uid-%s-%d", name, f.RT.Next())
+	pod := nritest.NewPod(uid, name, "e2e", framework.PodQOS(r))
+	pod.Linux.Resources = nritest.PodResources(r)
+	Expect(f.RT.RunPod(ctx, pod)).To(Succeed())
+	c := f.RT.NewContainer(pod, name, r)
+	resp, err := f.RT.CreateContainer(ctx, pod, c)
+	if err != nil {
+		return pod, Placement{}, err
+	}
+	cpu := resp.GetAdjust().GetLinux().GetResources().GetCpu()
+	p := Placement{Container: c, Mems: cpu.GetMems(), Updates: f.RT.UpdatesByName(resp.GetUpdate())}
+	p.CPUs, err = cpuset.Parse(cpu.GetCpus())
+	Expect(err).NotTo(HaveOccurred(), "adjusted cpuset %q", cpu.GetCpus())
+	Expect(f.RT.StartContainer(ctx, c)).To(Succeed())
+	return pod, p, nil
+}
+
+// StopContainer sends StopContainer and RemoveContainer and returns the
+// updates the plugin sent for other containers, by name.
+func (f *FixtureDaemon) StopContainer(ctx context.Context, c *api.Container) map[string]string {
+	GinkgoHelper()
+	updates, err := f.RT.StopContainer(ctx, c)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(f.RT.RemoveContainer(ctx, c)).To(Succeed())
+	return f.RT.UpdatesByName(updates)
+}
+
+// CPUsOf is the cpuset the runtime currently has for the container named
+// name (after every adjustment and update).
+func (f *FixtureDaemon) CPUsOf(name string) string {
+	c, ok := f.RT.ContainerNamed(name)
+	if !ok {
+		return ""
+	}
+	cpus, _, _ := f.RT.CPUs(c.Id)
+	return cpus
 }
 
 // ExpectPlaced places a Guaranteed container of n CPUs and checks its CPUs
@@ -96,7 +143,7 @@ func (f *FixtureDaemon) ExpectShared(name string, exclusive ...Placement) {
 	for _, p := range exclusive {
 		want = want.Difference(p.CPUs)
 	}
-	Eventually(func() cpuset.CPUSet { return mustParse(f.RT.CPUsOfContainer(name)) }).
+	Eventually(func() cpuset.CPUSet { return mustParse(f.CPUsOf(name)) }).
 		WithTimeout(5*time.Second).Should(EqualCPUs(want), "shared container %s", name)
 }
 
@@ -118,7 +165,6 @@ var _ = Describe("2P EPYC 9654 NPS2 (epyc-9654-2p-nps2), single-numa-node, uncor
 	var (
 		f       *FixtureDaemon
 		a, b, c Placement
-		bPod    *api.PodSandbox
 	)
 	BeforeAll(func(ctx SpecContext) {
 		f = StartFixtureDaemon(ctx, "epyc-9654-2p-nps2", `
@@ -143,7 +189,7 @@ prefer-align-cpus-by-uncorecache = "true"
 
 	It("takes the next two whole L3s for 16 CPUs", func(ctx SpecContext) {
 		// {0} still has 32 free: L3 2 (16-23) and L3 3 (24-31).
-		bPod, b = f.ExpectPlaced(ctx, "b", 16, "16-31", "0")
+		_, b = f.ExpectPlaced(ctx, "b", 16, "16-31", "0")
 		f.ExpectShared("web", a, b)
 	})
 
@@ -163,7 +209,7 @@ prefer-align-cpus-by-uncorecache = "true"
 	})
 
 	It("gives the CPUs of a stopped container back to the shared pool", func(ctx SpecContext) {
-		f.RT.StopContainer(ctx, bPod, b.Container)
+		f.StopContainer(ctx, b.Container)
 		f.ExpectShared("web", a, c)
 	})
 })
@@ -176,7 +222,6 @@ var _ = Describe("2P Xeon 8490H SNC4 (xeon-8490h-2p-snc), restricted, full-pcpus
 	var (
 		f    *FixtureDaemon
 		a, b Placement
-		aPod *api.PodSandbox
 	)
 	BeforeAll(func(ctx SpecContext) {
 		f = StartFixtureDaemon(ctx, "xeon-8490h-2p-snc", `
@@ -194,7 +239,7 @@ full-pcpus-only = "true"
 	It("gives 4 CPUs as two whole cores of NUMA 0", func(ctx SpecContext) {
 		// Hint {0} (28 free) is the smallest preferred one; whole free cores
 		// in id order: core 1 {1,121}, core 2 {2,122}.
-		aPod, a = f.ExpectPlaced(ctx, "a", 4, "1-2,121-122", "0")
+		_, a = f.ExpectPlaced(ctx, "a", 4, "1-2,121-122", "0")
 		f.ExpectShared("web", a)
 	})
 
@@ -220,10 +265,10 @@ full-pcpus-only = "true"
 	})
 
 	It("returns the stopped container's cores to the shared pool", func(ctx SpecContext) {
-		updates := f.RT.StopContainer(ctx, aPod, a.Container)
+		updates := f.StopContainer(ctx, a.Container)
 		GinkgoWriter.Printf("StopContainer updates: %v\n", updates)
-		Expect(mustParse(f.RT.CPUsOfContainer("web")).IsSubsetOf(f.All)).To(BeTrue())
-		Eventually(func() bool { return a.CPUs.IsSubsetOf(mustParse(f.RT.CPUsOfContainer("web"))) }).
+		Expect(mustParse(f.CPUsOf("web")).IsSubsetOf(f.All)).To(BeTrue())
+		Eventually(func() bool { return a.CPUs.IsSubsetOf(mustParse(f.CPUsOf("web"))) }).
 			WithTimeout(5 * time.Second).Should(BeTrue())
 	})
 })
