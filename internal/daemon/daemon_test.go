@@ -179,9 +179,7 @@ func TestRestartKeepsAssignments(t *testing.T) {
 	if got := rt.cpus(one); got != "2" {
 		t.Errorf("one after restart: %q, want 2", got)
 	}
-	rt.mu.Lock()
-	syncUps := rt.syncUpdates
-	rt.mu.Unlock()
+	syncUps := rt.SyncUpdates()
 	if got := rt.describe(syncUps); got != "one=2" {
 		t.Errorf("Synchronize updates %q, want one=2", got)
 	}
@@ -193,9 +191,7 @@ func TestRestartKeepsAssignments(t *testing.T) {
 
 	// A third start from the checkpoint: same assignments, no updates.
 	r3 := startDaemon(t, rt, cfg, topo)
-	rt.mu.Lock()
-	syncUps = rt.syncUpdates
-	rt.mu.Unlock()
+	syncUps = rt.SyncUpdates()
 	if len(syncUps) != 0 {
 		t.Errorf("Synchronize after a clean restart sent updates: %s", rt.describe(syncUps))
 	}
@@ -262,10 +258,8 @@ func TestKubeletStateImport(t *testing.T) {
 	be1 := rt.createAway(bePod, "be1", 0, 0)
 	g1 := rt.addPod(podSpec{uid: "uid-g1", name: "g1", qos: "guaranteed"})
 	c2 := rt.createAway(g1, "c2", 4000, 4000)
-	rt.mu.Lock()
-	rt.setCPUSetLocked(rt.ctrs[c2.Id], "1-2,5-6", "")
-	rt.setCPUSetLocked(rt.ctrs[be1.Id], "0,3-4,7", "")
-	rt.mu.Unlock()
+	rt.SetCPUs(c2, "1-2,5-6", "")
+	rt.SetCPUs(be1, "0,3-4,7", "")
 
 	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo, WithKubeletState(kubelet))
 	// c2 keeps its kubelet CPUs; uid-gone's core 3 went back to the shared

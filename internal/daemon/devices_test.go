@@ -56,9 +56,7 @@ func TestDeviceHintPullsCPUsToItsNode(t *testing.T) {
 		{Path: "/dev/vfio/0", Type: "c", Major: 240, Minor: 0},       // NUMA node 1
 		{Path: "/dev/not-in-sysfs", Type: "b", Major: 999, Minor: 9}, // unknown: no locality
 	}
-	rt.lock.Lock()
-	resp, err := rt.r.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: cloneCtr(c)})
-	rt.lock.Unlock()
+	resp, err := rt.CreateContainer(context.Background(), pod, c)
 	if err != nil {
 		t.Fatal(err)
 	}
