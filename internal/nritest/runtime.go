@@ -12,7 +12,6 @@ package nritest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -391,10 +390,11 @@ func (rt *Runtime) RunPodAway(pod *api.PodSandbox) {
 	rt.away(func() { rt.pods[pod.Id] = pod })
 }
 
-// CreateContainer sends CreateContainer for c (from NewContainer, perhaps changed)
-// and, when the plugins accept it, stores it running with the adjustment
-// and the updates applied, as containerd does. The updates must not name
-// the container being created.
+// CreateContainer sends CreateContainer for c (from NewContainer, perhaps
+// changed) and, when the plugins accept it, stores it running with the
+// adjustment and the updates applied, as containerd does. The updates must
+// not name the container being created (NRI fails such a creation; the
+// runtime reports it too, should that change).
 func (rt *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.CreateContainerResponse, error) {
 	var resp *api.CreateContainerResponse
 	var err error
@@ -419,8 +419,8 @@ func (rt *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *
 	return resp, err
 }
 
-// CreateContainerAway stores c running with no plugin: no adjustment, the cpuset
-// left as it is (empty from NewContainer: unpinned).
+// CreateContainerAway stores c running with no plugin: no adjustment, the
+// cpuset left as it is (empty from NewContainer: unpinned).
 func (rt *Runtime) CreateContainerAway(c *api.Container) {
 	rt.away(func() {
 		c.State = api.ContainerState_CONTAINER_RUNNING
@@ -428,11 +428,12 @@ func (rt *Runtime) CreateContainerAway(c *api.Container) {
 	})
 }
 
-// CreateContainerAnswerLost sends CreateContainer but, as containerd does when the
-// plugin's answer comes after plugin_request_timeout, stores the container
-// running without the adjustment and applies none of the updates: it runs
-// unpinned. (The caller then cuts the plugin's connection, which the
-// runtime does on a timeout.) A rejection is returned as is.
+// CreateContainerAnswerLost sends CreateContainer but, as containerd does
+// when the plugin's answer comes after plugin_request_timeout, stores the
+// container running without the adjustment and applies none of the
+// updates: it runs unpinned. (The caller then cuts the plugin's
+// connection, which the runtime does on a timeout.) A rejection is
+// returned as is.
 func (rt *Runtime) CreateContainerAnswerLost(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
 	var err error
 	rt.Op(func(a *adaptation.Adaptation) {
@@ -461,8 +462,8 @@ func (rt *Runtime) StartContainer(ctx context.Context, c *api.Container) error {
 	return err
 }
 
-// StopContainer marks the container stopped and sends StopContainer, applying the
-// updates of the answer; it returns them.
+// StopContainer marks the container stopped and sends StopContainer,
+// applying the updates of the answer; it returns them.
 func (rt *Runtime) StopContainer(ctx context.Context, c *api.Container) ([]*api.ContainerUpdate, error) {
 	pod := rt.PodOf(c)
 	var resp *api.StopContainerResponse
@@ -487,8 +488,9 @@ func (rt *Runtime) markStoppedLocked(c *api.Container) {
 	c.State = api.ContainerState_CONTAINER_STOPPED
 }
 
-// StopContainerAway marks the container stopped without an event: it exited while
-// no plugin was connected, or its StopContainer never reached the plugin.
+// StopContainerAway marks the container stopped without an event: it exited
+// while no plugin was connected, or its StopContainer never reached the
+// plugin.
 func (rt *Runtime) StopContainerAway(c *api.Container) {
 	rt.away(func() { rt.markStoppedLocked(c) })
 }
@@ -663,16 +665,4 @@ func (rt *Runtime) Running() (map[invariant.Key]cpuset.CPUSet, error) {
 		out[k] = cpus
 	}
 	return out, nil
-}
-
-// ErrNoCPUs is returned by AdjustedCPUs for an adjustment without a cpuset.
-var ErrNoCPUs = errors.New("the plugin's adjustment sets no cpuset.cpus")
-
-// AdjustedCPUs is the cpuset.cpus a CreateContainer answer adjusts.
-func AdjustedCPUs(resp *api.CreateContainerResponse) (string, error) {
-	cpus := resp.GetAdjust().GetLinux().GetResources().GetCpu().GetCpus()
-	if cpus == "" {
-		return "", ErrNoCPUs
-	}
-	return cpus, nil
 }
