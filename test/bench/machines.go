@@ -1,8 +1,8 @@
 // Package bench holds the performance measurements of issue 9: the
 // machines and option sets the decision benchmarks sweep, the way a machine
-// is filled to a given occupancy, and an in-process NRI runtime (the
-// pkg/adaptation side containerd embeds) that the CreateContainer round-trip
-// benchmark and the RSS tool drive the plugin with.
+// is filled to a given occupancy, and the helpers that drive the plugin
+// through internal/nritest's in-process NRI runtime side in the
+// CreateContainer round-trip benchmark and the RSS tool.
 //
 // The benchmarks themselves are in this directory's _test files (run them
 // with scripts/bench.sh or `make bench`); cmd/benchtable turns their output

@@ -77,7 +77,7 @@ cgroup_root = %q
 metrics_address = ""
 reconcile_period = "0"
 log_level = "info"
-`, bench.ReservedCount, stateDir, rt.Socket, dir+"/cgroup")
+`, bench.ReservedCount, stateDir, rt.Socket(), dir+"/cgroup")
 	cfg, err := config.Load([]byte(doc))
 	if err != nil {
 		b.Fatal(err)
@@ -99,18 +99,18 @@ log_level = "info"
 			b.Errorf("daemon.Run: %v", err)
 		}
 	}()
-	if err := rt.WaitForPlugin(10 * time.Second); err != nil {
+	if err := rt.WaitForPlugin(1, 10*time.Second); err != nil {
 		b.Fatal(err)
 	}
-	if err := rt.Populate(ctx, existing, 2); err != nil {
+	if err := bench.Populate(ctx, rt, existing, 2); err != nil {
 		b.Fatal(err)
 	}
 
 	r := framework.GuaranteedCPUs(2)
 	if kind == "shared" {
-		r = framework.Resources{CPURequestMilli: 250, CPULimitMilli: 1000, MemLimit: 128 << 20}
+		r = bench.Shared
 	}
-	pod, err := rt.RunPod(ctx, "bench", r)
+	pod, err := bench.RunPod(ctx, rt, "bench", r)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,20 +122,23 @@ log_level = "info"
 		c := rt.NewContainer(pod, fmt.Sprintf("c%d", i), r)
 		b.StartTimer()
 		t0 := time.Now()
-		_, err := rt.Create(ctx, pod, c)
+		_, err := rt.CreateContainer(ctx, pod, c)
 		samples[i] = time.Since(t0)
 		b.StopTimer()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := rt.StopRemove(ctx, pod, c); err != nil {
+		if _, err := rt.StopContainer(ctx, c); err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.RemoveContainer(ctx, c); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 	}
 	b.StopTimer()
 	reportPercentiles(b, samples)
-	if got := rt.Containers(); got != existing {
+	if got := len(rt.Containers()); got != existing {
 		b.Fatalf("%d containers in the runtime after the loop, want %d", got, existing)
 	}
 }

@@ -1,5 +1,5 @@
 // Command rss measures the resident memory of the real nri-cpualign binary:
-// it starts the runtime side of NRI in-process (test/bench.Runtime, no root
+// it starts the runtime side of NRI in-process (internal/nritest, no root
 // needed), runs `nri-cpualign run` against it on a fixture machine written
 // to a temporary sysfs tree, reads /proc/<pid>/status (VmRSS, VmHWM) after
 // the plugin has synchronized, then creates the given number of containers
@@ -86,7 +86,7 @@ sysfs_root = %q
 cgroup_root = %q
 socket_path = %q
 metrics_address = "127.0.0.1:0"
-`, bench.ReservedCount, filepath.Join(dir, "state"), sys, filepath.Join(dir, "cgroup"), rt.Socket)
+`, bench.ReservedCount, filepath.Join(dir, "state"), sys, filepath.Join(dir, "cgroup"), rt.Socket())
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ metrics_address = "127.0.0.1:0"
 		return strings.Join(lines[max(0, len(lines)-20):], "\n")
 	}
 	waitErr := make(chan error, 1)
-	go func() { waitErr <- rt.WaitForPlugin(30 * time.Second) }()
+	go func() { waitErr <- rt.WaitForPlugin(1, 30*time.Second) }()
 	select {
 	case err := <-waitErr:
 		if err != nil {
@@ -140,7 +140,7 @@ metrics_address = "127.0.0.1:0"
 	fmt.Printf("rss after-start VmRSS=%d VmHWM=%d containers=0\n", start["VmRSS"], start["VmHWM"])
 
 	t0 := time.Now()
-	if err := rt.Populate(context.Background(), containers, 2); err != nil {
+	if err := bench.Populate(context.Background(), rt, containers, 2); err != nil {
 		return fmt.Errorf("creating containers: %w; plugin log:\n%s", err, tail())
 	}
 	took := time.Since(t0)
@@ -149,7 +149,7 @@ metrics_address = "127.0.0.1:0"
 	if err != nil {
 		return err
 	}
-	fmt.Printf("rss with-containers VmRSS=%d VmHWM=%d containers=%d\n", full["VmRSS"], full["VmHWM"], rt.Containers())
+	fmt.Printf("rss with-containers VmRSS=%d VmHWM=%d containers=%d\n", full["VmRSS"], full["VmHWM"], len(rt.Containers()))
 	fmt.Printf("created %d containers through NRI in %s (%.2f ms each, checkpoint included)\n",
 		containers, took.Round(time.Millisecond), float64(took.Microseconds())/1000/float64(max(1, containers)))
 	const target = 25 << 10 // KiB
