@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
@@ -141,14 +140,19 @@ func (m *metrics) updateGauges() {
 	if d.engine == nil {
 		return
 	}
-	exclusive := cpuset.New()
+	// One set for all assignments: a running Union rebuilt the whole set
+	// once per container on every event. (Not a sum of sizes: an app
+	// container reusing its init container's CPUs overlaps it.)
+	exclusive := map[int]struct{}{}
 	for _, byName := range d.st.Alloc.Assignments {
 		for _, cpus := range byName {
-			exclusive = exclusive.Union(cpus)
+			for _, cpu := range cpus.UnsortedList() {
+				exclusive[cpu] = struct{}{}
+			}
 		}
 	}
 	m.sharedCPUs.Set(float64(d.engine.SharedCPUs(d.st).Size()))
-	m.exclusiveCPUs.Set(float64(exclusive.Size()))
+	m.exclusiveCPUs.Set(float64(len(exclusive)))
 	m.reservedCPUs.Set(float64(d.engine.Reserved().Size()))
 	m.containers.Set(float64(len(d.ctrs)))
 }
