@@ -13,6 +13,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
@@ -96,8 +97,11 @@ func FuzzSimulate(f *testing.F) {
 			t.Fatal(err)
 		}
 		st := policy.State{Alloc: allocator.State{Assignments: map[string]map[string]cpuset.CPUSet{}}}
-		st.Alloc.Default, err = cpuset.Parse(final.Shared)
+		shared, err := cpuset.Parse(final.Shared)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Alloc.Default, err = cpumask.FromCPUSet(shared); err != nil {
 			t.Fatal(err)
 		}
 		for pod, byName := range final.Assignments {

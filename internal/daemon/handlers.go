@@ -262,7 +262,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(liveCtrs), "released": released, "placed": placed, "updates": len(updates),
-		"shared": d.engine.SharedCPUs(d.st).String(),
+		"shared": d.engine.SharedMask(d.st).String(),
 	}).Info("synchronized with the runtime")
 	if d.syncs == 1 {
 		close(d.syncedC)
@@ -318,7 +318,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
 		return nil, nil, err
 	}
-	prevShared := d.engine.SharedCPUs(d.st)
+	prevShared := d.engine.SharedMask(d.st)
 	d.st, d.ctrs = next, recs
 	d.gen++
 	d.metrics.observeDecision(dec, d.topo)
@@ -330,7 +330,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		adj.SetLinuxCPUSetMems(dec.Mems.String())
 	}
 	var updates []*api.ContainerUpdate
-	if !prevShared.Equals(d.engine.SharedCPUs(d.st)) {
+	if !prevShared.Equals(d.engine.SharedMask(d.st)) {
 		updates = d.sharedUpdates(rec.ID)
 	}
 	d.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
@@ -375,13 +375,13 @@ func (d *Daemon) forget(id, why string) (bool, error) {
 		d.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name}).Error("cannot write the checkpoint; the container's CPUs stay assigned")
 		return false, err
 	}
-	prevShared := d.engine.SharedCPUs(d.st)
+	prevShared := d.engine.SharedMask(d.st)
 	d.st, d.ctrs = next, recs
 	d.gen++
 	d.metrics.updateGauges()
-	changed := !prevShared.Equals(d.engine.SharedCPUs(d.st))
+	changed := !prevShared.Equals(d.engine.SharedMask(d.st))
 	if r.Exclusive {
-		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id, "shared": d.engine.SharedCPUs(d.st).String()}).
+		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id, "shared": d.engine.SharedMask(d.st).String()}).
 			Info("container " + why + ": exclusive CPUs released")
 	}
 	return changed, nil
@@ -422,11 +422,11 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 		d.mu.Unlock()
 		return err
 	}
-	prevShared := d.engine.SharedCPUs(d.st)
+	prevShared := d.engine.SharedMask(d.st)
 	d.st, d.ctrs = next, recs
 	d.gen++
 	d.metrics.updateGauges()
-	changed := !prevShared.Equals(d.engine.SharedCPUs(d.st))
+	changed := !prevShared.Equals(d.engine.SharedMask(d.st))
 	d.mu.Unlock()
 	if changed {
 		d.kick()

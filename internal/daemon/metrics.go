@@ -151,7 +151,7 @@ func (m *metrics) updateGauges() {
 			}
 		}
 	}
-	m.sharedCPUs.Set(float64(d.engine.SharedCPUs(d.st).Size()))
+	m.sharedCPUs.Set(float64(d.engine.SharedMask(d.st).Size()))
 	m.exclusiveCPUs.Set(float64(len(exclusive)))
 	m.reservedCPUs.Set(float64(d.engine.Reserved().Size()))
 	m.containers.Set(float64(len(d.ctrs)))
@@ -197,7 +197,7 @@ func (d *Daemon) State() StateView {
 		Topology:     d.cfg.TopologyManagerPolicy,
 		Scope:        d.cfg.TopologyManagerScope,
 		Reserved:     d.engine.Reserved().String(),
-		Shared:       d.engine.SharedCPUs(d.st).String(),
+		Shared:       d.engine.SharedMask(d.st).String(),
 		Containers:   []ContainerView{},
 	}
 	for id, r := range d.ctrs {

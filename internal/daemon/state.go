@@ -125,7 +125,7 @@ func (d *Daemon) restoreLocked() error {
 			r.ID = id
 			d.ctrs[id] = r
 		}
-		d.log.WithFields(logrus.Fields{"file": d.ckpt.Path(), "containers": len(d.ctrs), "shared": d.engine.SharedCPUs(st).String()}).
+		d.log.WithFields(logrus.Fields{"file": d.ckpt.Path(), "containers": len(d.ctrs), "shared": d.engine.SharedMask(st).String()}).
 			Info("state restored from checkpoint")
 		return nil
 	case errors.As(err, &corrupt):
@@ -251,7 +251,7 @@ func cloneRecords(m map[string]ctrRecord) map[string]ctrRecord {
 // skip to the current shared pool. Failures are ignored by the runtime (a
 // container may be stopping); the reconcile loop repairs what is left.
 func (d *Daemon) sharedUpdates(skip string) []*api.ContainerUpdate {
-	shared := d.engine.SharedCPUs(d.st).String()
+	shared := d.engine.SharedMask(d.st).String()
 	ids := make([]string, 0, len(d.ctrs))
 	for id, r := range d.ctrs {
 		if id != skip && !r.Exclusive {

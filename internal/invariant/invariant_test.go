@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
@@ -36,7 +37,11 @@ func set(t *testing.T, s string) cpuset.CPUSet {
 // state builds a State by hand: shared pool and "pod/ctr=cpus" entries.
 func state(t *testing.T, shared string, entries ...string) policy.State {
 	t.Helper()
-	st := policy.State{Alloc: allocator.State{Default: set(t, shared), Assignments: map[string]map[string]cpuset.CPUSet{}}}
+	def, err := cpumask.FromCPUSet(set(t, shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := policy.State{Alloc: allocator.State{Default: def, Assignments: map[string]map[string]cpuset.CPUSet{}}}
 	for _, e := range entries {
 		k, cpus, _ := strings.Cut(e, "=")
 		pod, name, _ := strings.Cut(k, "/")

@@ -4,7 +4,7 @@ import "math/bits"
 
 // accumulator is one run of the kubelet's topology-aware best fit: it claims
 // CPUs from the free set, whole groups first, until need reaches zero. It
-// lives for one takeByTopology call.
+// lives for one takeByTopology call, between newAccumulator and finish.
 type accumulator struct {
 	m      *machine
 	free   bitset // CPUs that may still be claimed
@@ -16,16 +16,37 @@ type accumulator struct {
 }
 
 func (m *machine) newAccumulator(avail bitset, need int) *accumulator {
-	a := &accumulator{
-		m:        m,
-		free:     avail.clone(),
-		result:   newBitset(m.n),
-		need:     need,
-		coreFree: make([]int, len(m.cores.ids)),
-		sockFree: make([]int, len(m.socks.ids)),
-		numaFree: make([]int, len(m.numas.ids)),
-		l3Free:   make([]int, len(m.l3s.ids)),
+	// Accumulators are recycled through the machine's pool: their counters
+	// are most of a decision's garbage, and garbage is what makes the
+	// collector run and the slowest decisions slow.
+	a, _ := m.accs.Get().(*accumulator)
+	if a == nil {
+		nc, ns, nn, nl := len(m.cores.ids), len(m.socks.ids), len(m.numas.ids), len(m.l3s.ids)
+		counts := make([]int, nc+ns+nn+nl)
+		w := len(newBitset(m.n))
+		words := make(bitset, 2*w)
+		a = &accumulator{
+			m:        m,
+			free:     words[:w:w],
+			result:   words[w:],
+			coreFree: counts[:nc:nc],
+			sockFree: counts[nc : nc+ns : nc+ns],
+			numaFree: counts[nc+ns : nc+ns+nn : nc+ns+nn],
+			l3Free:   counts[nc+ns+nn:],
+		}
+		if m.numaFirst {
+			a.l1Free, a.l2Free = a.numaFree, a.sockFree
+		} else {
+			a.l1Free, a.l2Free = a.sockFree, a.numaFree
+		}
 	}
+	copy(a.free, avail)
+	clear(a.result)
+	clear(a.coreFree)
+	clear(a.sockFree)
+	clear(a.numaFree)
+	clear(a.l3Free)
+	a.need = need
 	for wi, w := range a.free {
 		for w != 0 {
 			p := wi<<6 + bits.TrailingZeros64(w)
@@ -36,12 +57,18 @@ func (m *machine) newAccumulator(avail bitset, need int) *accumulator {
 			a.l3Free[m.l3Of[p]]++
 		}
 	}
-	if m.numaFirst {
-		a.l1Free, a.l2Free = a.numaFree, a.sockFree
-	} else {
-		a.l1Free, a.l2Free = a.sockFree, a.numaFree
-	}
 	return a
+}
+
+// finish ends the run: a copy of the claimed CPUs when ok, else nil. The
+// accumulator goes back to the pool and must not be used again.
+func (a *accumulator) finish(ok bool) bitset {
+	var out bitset
+	if ok {
+		out = a.result.clone()
+	}
+	a.m.accs.Put(a)
+	return out
 }
 
 func (a *accumulator) satisfied() bool         { return a.need < 1 }
@@ -337,45 +364,48 @@ func (a *accumulator) takePartialUncore(u int) {
 // the request cannot be met from avail.
 func (m *machine) takePacked(avail bitset, n int, spread, uncore bool) bitset {
 	a := m.newAccumulator(avail, n)
+	return a.finish(a.packed(spread, uncore))
+}
+
+// packed runs the packed best fit; it reports whether the need was met.
+func (a *accumulator) packed(spread, uncore bool) bool {
+	m := a.m
 	if a.satisfied() {
-		return a.result
+		return true
 	}
 	if a.failed() {
-		return nil
+		return false
 	}
 	if m.numaFirst {
 		a.takeFullNUMANodes()
 		if a.satisfied() {
-			return a.result
+			return true
 		}
 		a.takeFullSockets()
 	} else {
 		a.takeFullSockets()
 		if a.satisfied() {
-			return a.result
+			return true
 		}
 		a.takeFullNUMANodes()
 	}
 	if a.satisfied() {
-		return a.result
+		return true
 	}
 	if uncore {
 		a.takeUncoreCache()
 		if a.satisfied() {
-			return a.result
+			return true
 		}
 	}
 	if !spread {
 		a.takeFullCores()
 		if a.satisfied() {
-			return a.result
+			return true
 		}
 		a.takeRemainingCPUs()
 	} else {
 		a.takeRemainingCPUsSpread()
 	}
-	if a.satisfied() {
-		return a.result
-	}
-	return nil
+	return a.satisfied()
 }

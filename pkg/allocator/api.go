@@ -2,6 +2,8 @@ package allocator
 
 import (
 	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 )
 
 // Static-policy option names, identical to the kubelet's.
@@ -40,8 +42,10 @@ const (
 // operation returns a new State and leaves its argument untouched.
 type State struct {
 	// Default is the shared pool (the kubelet's defaultCpuSet). It holds
-	// the reserved CPUs unless strict-cpu-reservation is on.
-	Default cpuset.CPUSet
+	// the reserved CPUs unless strict-cpu-reservation is on. A bitmap, not
+	// a cpuset.CPUSet: it changes on every allocation and holds most of
+	// the machine.
+	Default cpumask.Mask
 	// Assignments maps pod UID -> container name -> exclusive CPUs.
 	Assignments map[string]map[string]cpuset.CPUSet
 	// ReusablePod and Reusable are the CPUs of finished init containers of

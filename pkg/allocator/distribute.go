@@ -13,11 +13,23 @@ func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread bool) b
 		return m.takePacked(avail, n, spread, false)
 	}
 	a := m.newAccumulator(avail, n)
+	ok, fallback := a.distributed(groupSize, spread)
+	got := a.finish(ok)
+	if fallback {
+		return m.takePacked(avail, n, spread, false)
+	}
+	return got
+}
+
+// distributed runs the distributed fit: ok when the need was met, fallback
+// when no NUMA combination works and the packed fit should be used.
+func (a *accumulator) distributed(groupSize int, spread bool) (ok, fallback bool) {
+	m, n := a.m, a.need
 	if a.satisfied() {
-		return a.result
+		return true, false
 	}
 	if a.failed() {
-		return nil
+		return false, false
 	}
 	numas := a.sortedNUMA()
 	minK, maxK := a.rangeNUMANodesNeeded(groupSize)
@@ -110,7 +122,7 @@ func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread bool) b
 		for _, g := range bestCombo {
 			got := m.takePacked(a.free.and(m.numas.mask[g]), distribution, spread, false)
 			if got == nil {
-				return nil
+				return false, false
 			}
 			got.forEach(a.take)
 		}
@@ -126,22 +138,22 @@ func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread bool) b
 				}
 				got := m.takePacked(a.free.and(m.numas.mask[g]), groupSize, spread, false)
 				if got == nil {
-					return nil
+					return false, false
 				}
 				got.forEach(a.take)
 				remainder -= groupSize
 				progress = true
 			}
 			if !progress {
-				return nil
+				return false, false
 			}
 		}
 		if a.need != 0 {
-			return nil
+			return false, false
 		}
-		return a.result
+		return true, false
 	}
-	return m.takePacked(avail, n, spread, false)
+	return false, true
 }
 
 // maxCombinations bounds the NUMA node combinations one distributed

@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
+
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
@@ -82,6 +84,16 @@ func mustParse(t testing.TB, s string) cpuset.CPUSet {
 		t.Fatalf("bad cpuset %q: %v", s, err)
 	}
 	return c
+}
+
+// mustMask is mustParse as a cpumask.Mask (the shared pool's type).
+func mustMask(t testing.TB, s string) cpumask.Mask {
+	t.Helper()
+	m, err := cpumask.FromCPUSet(mustParse(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func newStatic(t testing.TB, topo *topology.Topology, o Options, reserved string) *Static {

@@ -26,7 +26,7 @@ func (s *Static) CPUHints(st State, req Request) []hints.Hint {
 		}
 		return s.generateHints(s.m.toBits(cur), newBitset(s.m.n), req.CPUs)
 	}
-	return s.generateHints(s.m.toBits(st.Default).andNot(s.reservedBits), s.reusable(st, req.Pod), req.CPUs)
+	return s.generateHints(s.m.maskBits(st.Default).andNot(s.reservedBits), s.reusable(st, req.Pod), req.CPUs)
 }
 
 // PodCPUHints is CPU hint generation for the pod scope: cpus is the pod's
@@ -59,7 +59,7 @@ func (s *Static) PodCPUHintsFor(st State, pod string, cpus int, containers map[s
 	if assigned.Size() == cpus {
 		return s.generateHints(s.m.toBits(assigned), newBitset(s.m.n), cpus)
 	}
-	return s.generateHints(s.m.toBits(st.Default).andNot(s.reservedBits), s.reusable(st, pod).or(s.m.toBits(assigned)), cpus)
+	return s.generateHints(s.m.maskBits(st.Default).andNot(s.reservedBits), s.reusable(st, pod).or(s.m.toBits(assigned)), cpus)
 }
 
 func (s *Static) reusableSet(st State, pod string) cpuset.CPUSet {
@@ -89,7 +89,7 @@ func (s *Static) generateHints(available, reusable bitset, request int) []hints.
 	var reusableNodes hints.Mask
 	for g := range m.numas.ids {
 		totalPer[g] = m.numas.size(g)
-		availPer[g] = available.and(m.numas.mask[g]).count()
+		availPer[g] = available.andCount(m.numas.mask[g])
 		if reusable.intersects(m.numas.mask[g]) {
 			reusableNodes |= hints.NewMask(m.numas.ids[g])
 		}

@@ -194,7 +194,7 @@ func TestKubeletStaticPolicyAddCases(t *testing.T) {
 		for _, o := range c.opts {
 			t.Run(c.name+"/"+optName(o), func(t *testing.T) {
 				s := newStatic(t, c.topo, o, c.reserved)
-				st := State{Default: mustParse(t, c.def), Assignments: map[string]map[string]cpuset.CPUSet{"fakePod": {}}}
+				st := State{Default: mustMask(t, c.def), Assignments: map[string]map[string]cpuset.CPUSet{"fakePod": {}}}
 				for ctr, cpus := range c.assigned {
 					st.Assignments["fakePod"][ctr] = mustParse(t, cpus)
 				}
@@ -257,7 +257,7 @@ func TestKubeletTopologyHintCases(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := newStatic(t, c.topo, c.o, "")
-			st := State{Default: mustParse(t, c.def), Assignments: map[string]map[string]cpuset.CPUSet{}}
+			st := State{Default: mustMask(t, c.def), Assignments: map[string]map[string]cpuset.CPUSet{}}
 			if c.assigned != "" {
 				st.Assignments["fakePod"] = map[string]cpuset.CPUSet{"fakeContainer": mustParse(t, c.assigned)}
 			}

@@ -2,9 +2,11 @@ package allocator
 
 import (
 	"math/bits"
+	"sync"
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
 
@@ -37,6 +39,24 @@ func (b bitset) intersects(o bitset) bool {
 		}
 	}
 	return false
+}
+
+// andCount is |b ∩ o|, without building the set.
+func (b bitset) andCount(o bitset) int {
+	n := 0
+	for i, w := range b {
+		n += bits.OnesCount64(w & o[i])
+	}
+	return n
+}
+
+// andNotCount is |b − o|, without building the set.
+func (b bitset) andNotCount(o bitset) int {
+	n := 0
+	for i, w := range b {
+		n += bits.OnesCount64(w &^ o[i])
+	}
+	return n
 }
 
 // and returns b ∩ o as a new bitset.
@@ -96,6 +116,9 @@ type machine struct {
 	n     int   // online CPUs
 	cpuID []int // position -> CPU id, ascending
 	posOf []int // CPU id -> position, -1 for ids that are not online
+	// identity: CPU ids are exactly 0..n-1, so a position bitset and a
+	// cpumask.Mask have the same words (the common case: no CPU offline).
+	identity bool
 
 	coreOf, sockOf, numaOf, l3Of []int // position -> group index
 	cores, socks, numas, l3s     level
@@ -121,6 +144,8 @@ type machine struct {
 	numaL3     [][]int
 	numaL3Mask [][]bitset
 	l3Cores    [][]int
+
+	accs sync.Pool // of *accumulator sized for this machine
 }
 
 func newMachine(t *topology.Topology) *machine {
@@ -137,9 +162,11 @@ func newMachine(t *topology.Topology) *machine {
 		m.posOf[i] = -1
 	}
 	m.cpuID = make([]int, m.n)
+	m.identity = true
 	for i, c := range details {
 		m.cpuID[i] = c.CPU
 		m.posOf[c.CPU] = i
+		m.identity = m.identity && c.CPU == i
 	}
 	m.coreOf = buildLevel(&m.cores, details, func(c topology.CPUInfo) int { return c.Core })
 	m.sockOf = buildLevel(&m.socks, details, func(c topology.CPUInfo) int { return c.Socket })
@@ -273,6 +300,51 @@ func (m *machine) toSet(b bitset) cpuset.CPUSet {
 	b.forEach(func(p int) { ids = append(ids, m.cpuID[p]) })
 	return cpuset.New(ids...)
 }
+
+// maskBits converts a Mask; CPUs that are not online are ignored.
+func (m *machine) maskBits(s cpumask.Mask) bitset {
+	b := newBitset(m.n)
+	if m.identity {
+		for i := range b {
+			b[i] = s.Word(i)
+		}
+		if r := m.n & 63; r != 0 {
+			b[len(b)-1] &= 1<<uint(r) - 1
+		}
+		return b
+	}
+	s.ForEach(func(cpu int) {
+		if cpu < len(m.posOf) && m.posOf[cpu] >= 0 {
+			b.set(m.posOf[cpu])
+		}
+	})
+	return b
+}
+
+// bitsMask converts back to a Mask. Topology bounds CPU ids by
+// MaxCPUID, which is cpumask.MaxID, so the conversion cannot fail.
+func (m *machine) bitsMask(b bitset) cpumask.Mask {
+	var (
+		out cpumask.Mask
+		err error
+	)
+	if m.identity {
+		out, err = cpumask.FromWords(b)
+	} else {
+		ids := make([]int, 0, b.count())
+		b.forEach(func(p int) { ids = append(ids, m.cpuID[p]) })
+		out, err = cpumask.New(ids...)
+	}
+	if err != nil {
+		// Unreachable (see above); an empty mask fails Validate loudly
+		// rather than taking the process down.
+		return cpumask.Mask{}
+	}
+	return out
+}
+
+// setMask converts a CPUSet of online CPUs to a Mask (others are dropped).
+func (m *machine) setMask(s cpuset.CPUSet) cpumask.Mask { return m.bitsMask(m.toBits(s)) }
 
 // all returns every online CPU.
 func (m *machine) all() bitset {

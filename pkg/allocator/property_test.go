@@ -222,7 +222,7 @@ func checkRefusal(t *testing.T, s *Static, st State, req Request, allocatable cp
 		}
 	case errors.As(err, &ins):
 		keep := 0
-		if st.Default.Difference(allocatable).IsEmpty() {
+		if st.Default.CPUSet().Difference(allocatable).IsEmpty() {
 			keep = 1
 		}
 		if ins.Available != allocatable.Size()-keep || req.CPUs <= ins.Available {

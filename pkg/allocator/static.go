@@ -2,11 +2,13 @@ package allocator
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
@@ -18,6 +20,7 @@ type Static struct {
 	m            *machine
 	opts         Options
 	reserved     cpuset.CPUSet
+	reservedMask cpumask.Mask
 	reservedBits bitset
 	// reservedPhys is the reserved CPUs plus all their thread siblings:
 	// full-pcpus-only counts them as unavailable.
@@ -85,6 +88,7 @@ func NewStatic(topo *topology.Topology, o Options, reserved cpuset.CPUSet) (*Sta
 		}
 	})
 	s.reservedPhysBits = phys
+	s.reservedMask = m.bitsMask(s.reservedBits)
 	return s, nil
 }
 
@@ -100,16 +104,16 @@ func (s *Static) Topology() *topology.Topology { return s.topo }
 // NewState is the state of an idle machine: every online CPU shared, minus
 // the reserved ones under strict-cpu-reservation.
 func (s *Static) NewState() State {
-	def := s.topo.CPUs()
+	def := s.m.all()
 	if s.opts.StrictCPUReservation {
-		def = def.Difference(s.reserved)
+		def = def.andNot(s.reservedBits)
 	}
-	return State{Default: def, Assignments: map[string]map[string]cpuset.CPUSet{}, Reusable: cpuset.New()}
+	return State{Default: s.m.bitsMask(def), Assignments: map[string]map[string]cpuset.CPUSet{}, Reusable: cpuset.New()}
 }
 
 // SharedCPUs is the cpuset of every shared-pool container (the default
 // set; it includes the reserved CPUs unless strict-cpu-reservation).
-func (s *Static) SharedCPUs(st State) cpuset.CPUSet { return st.Default }
+func (s *Static) SharedCPUs(st State) cpuset.CPUSet { return st.Default.CPUSet() }
 
 // Assignment returns a container's exclusive CPUs.
 func (s *Static) Assignment(st State, pod, container string) (cpuset.CPUSet, bool) {
@@ -118,7 +122,9 @@ func (s *Static) Assignment(st State, pod, container string) (cpuset.CPUSet, boo
 }
 
 // AvailableCPUs is the assignable pool: shared minus reserved.
-func (s *Static) AvailableCPUs(st State) cpuset.CPUSet { return st.Default.Difference(s.reserved) }
+func (s *Static) AvailableCPUs(st State) cpuset.CPUSet {
+	return st.Default.Difference(s.reservedMask).CPUSet()
+}
 
 // reusable returns the CPUs of the pod's finished init containers that its
 // next container may take, minus anything another pod holds (possible only
@@ -157,8 +163,8 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 		if n%m.cpusPerCore != 0 {
 			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore}
 		}
-		def = m.toBits(st.Default)
-		availPhys := def.andNot(s.reservedPhysBits).count()
+		def = m.maskBits(st.Default)
+		availPhys := def.andNotCount(s.reservedPhysBits)
 		if n > availPhys {
 			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore, AvailablePhysicalCPUs: availPhys, CausedByPhysicalCPUs: true}
 		}
@@ -170,14 +176,14 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 	}
 
 	if def == nil {
-		def = m.toBits(st.Default)
+		def = m.maskBits(st.Default)
 	}
 	allocatable := def.andNot(s.reservedBits).or(s.reusable(st, req.Pod))
 	avail := allocatable.count()
 	// The shared pool must keep a CPU: when none of its CPUs is outside the
 	// allocatable set (no reservation, or strict-cpu-reservation), one of
 	// them must stay.
-	keepsShared := def.andNot(allocatable).count() > 0
+	keepsShared := def.andNotCount(allocatable) > 0
 	if !keepsShared {
 		avail--
 	}
@@ -189,7 +195,7 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 	}
 
 	result := s.place(allocatable, n, affinity.Affinity)
-	if result != nil && !keepsShared && def.andNot(result).count() == 0 {
+	if result != nil && !keepsShared && def.andNotCount(result) == 0 {
 		// The placement took every shared CPU (possible only when the pod's
 		// reusable CPUs lie outside the shared pool): keep the highest-id
 		// shared CPU out and place again. The kubelet would empty the pool
@@ -207,7 +213,7 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 	newDef := def.andNot(result)
 	cpus := m.toSet(result)
 	next := withAssignment(st, req.Pod, req.Container, cpus)
-	next.Default = m.toSet(newDef)
+	next.Default = m.bitsMask(newDef)
 	next.ReusablePod, next.Reusable = updateReuse(st, req, cpus)
 	return next, cpus, nil
 }
@@ -278,10 +284,13 @@ func (s *Static) alignedMask(aff hints.Mask) bitset {
 func updateReuse(st State, req Request, cpus cpuset.CPUSet) (string, cpuset.CPUSet) {
 	reuse := st.Reusable
 	if st.ReusablePod != req.Pod {
-		reuse = cpuset.New()
+		reuse = cpuset.CPUSet{} // the zero CPUSet is the empty set
 	}
 	if req.Type == Init {
 		return req.Pod, reuse.Union(cpus)
+	}
+	if reuse.IsEmpty() {
+		return req.Pod, reuse
 	}
 	return req.Pod, reuse.Difference(cpus)
 }
@@ -289,13 +298,16 @@ func updateReuse(st State, req Request, cpus cpuset.CPUSet) (string, cpuset.CPUS
 // withAssignment returns st with (pod, container) set to cpus, copying
 // only the maps it changes.
 func withAssignment(st State, pod, container string, cpus cpuset.CPUSet) State {
-	out := make(map[string]map[string]cpuset.CPUSet, len(st.Assignments)+1)
-	for p, cs := range st.Assignments {
-		out[p] = cs
+	// maps.Clone copies the table wholesale, several times faster than
+	// re-inserting every pod (this copy is the decision's only cost that
+	// grows with the number of pods).
+	out := maps.Clone(st.Assignments)
+	if out == nil {
+		out = make(map[string]map[string]cpuset.CPUSet, 1)
 	}
-	inner := make(map[string]cpuset.CPUSet, len(st.Assignments[pod])+1)
-	for c, set := range st.Assignments[pod] {
-		inner[c] = set
+	inner := maps.Clone(st.Assignments[pod])
+	if inner == nil {
+		inner = make(map[string]cpuset.CPUSet, 1)
 	}
 	inner[container] = cpus
 	out[pod] = inner
@@ -305,10 +317,7 @@ func withAssignment(st State, pod, container string, cpus cpuset.CPUSet) State {
 
 // withoutAssignment returns st without (pod, container).
 func withoutAssignment(st State, pod, container string) State {
-	out := make(map[string]map[string]cpuset.CPUSet, len(st.Assignments))
-	for p, cs := range st.Assignments {
-		out[p] = cs
-	}
+	out := maps.Clone(st.Assignments)
 	inner := make(map[string]cpuset.CPUSet, len(st.Assignments[pod]))
 	for c, set := range st.Assignments[pod] {
 		if c != container {
@@ -339,7 +348,7 @@ func (s *Static) Release(st State, pod, container string) State {
 		}
 	}
 	next := withoutAssignment(st, pod, container)
-	next.Default = st.Default.Union(cpus.Difference(inUse))
+	next.Default = st.Default.Union(s.m.setMask(cpus.Difference(inUse)))
 	return next
 }
 
@@ -388,7 +397,7 @@ func (s *Static) assign(st State, pod, container string, cpus cpuset.CPUSet, sam
 	}
 	next := s.Release(st, pod, container)
 	next = withAssignment(next, pod, container, cpus)
-	next.Default = next.Default.Difference(cpus)
+	next.Default = next.Default.Difference(s.m.setMask(cpus))
 	if next.Default.IsEmpty() {
 		return bad("assigning %s would leave the shared pool empty", cpus)
 	}
@@ -408,20 +417,21 @@ func (s *Static) Validate(st State) error {
 	var probs []string
 	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
 	all := s.topo.CPUs()
-	if st.Default.IsEmpty() {
+	def := st.Default.CPUSet()
+	if def.IsEmpty() {
 		add("shared pool is empty")
 	}
-	if off := st.Default.Difference(all); !off.IsEmpty() {
+	if off := def.Difference(all); !off.IsEmpty() {
 		add("shared pool holds CPUs %s that are not online", off)
 	}
 	if s.opts.StrictCPUReservation {
-		if r := st.Default.Intersection(s.reserved); !r.IsEmpty() {
+		if r := def.Intersection(s.reserved); !r.IsEmpty() {
 			add("shared pool holds reserved CPUs %s under %s", r, OptStrictCPUReservation)
 		}
-	} else if miss := s.reserved.Difference(st.Default); !miss.IsEmpty() {
+	} else if miss := s.reserved.Difference(def); !miss.IsEmpty() {
 		add("reserved CPUs %s are not in the shared pool", miss)
 	}
-	union := st.Default
+	union := def
 	if s.opts.StrictCPUReservation {
 		union = union.Union(s.reserved)
 	}
@@ -446,7 +456,7 @@ func (s *Static) Validate(st State) error {
 			if off := set.Difference(all); !off.IsEmpty() {
 				add("pod %q container %q holds CPUs %s that are not online", p, c, off)
 			}
-			if o := set.Intersection(st.Default); !o.IsEmpty() {
+			if o := set.Intersection(def); !o.IsEmpty() {
 				add("pod %q container %q holds CPUs %s that are also shared", p, c, o)
 			}
 			if o := set.Intersection(s.reserved); !o.IsEmpty() {

@@ -323,11 +323,11 @@ func TestInsufficientCPUs(t *testing.T) {
 func TestStrictReservation(t *testing.T) {
 	s := newStatic(t, build(t, specHT1S4C), Options{StrictCPUReservation: true}, "0,4")
 	st := s.NewState()
-	if want := mustParse(t, "1-3,5-7"); !st.Default.Equals(want) {
+	if want := mustMask(t, "1-3,5-7"); !st.Default.Equals(want) {
 		t.Errorf("shared pool %s, want %s", st.Default, want)
 	}
 	s2 := newStatic(t, build(t, specHT1S4C), Options{}, "0,4")
-	if st2 := s2.NewState(); !st2.Default.Equals(mustParse(t, "0-7")) {
+	if st2 := s2.NewState(); !st2.Default.Equals(mustMask(t, "0-7")) {
 		t.Errorf("non-strict shared pool %s, want 0-7", st2.Default)
 	}
 }

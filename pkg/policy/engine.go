@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
@@ -79,6 +80,8 @@ type Engine struct {
 	merger   *hints.Merger
 	reserved cpuset.CPUSet
 	memNodes []int // NUMA nodes with memory, ascending
+	online   cpumask.Mask
+	memMask  hints.Mask // memNodes below hints.MaxNUMANodes
 }
 
 // New validates cfg against topo (unknown or incompatible options, reserved
@@ -101,7 +104,10 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	}
 	cfg.CPUOptions = copyOptions(cfg.CPUOptions)
 	cfg.TopologyOptions = copyOptions(cfg.TopologyOptions)
-	e := &Engine{topo: topo, cfg: cfg, memNodes: topo.MemoryNodes()}
+	// Topology bounds CPU ids by MaxCPUID (= cpumask.MaxID): no error.
+	online, _ := cpumask.FromCPUSet(topo.CPUs())
+	e := &Engine{topo: topo, cfg: cfg, memNodes: topo.MemoryNodes(), online: online}
+	e.memMask = hints.NewMask(e.memNodes...)
 
 	if cfg.CPUManagerPolicy != CPUPolicyNone && cfg.CPUManagerPolicy != CPUPolicyStatic {
 		return nil, &ConfigError{Key: KeyCPUManagerPolicy, Err: fmt.Errorf("unknown policy %q (want %s or %s)", cfg.CPUManagerPolicy, CPUPolicyNone, CPUPolicyStatic)}
@@ -262,7 +268,7 @@ func (e *Engine) DeviceHints(nodes []int) []hints.Hint { return hints.DeviceHint
 // NewState is the state of an empty machine.
 func (e *Engine) NewState() State {
 	if e.static == nil {
-		return State{Alloc: allocator.State{Default: e.topo.CPUs()}}
+		return State{Alloc: allocator.State{Default: e.online}}
 	}
 	return State{Alloc: e.static.NewState()}
 }
@@ -400,8 +406,9 @@ func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err 
 		providers = append(providers, req.Hints)
 	}
 	best := e.merger.Merge(providers...)
-	if err := e.merger.Admit(best, e.describe(req)); err != nil {
-		return best, false, err
+	if !e.merger.Admits(best) {
+		// describe formats text: only a rejection pays for it.
+		return best, false, e.merger.Admit(best, e.describe(req))
 	}
 	return best, e.cfg.TopologyScope == hints.ScopePod && e.cfg.TopologyPolicy != hints.PolicyNone, nil
 }
@@ -469,9 +476,15 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 		return st, Decision{}, err
 	}
 	if h.Affinity != 0 && (e.cfg.TopologyPolicy == hints.PolicyRestricted || e.cfg.TopologyPolicy == hints.PolicySingleNUMANode) {
-		if outside := cpus.Difference(e.topo.CPUsInNUMANodes(h.Affinity.Nodes()...)); outside.Size() > 0 {
+		inside := 0
+		for _, cpu := range cpus.UnsortedList() {
+			if c, ok := e.topo.Info(cpu); ok && h.Affinity.IsSet(c.NUMA) {
+				inside++
+			}
+		}
+		if inside < cpus.Size() {
 			return st, Decision{}, &hints.TopologyAffinityError{Policy: e.cfg.TopologyPolicy, Hint: h,
-				Request: e.describe(req) + fmt.Sprintf(": only %d of the CPUs fit in NUMA %s", cpus.Size()-outside.Size(), h.Affinity)}
+				Request: e.describe(req) + fmt.Sprintf(": only %d of the CPUs fit in NUMA %s", inside, h.Affinity)}
 		}
 	}
 	next.Alloc = alloc
@@ -501,12 +514,24 @@ func (e *Engine) allMems() cpuset.CPUSet {
 // affinity) that have memory. Where none of them has memory (CPU-only
 // nodes) the nearest memory nodes are used, so mems is never empty.
 func (e *Engine) memsFor(affinity hints.Mask, cpus cpuset.CPUSet) cpuset.CPUSet {
-	nodes := cpuset.New(affinity.Nodes()...).Union(cpuset.New(e.topo.NUMANodesOf(cpus)...))
-	if len(e.memNodes) == 0 {
-		return nodes
+	// NUMA nodes with CPUs are below hints.MaxNUMANodes (NewNUMAInfo
+	// checks), so a Mask holds them without a map.
+	mask := affinity
+	for _, cpu := range cpus.UnsortedList() {
+		if c, ok := e.topo.Info(cpu); ok {
+			mask |= hints.NewMask(c.NUMA)
+		}
 	}
-	withMem := nodes.Intersection(cpuset.New(e.memNodes...))
-	if withMem.Size() > 0 {
+	if len(e.memNodes) == 0 {
+		return cpuset.New(mask.Nodes()...)
+	}
+	if withMem := mask & e.memMask; withMem != 0 {
+		return cpuset.New(withMem.Nodes()...)
+	}
+	// Rare: no node of the container has memory (memory nodes above
+	// MaxNUMANodes are not in memMask and are found here).
+	nodes := cpuset.New(mask.Nodes()...)
+	if withMem := nodes.Intersection(cpuset.New(e.memNodes...)); withMem.Size() > 0 {
 		return withMem
 	}
 	best, bestD := []int{}, -1
@@ -589,6 +614,15 @@ func (e *Engine) SharedCPUs(st State) cpuset.CPUSet {
 	return e.static.SharedCPUs(st.Alloc)
 }
 
+// SharedMask is SharedCPUs as a bitmap: comparing and printing it costs
+// no map (the daemon does both on every event).
+func (e *Engine) SharedMask(st State) cpumask.Mask {
+	if e.static == nil {
+		return e.online
+	}
+	return st.Alloc.Default
+}
+
 // Reserved is the resolved reserved CPU set.
 func (e *Engine) Reserved() cpuset.CPUSet { return e.reserved }
 
@@ -622,7 +656,7 @@ func (e *Engine) Validate(st State) error {
 // Snapshot converts st for the checkpoint.
 func (e *Engine) Snapshot(st State) Snapshot {
 	s := Snapshot{
-		Shared:      e.SharedCPUs(st).String(),
+		Shared:      e.SharedMask(st).String(),
 		Reserved:    e.reserved.String(),
 		Assignments: map[string]map[string]string{},
 	}

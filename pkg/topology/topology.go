@@ -71,8 +71,8 @@ type Topology struct {
 }
 
 // New validates m and builds a Topology. It returns an error (never panics)
-// when CPU ids repeat, ids are negative, a core spans sockets or NUMA nodes,
-// or there are no CPUs.
+// when CPU ids repeat, ids are negative, a CPU id exceeds MaxCPUID, a core
+// spans sockets or NUMA nodes, or there are no CPUs.
 func New(m Machine) (*Topology, error) {
 	if len(m.CPUs) == 0 {
 		return nil, fmt.Errorf("topology: no online CPUs")
@@ -93,6 +93,9 @@ func New(m Machine) (*Topology, error) {
 	for i, c := range t.cpus {
 		if c.CPU < 0 || c.Core < 0 || c.Socket < 0 || c.NUMA < 0 || c.L3 < 0 || c.Die < 0 {
 			return nil, fmt.Errorf("topology: cpu %d has a negative id: %+v", c.CPU, c)
+		}
+		if c.CPU > MaxCPUID {
+			return nil, fmt.Errorf("topology: cpu id %d above the largest supported id %d", c.CPU, MaxCPUID)
 		}
 		if _, dup := t.index[c.CPU]; dup {
 			return nil, fmt.Errorf("topology: cpu %d listed twice", c.CPU)

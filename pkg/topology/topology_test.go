@@ -152,6 +152,7 @@ func TestNewErrors(t *testing.T) {
 		{"duplicate", Machine{CPUs: []CPUInfo{{CPU: 1, Core: 1}, {CPU: 1, Core: 1}}}, "cpu 1 listed twice"},
 		{"negative cpu", Machine{CPUs: []CPUInfo{{CPU: -1}}}, "negative"},
 		{"negative numa", Machine{CPUs: []CPUInfo{{CPU: 0, NUMA: -2}}}, "negative"},
+		{"cpu id too large", Machine{CPUs: []CPUInfo{{CPU: 0}, {CPU: MaxCPUID + 1}}}, "above the largest supported id 65535"},
 		{"core spans sockets", Machine{CPUs: []CPUInfo{{CPU: 0, Core: 0}, {CPU: 1, Core: 0, Socket: 1}}}, "spans"},
 		{"core spans numa", Machine{CPUs: []CPUInfo{{CPU: 0, Core: 0}, {CPU: 1, Core: 0, NUMA: 1}}}, "spans"},
 		{"negative memory node", Machine{CPUs: []CPUInfo{{CPU: 0}}, MemoryBytes: map[int]uint64{-1: 5}}, "negative NUMA node"},
