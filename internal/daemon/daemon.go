@@ -123,6 +123,7 @@ type Daemon struct {
 	runWG       *sync.WaitGroup
 	unlockState func() error
 	ctrs        map[string]ctrRecord // by container ID
+	enc         payloadEncoder       // the checkpoint's encoding of ctrs
 	gen         uint64               // bumped on every committed change
 	syncs       int                  // completed Synchronize calls
 	stub        stub.Stub            // current connection, nil between connections

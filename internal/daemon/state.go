@@ -68,12 +68,11 @@ func fingerprint(cfg config.Config, engine *policy.Engine, cpus cpuset.CPUSet) s
 // persist writes the checkpoint for (st, ctrs). The caller commits them to
 // the daemon only when persist succeeds.
 func (d *Daemon) persist(st policy.State, ctrs map[string]ctrRecord) error {
-	p := payload{
-		Fingerprint: fingerprint(d.cfg, d.engine, d.topo.CPUs()),
-		Engine:      d.engine.Snapshot(st),
-		Containers:  ctrs,
+	data, err := d.enc.encode(fingerprint(d.cfg, d.engine, d.topo.CPUs()), d.engine, st, ctrs)
+	if err == nil {
+		err = d.ckpt.SaveCompact(data)
 	}
-	if err := d.ckpt.Save(p); err != nil {
+	if err != nil {
 		d.metrics.checkpointErrors.Inc()
 		return fmt.Errorf("PersistError: %w", err)
 	}

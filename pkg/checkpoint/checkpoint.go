@@ -76,14 +76,20 @@ func (f *File) Dir() string { return f.dir }
 // link is refused: the state file must be ours, not a pointer elsewhere.
 func (f *File) Save(data any) error {
 	// json.Marshal's output is compact already (it compacts what
-	// Marshalers return too): these are the bytes the checksum covers. The
-	// envelope is written around them by hand: re-encoding the payload as
-	// a RawMessage, indented, cost more than marshalling it (with 500
-	// containers, half of a CreateContainer's CPU time).
+	// Marshalers return too): these are the bytes the checksum covers.
 	payload, err := json.Marshal(data)
 	if err != nil {
 		return fmt.Errorf("checkpoint: encode payload: %w", err)
 	}
+	return f.SaveCompact(payload)
+}
+
+// SaveCompact is Save for a payload the caller has encoded: payload must be
+// compact JSON (as json.Marshal writes it), since the checksum covers the
+// payload as Load compacts it. The envelope is written around it by hand:
+// re-encoding the payload as a RawMessage, indented, cost more than
+// marshalling it.
+func (f *File) SaveCompact(payload []byte) error {
 	sum := sha256.Sum256(payload)
 	doc := make([]byte, 0, len(payload)+128)
 	doc = fmt.Appendf(doc, "{\n  \"version\": %d,\n  \"checksum\": \"%s%s\",\n  \"data\": ", Version, checksumPrefix, hex.EncodeToString(sum[:]))

@@ -655,17 +655,31 @@ func (e *Engine) Validate(st State) error {
 
 // Snapshot converts st for the checkpoint.
 func (e *Engine) Snapshot(st State) Snapshot {
-	s := Snapshot{
-		Shared:      e.SharedMask(st).String(),
-		Reserved:    e.reserved.String(),
-		Assignments: map[string]map[string]string{},
-	}
+	s := e.SnapshotExceptAssignments(st)
+	s.Assignments = make(map[string]map[string]string, len(st.Alloc.Assignments))
 	for pod, ctrs := range st.Alloc.Assignments {
-		m := make(map[string]string, len(ctrs))
-		for c, cpus := range ctrs {
-			m[c] = cpus.String()
-		}
-		s.Assignments[pod] = m
+		s.Assignments[pod] = AssignmentTexts(ctrs)
+	}
+	return s
+}
+
+// AssignmentTexts is one pod's entry of Snapshot.Assignments: container
+// name -> CPU list.
+func AssignmentTexts(ctrs map[string]cpuset.CPUSet) map[string]string {
+	m := make(map[string]string, len(ctrs))
+	for c, cpus := range ctrs {
+		m[c] = cpus.String()
+	}
+	return m
+}
+
+// SnapshotExceptAssignments is Snapshot with Assignments left nil, for an
+// encoder that renders st.Alloc.Assignments itself (the daemon keeps each
+// pod's rendering while it is unchanged).
+func (e *Engine) SnapshotExceptAssignments(st State) Snapshot {
+	s := Snapshot{
+		Shared:   e.SharedMask(st).String(),
+		Reserved: e.reserved.String(),
 	}
 	if st.Alloc.ReusablePod != "" && st.Alloc.Reusable.Size() > 0 {
 		s.ReusablePod, s.Reusable = st.Alloc.ReusablePod, st.Alloc.Reusable.String()
