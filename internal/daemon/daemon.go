@@ -479,6 +479,9 @@ func (d *Daemon) configure(doc string) error {
 	if set(config.KeyReconcilePeriod) {
 		next.ReconcilePeriod = in.ReconcilePeriod
 	}
+	if set(config.KeySharedPoolUpdates) {
+		next.SharedPoolUpdates = in.SharedPoolUpdates
+	}
 	if set(config.KeyLogLevel) {
 		next.LogLevel = in.LogLevel
 	}

@@ -145,6 +145,34 @@ func TestCreateStopMoveSharedContainers(t *testing.T) {
 	}
 }
 
+// TestSharedUpdatesAfterAnswer: with shared_pool_updates = "after-answer"
+// the answers carry no updates of other containers, and the shared-pool
+// containers still follow the pool as it shrinks and grows.
+func TestSharedUpdatesAfterAnswer(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0+"shared_pool_updates = \"after-answer\"\n"), topo)
+
+	be1, _, err := rt.create(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, ups, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same placement as in-answer (core 1), no update in the answer;
+	// be1 shrinks to 0,2-4,6-7 right after.
+	if got := rt.cpus(c2); got != "1,5" || len(ups) != 0 {
+		t.Errorf("c2 cpus %q, updates %q; want 1,5 and none", got, rt.describe(ups))
+	}
+	waitFor(t, "be1 on 0,2-4,6-7", func() bool { return rt.cpus(be1) == "0,2-4,6-7" })
+	if ups := rt.stop(c2); len(ups) != 0 {
+		t.Errorf("stop answered with updates %q, want none", rt.describe(ups))
+	}
+	waitFor(t, "be1 on 0-7", func() bool { return rt.cpus(be1) == "0-7" })
+}
+
 func TestRestartKeepsAssignments(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -331,7 +332,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	var updates []*api.ContainerUpdate
 	if !prevShared.Equals(d.engine.SharedMask(d.st)) {
-		updates = d.sharedUpdates(rec.ID)
+		updates = d.sharedPoolChanged(rec.ID)
 	}
 	d.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
 	return adj, updates, nil
@@ -358,7 +359,19 @@ func (p *plugin) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.
 	if err != nil || !changed {
 		return nil, err
 	}
-	return d.sharedUpdates(ctr.GetId()), nil
+	return d.sharedPoolChanged(ctr.GetId()), nil
+}
+
+// sharedPoolChanged is what an answer carries after the shared pool
+// changed: the updates of every shared-pool container but skip, or, under
+// shared_pool_updates = "after-answer", nothing, with the update worker
+// woken to push them once the answer is out (d.mu is held until then).
+func (d *Daemon) sharedPoolChanged(skip string) []*api.ContainerUpdate {
+	if d.cfg.SharedPoolUpdates == config.SharedUpdatesAfterAnswer {
+		d.kick()
+		return nil
+	}
+	return d.sharedUpdates(skip)
 }
 
 // forget releases and drops one container; it reports whether the shared

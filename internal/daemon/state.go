@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -239,11 +241,12 @@ func (d *Daemon) rightCPUs(r ctrRecord) cpuset.CPUSet {
 
 // cloneRecords copies the container index for a tentative change.
 func cloneRecords(m map[string]ctrRecord) map[string]ctrRecord {
-	out := make(map[string]ctrRecord, len(m)+1)
-	for k, v := range m {
-		out[k] = v
+	// maps.Clone copies the table wholesale: several times faster than
+	// re-inserting 500 records on every event.
+	if out := maps.Clone(m); out != nil {
+		return out
 	}
-	return out
+	return map[string]ctrRecord{}
 }
 
 // sharedUpdates are the updates moving every shared-pool container except
@@ -257,14 +260,19 @@ func (d *Daemon) sharedUpdates(skip string) []*api.ContainerUpdate {
 			ids = append(ids, id)
 		}
 	}
-	sort.Strings(ids)
-	out := make([]*api.ContainerUpdate, 0, len(ids))
-	for _, id := range ids {
-		u := &api.ContainerUpdate{}
+	slices.Sort(ids)
+	// Every update carries the same cpuset: one Linux part serves them all
+	// (they are only marshalled), and one block holds the updates, instead
+	// of five allocations per container.
+	lin := &api.LinuxContainerUpdate{Resources: &api.LinuxResources{Cpu: &api.LinuxCPU{Cpus: shared}}}
+	block := make([]api.ContainerUpdate, len(ids))
+	out := make([]*api.ContainerUpdate, len(ids))
+	for i, id := range ids {
+		u := &block[i]
 		u.SetContainerId(id)
-		u.SetLinuxCPUSetCPUs(shared)
+		u.Linux = lin
 		u.SetIgnoreFailure()
-		out = append(out, u)
+		out[i] = u
 	}
 	return out
 }

@@ -42,6 +42,7 @@ const (
 	KeySocketPath                   = "socket_path"
 	KeyMetricsAddress               = "metrics_address"
 	KeyReconcilePeriod              = "reconcile_period"
+	KeySharedPoolUpdates            = "shared_pool_updates"
 	KeyLogLevel                     = "log_level"
 	KeyLogFormat                    = "log_format"
 )
@@ -64,6 +65,23 @@ const (
 	topologyScopes   = "container,pod"
 	logLevels        = "trace,debug,info,warn,warning,error,fatal,panic"
 	logFormats       = "text,json"
+	sharedUpdates    = SharedUpdatesInAnswer + "," + SharedUpdatesAfterAnswer
+)
+
+// Values of shared_pool_updates.
+const (
+	// SharedUpdatesInAnswer: the CreateContainer and StopContainer answers
+	// carry the new cpuset of every shared-pool container, and the runtime
+	// applies them before the new container starts, so exclusive CPUs are
+	// never shared, not even briefly. The answer grows with the number of
+	// shared-pool containers.
+	SharedUpdatesInAnswer = "in-answer"
+	// SharedUpdatesAfterAnswer: the answers carry only the container's own
+	// cpuset; the shared-pool containers are updated right after, through
+	// the runtime's UpdateContainers, so for a few milliseconds they may
+	// still run on a new exclusive container's CPUs (the kubelet allows its
+	// reconcile period, 10 s by default).
+	SharedUpdatesAfterAnswer = "after-answer"
 )
 
 // Config is the whole configuration of the daemon. The toml tags are the
@@ -84,8 +102,10 @@ type Config struct {
 	// ReconcilePeriod is how often the reconcile loop compares cgroups with
 	// the assignments; 0 turns the loop off.
 	ReconcilePeriod Duration `toml:"reconcile_period"`
-	LogLevel        string   `toml:"log_level"`
-	LogFormat       string   `toml:"log_format"`
+	// SharedPoolUpdates is SharedUpdatesInAnswer or SharedUpdatesAfterAnswer.
+	SharedPoolUpdates string `toml:"shared_pool_updates"`
+	LogLevel          string `toml:"log_level"`
+	LogFormat         string `toml:"log_format"`
 
 	// source and lines remember where the configuration came from so that
 	// errors found later (e.g. by policy.New) can name the line.
@@ -127,6 +147,7 @@ func Default() Config {
 		SocketPath:                   DefaultSocketPath,
 		MetricsAddress:               DefaultMetricsAddress,
 		ReconcilePeriod:              Duration(DefaultReconcilePeriod),
+		SharedPoolUpdates:            SharedUpdatesInAnswer,
 		LogLevel:                     "info",
 		LogFormat:                    "text",
 	}
@@ -180,6 +201,7 @@ type raw struct {
 	SocketPath                   *string        `toml:"socket_path"`
 	MetricsAddress               *string        `toml:"metrics_address"`
 	ReconcilePeriod              any            `toml:"reconcile_period"`
+	SharedPoolUpdates            *string        `toml:"shared_pool_updates"`
 	LogLevel                     *string        `toml:"log_level"`
 	LogFormat                    *string        `toml:"log_format"`
 }
@@ -227,6 +249,7 @@ func load(data []byte, file string) (Config, error) {
 	setStr(&c.MetricsAddress, r.MetricsAddress)
 	setStr(&c.LogLevel, r.LogLevel)
 	setStr(&c.LogFormat, r.LogFormat)
+	setStr(&c.SharedPoolUpdates, r.SharedPoolUpdates)
 	if r.ReservedCPUCount != nil {
 		n := *r.ReservedCPUCount
 		if n < 0 || n > 1<<20 {
@@ -328,6 +351,7 @@ func (c Config) problems() []*Error {
 	oneOf(KeyTopologyManagerScope, c.TopologyManagerScope, topologyScopes)
 	oneOf(KeyLogLevel, c.LogLevel, logLevels)
 	oneOf(KeyLogFormat, c.LogFormat, logFormats)
+	oneOf(KeySharedPoolUpdates, c.SharedPoolUpdates, sharedUpdates)
 	if strings.TrimSpace(c.ReservedSystemCPUs) != "" {
 		if _, err := sysfs.ParseList(c.ReservedSystemCPUs); err != nil { // bounded ids: "0-4000000000" must not hang
 			bad(KeyReservedSystemCPUs, c.ReservedSystemCPUs, `want a Linux CPU list like "0,1" or "0-3,8-11"`)
@@ -444,6 +468,7 @@ func (c Config) Summary() string {
 		KeySocketPath:                   c.SocketPath,
 		KeyMetricsAddress:               strconv.Quote(c.MetricsAddress),
 		KeyReconcilePeriod:              time.Duration(c.ReconcilePeriod).String(),
+		KeySharedPoolUpdates:            c.SharedPoolUpdates,
 		KeyLogLevel:                     c.LogLevel,
 		KeyLogFormat:                    c.LogFormat,
 	}

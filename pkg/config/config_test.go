@@ -28,6 +28,7 @@ metrics_address = ""
 reconcile_period = "30s"
 log_level = "debug"
 log_format = "json"
+shared_pool_updates = "after-answer"
 
 [cpu_manager_policy_options]
 full-pcpus-only = true
@@ -54,6 +55,7 @@ max-allowable-numa-nodes = 16
 		SocketPath:                   "/run/nri/nri.sock",
 		MetricsAddress:               "",
 		ReconcilePeriod:              Duration(30 * time.Second),
+		SharedPoolUpdates:            SharedUpdatesAfterAnswer,
 		LogLevel:                     "debug",
 		LogFormat:                    "json",
 	}
@@ -65,11 +67,11 @@ max-allowable-numa-nodes = 16
 	if l := c.Line(KeyLogFormat); l != 15 {
 		t.Errorf("Line(log_format) = %d, want 15", l)
 	}
-	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 18 {
-		t.Errorf("Line(full-pcpus-only) = %d, want 18", l)
+	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 19 {
+		t.Errorf("Line(full-pcpus-only) = %d, want 19", l)
 	}
-	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 21 {
-		t.Errorf("Line(topology_manager_policy_options) = %d, want 21", l)
+	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 22 {
+		t.Errorf("Line(topology_manager_policy_options) = %d, want 22", l)
 	}
 
 	p, err := c.Policy()
@@ -154,6 +156,7 @@ func TestLoadErrors(t *testing.T) {
 		{"period of wrong type", "reconcile_period = true\n", "reconcile_period", 1, "true", "duration"},
 		{"bad log level", "log_level = \"loud\"\n", "log_level", 1, "loud", "debug"},
 		{"bad log format", "log_format = \"xml\"\n", "log_format", 1, "xml", "text, json"},
+		{"bad shared pool updates", "shared_pool_updates = \"later\"\n", "shared_pool_updates", 1, "later", "in-answer, after-answer"},
 		{"empty state dir", "state_dir = \"\"\n", "state_dir", 1, "", "must not be empty"},
 		{"empty socket", "socket_path = \" \"\n", "socket_path", 1, "", "must not be empty"},
 		{"empty sysfs root", "sysfs_root = \"\"\n", "sysfs_root", 1, "", "must not be empty"},
@@ -295,7 +298,7 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 19 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 20 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
 	}

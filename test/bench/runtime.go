@@ -46,13 +46,20 @@ func RunPod(ctx context.Context, rt *nritest.Runtime, name string, r framework.R
 // limit, on the shared pool.
 var Shared = framework.Resources{CPURequestMilli: 250, CPULimitMilli: 1000, MemLimit: 128 << 20}
 
+// ExclusiveEvery: Populate makes every ExclusiveEvery-th container
+// exclusive, starting with the first.
+const ExclusiveEvery = 5
+
+// SharedOf is how many of n Populate containers are on the shared pool.
+func SharedOf(n int) int { return n - (n+ExclusiveEvery-1)/ExclusiveEvery }
+
 // Populate creates and starts n one-container pods through NRI: every fifth
 // a Guaranteed container with exclusiveCPUs CPUs, the others Shared, the mix
 // of a busy node.
 func Populate(ctx context.Context, rt *nritest.Runtime, n, exclusiveCPUs int) error {
 	for i := 0; i < n; i++ {
 		r := Shared
-		if i%5 == 0 {
+		if i%ExclusiveEvery == 0 {
 			r = framework.GuaranteedCPUs(exclusiveCPUs)
 		}
 		pod, err := RunPod(ctx, rt, fmt.Sprintf("pop%d", i), r)
