@@ -2,9 +2,12 @@
 # bench.sh - the performance figures of issue 9 (`make bench`):
 #   1. one admission decision through the policy engine on every fixture
 #      machine and on generated 16-1024 CPU machines, at 0/50/90% occupancy,
-#      for four option sets (test/bench BenchmarkDecision, BenchmarkScaling);
+#      for four option sets (test/bench BenchmarkDecision, BenchmarkScaling),
+#      next to a fixed loop that shows the machine's own timing noise
+#      (BenchmarkNoiseFloor);
 #   2. the CreateContainer round trip over NRI in-process, checkpoint
-#      included, with 0/100/500 existing containers (BenchmarkCreateContainer);
+#      included, with 0/100/500 existing containers, both settings of
+#      shared_pool_updates (BenchmarkCreateContainer);
 #   3. the daemon's RSS after start and with 500 containers (test/bench/cmd/rss,
 #      the real binary against an in-process NRI runtime);
 # and prints them as the README's tables (test/bench/cmd/benchtable).
@@ -49,7 +52,7 @@ if [ "$mode" != cri-only ]; then
 		go test -run '^$' -bench "$BENCH_FILTER" -benchmem -benchtime "$BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
 	else
 		log "decision benchmarks (-benchtime $BENCHTIME)"
-		go test -run '^$' -bench '^Benchmark(Decision|Scaling)$' -benchmem -benchtime "$BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
+		go test -run '^$' -bench '^Benchmark(NoiseFloor|Decision|Scaling)$' -benchmem -benchtime "$BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
 		log "CreateContainer round trips (-benchtime $RT_BENCHTIME)"
 		go test -run '^$' -bench '^BenchmarkCreateContainer$' -benchmem -benchtime "$RT_BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
 	fi
