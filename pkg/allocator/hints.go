@@ -1,6 +1,8 @@
 package allocator
 
 import (
+	"math/bits"
+
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
@@ -84,45 +86,47 @@ func (s *Static) generateHints(available, reusable bitset, request int) []hints.
 		// then the CPU provider states no preference.
 		return nil
 	}
-	availPer := make([]int, nNodes)
-	totalPer := make([]int, nNodes)
+	t := s.hintTable
 	var reusableNodes hints.Mask
+	// free[c] is the free CPUs of combination c (bit i: the i-th NUMA
+	// node), built from c without its lowest node: one addition each.
+	var buf [1 << maxTableNodes]int32
+	var free []int32
+	if t != nil {
+		free = buf[:1<<nNodes]
+	} else {
+		free = make([]int32, 1<<nNodes)
+	}
 	for g := range m.numas.ids {
-		totalPer[g] = m.numas.size(g)
-		availPer[g] = available.andCount(m.numas.mask[g])
+		free[1<<g] = int32(available.andCount(m.numas.mask[g]))
 		if reusable.intersects(m.numas.mask[g]) {
 			reusableNodes |= hints.NewMask(m.numas.ids[g])
 		}
 	}
-	nReusable := reusable.count()
+	for c := 1; c < len(free); c++ {
+		if c&(c-1) != 0 {
+			free[c] = free[c&(c-1)] + free[c&-c]
+		}
+	}
+	nReusable := int32(reusable.count())
+	if t == nil {
+		t = newHintTable(m)
+	}
 
 	minSize := nNodes
-	out := []hints.Hint{}
-	if nNodes <= 10 {
-		out = make([]hints.Hint, 0, 1<<nNodes-1)
+	for _, c := range t.order {
+		if t.total[c] >= int32(request) {
+			minSize = bits.OnesCount16(c)
+			break
+		}
 	}
-	idx := make([]int, nNodes)
-	for i := range idx {
-		idx[i] = i
-	}
-	for k := 1; k <= nNodes; k++ {
-		iterateCombinations(idx, k, func(combo []int) bool {
-			var mask hints.Mask
-			total, free := 0, nReusable
-			for _, g := range combo {
-				mask |= hints.NewMask(m.numas.ids[g])
-				total += totalPer[g]
-				free += availPer[g]
-			}
-			if total >= request && k < minSize {
-				minSize = k
-			}
-			if reusableNodes&^mask != 0 || free < request {
-				return true
-			}
-			out = append(out, hints.Hint{Affinity: mask})
-			return true
-		})
+	out := make([]hints.Hint, 0, len(t.order))
+	for _, c := range t.order {
+		aff := t.affinity[c]
+		if reusableNodes&^aff != 0 || free[c]+nReusable < int32(request) {
+			continue
+		}
+		out = append(out, hints.Hint{Affinity: aff})
 	}
 	for i := range out {
 		if s.opts.AlignBySocket && s.socketAligned(out[i].Affinity, minSize) {
@@ -132,6 +136,48 @@ func (s *Static) generateHints(available, reusable bitset, request int) []hints.
 		out[i].Preferred = out[i].Affinity.Count() == minSize
 	}
 	return out
+}
+
+// maxTableNodes bounds the NUMA nodes for which a Static keeps its hint
+// table (2^10 combinations); hint generation on larger machines builds it
+// each time.
+const maxTableNodes = 10
+
+// hintTable is what hint generation needs that only depends on the
+// machine. A combination c of NUMA nodes is a bitmask over node indexes.
+type hintTable struct {
+	order    []uint16     // every combination: by size, then lexicographic
+	affinity []hints.Mask // c -> the NUMA node ids as a hint mask
+	total    []int32      // c -> its CPUs
+}
+
+func newHintTable(m *machine) *hintTable {
+	n := len(m.numas.ids)
+	t := &hintTable{
+		order:    make([]uint16, 0, 1<<n-1),
+		affinity: make([]hints.Mask, 1<<n),
+		total:    make([]int32, 1<<n),
+	}
+	for c := 1; c < 1<<n; c++ {
+		low := bits.TrailingZeros(uint(c))
+		t.affinity[c] = t.affinity[c&(c-1)] | hints.NewMask(m.numas.ids[low])
+		t.total[c] = t.total[c&(c-1)] + int32(m.numas.size(low))
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	for k := 1; k <= n; k++ {
+		iterateCombinations(idx, k, func(combo []int) bool {
+			var c uint16
+			for _, g := range combo {
+				c |= 1 << uint(g)
+			}
+			t.order = append(t.order, c)
+			return true
+		})
+	}
+	return t
 }
 
 // socketAligned: the hint spans exactly the minimum number of sockets the

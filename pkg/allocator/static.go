@@ -25,6 +25,8 @@ type Static struct {
 	// reservedPhys is the reserved CPUs plus all their thread siblings:
 	// full-pcpus-only counts them as unavailable.
 	reservedPhysBits bitset
+	// hintTable serves hint generation; nil above maxTableNodes NUMA nodes.
+	hintTable *hintTable
 }
 
 // ReservedByCount chooses n reserved CPUs the way the kubelet does for a
@@ -89,6 +91,9 @@ func NewStatic(topo *topology.Topology, o Options, reserved cpuset.CPUSet) (*Sta
 	})
 	s.reservedPhysBits = phys
 	s.reservedMask = m.bitsMask(s.reservedBits)
+	if len(m.numas.ids) <= maxTableNodes {
+		s.hintTable = newHintTable(m)
+	}
 	return s, nil
 }
 

@@ -255,6 +255,9 @@ func (m *Merger) mergeLists(lists [][]Hint) (Hint, bool) {
 // distinct partial merges.
 func (m *Merger) mergeFold(lists [][]Hint) (Hint, bool) {
 	all := m.numa.all
+	if len(lists) == 1 {
+		return m.mergeOne(lists[0])
+	}
 	dense := denseWidth(all, lists)
 	var seenDense []uint32 // generation per (mask, pref), when dense > 0
 	var seenMap map[partial]struct{}
@@ -302,6 +305,28 @@ func (m *Merger) mergeFold(lists [][]Hint) (Hint, bool) {
 		best = m.compare(bestCount, best, Hint{Affinity: p.affinity(all), Preferred: p.pref})
 	}
 	return best, true
+}
+
+// mergeOne is mergeFold of a single resource (the CPU provider alone, the
+// common case): no partials to fold, only the best of its hints. compare is
+// a total order, so comparing duplicates again changes nothing.
+func (m *Merger) mergeOne(hs []Hint) (Hint, bool) {
+	all := m.numa.all
+	bestCount := bestNonPreferredCount([][]Hint{hs})
+	var best Hint
+	found := false
+	for _, h := range hs {
+		q := partial{pref: true}.extend(h, all)
+		c := Hint{Affinity: q.affinity(all), Preferred: q.pref}
+		switch {
+		case c.Affinity == 0:
+		case !found:
+			best, found = c, true
+		default:
+			best = m.compare(bestCount, best, c)
+		}
+	}
+	return best, found
 }
 
 // fitter returns the better of two masks of the same preference: the

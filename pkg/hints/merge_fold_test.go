@@ -173,3 +173,47 @@ func BenchmarkMergeStrategies(b *testing.B) {
 		})
 	}
 }
+
+// TestMergeOneMatchesBruteForce: the single-resource shortcut of mergeFold
+// (the CPU provider alone) gives the kubelet's walk's result on random
+// lists of up to 255 hints over up to 8 nodes, for every policy, with and
+// without prefer-closest-numa-nodes.
+func TestMergeOneMatchesBruteForce(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 955))
+	for iter := 0; iter < 2000; iter++ {
+		n := 1 + r.IntN(8)
+		nodes := make([]int, n)
+		dist := map[int]map[int]int{}
+		for i := range nodes {
+			nodes[i] = i
+		}
+		for _, a := range nodes {
+			dist[a] = map[int]int{}
+			for _, b := range nodes {
+				dist[a][b] = 10 + r.IntN(4)*6
+			}
+		}
+		opts := DefaultOptions()
+		opts.PreferClosestNUMA = r.IntN(2) == 0
+		info, err := NewNUMAInfo(nodes, dist, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := make([]Hint, r.IntN(1<<n))
+		for i := range hs {
+			hs[i] = Hint{Affinity: Mask(r.IntN(1 << n)), Preferred: r.IntN(3) == 0}
+		}
+		for _, policy := range []string{PolicyBestEffort, PolicyRestricted, PolicySingleNUMANode} {
+			m := merger(t, policy, info, opts)
+			lists := [][]Hint{hs}
+			if policy == PolicySingleNUMANode {
+				lists = singleNUMAOnly(lists)
+			}
+			want, wantOK := bruteMerge(m, lists)
+			if got, gotOK := m.mergeFold(lists); got != want || gotOK != wantOK {
+				t.Fatalf("iteration %d, %s, closest=%t, hints %v: mergeOne = %v %t, brute force = %v %t",
+					iter, policy, opts.PreferClosestNUMA, lists[0], got, gotOK, want, wantOK)
+			}
+		}
+	}
+}
