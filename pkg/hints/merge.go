@@ -57,7 +57,26 @@ func (m *Merger) Merge(providers ...map[string][]Hint) Hint {
 	if m.policy == PolicyNone {
 		return Hint{}
 	}
-	lists := flatten(providers)
+	return m.merge(flatten(providers))
+}
+
+// MergeLists is Merge for a caller that holds one hint list per resource,
+// in merge order, with a provider map's conventions: a nil list is no
+// preference, an empty one cannot be placed. It spares the admission path
+// the maps Merge takes.
+func (m *Merger) MergeLists(lists ...[]Hint) Hint {
+	if m.policy == PolicyNone {
+		return Hint{}
+	}
+	out := make([][]Hint, len(lists))
+	for i, hs := range lists {
+		out[i] = explicit(hs)
+	}
+	return m.merge(out)
+}
+
+// merge is Merge from step 2 on, over one explicit list per resource.
+func (m *Merger) merge(lists [][]Hint) Hint {
 	// Step 2.
 	if m.policy == PolicySingleNUMANode {
 		lists = singleNUMAOnly(lists)
@@ -90,18 +109,22 @@ func flatten(providers []map[string][]Hint) [][]Hint {
 		}
 		sort.Strings(names)
 		for _, name := range names {
-			hs := p[name]
-			switch {
-			case hs == nil:
-				lists = append(lists, []Hint{{Preferred: true}})
-			case len(hs) == 0:
-				lists = append(lists, []Hint{{Preferred: false}})
-			default:
-				lists = append(lists, hs)
-			}
+			lists = append(lists, explicit(p[name]))
 		}
 	}
 	return lists
+}
+
+// explicit makes a provider's list explicit: nil (no preference) is one
+// preferred any-node hint, empty (cannot be placed) one non-preferred.
+func explicit(hs []Hint) []Hint {
+	switch {
+	case hs == nil:
+		return []Hint{{Preferred: true}}
+	case len(hs) == 0:
+		return []Hint{{Preferred: false}}
+	}
+	return hs
 }
 
 // singleNUMAOnly keeps the preferred hints that name one node or no node.

@@ -214,6 +214,18 @@ func TestMergeOneMatchesBruteForce(t *testing.T) {
 				t.Fatalf("iteration %d, %s, closest=%t, hints %v: mergeOne = %v %t, brute force = %v %t",
 					iter, policy, opts.PreferClosestNUMA, lists[0], got, gotOK, want, wantOK)
 			}
+			// The engine's entry point agrees with Merge, nil and empty
+			// lists included.
+			in := hs
+			switch iter % 10 {
+			case 0:
+				in = nil
+			case 1:
+				in = []Hint{}
+			}
+			if got, want := m.MergeLists(in), m.Merge(map[string][]Hint{"cpu": in}); got != want {
+				t.Fatalf("iteration %d, %s: MergeLists(%v) = %v, Merge = %v", iter, policy, in, got, want)
+			}
 		}
 	}
 }

@@ -401,11 +401,12 @@ func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err 
 			return h, false, nil
 		}
 	}
-	providers := []map[string][]hints.Hint{{"cpu": e.cpuHints(st, req)}}
-	if len(req.Hints) > 0 {
-		providers = append(providers, req.Hints)
+	var best hints.Hint
+	if cpu := e.cpuHints(st, req); len(req.Hints) == 0 {
+		best = e.merger.MergeLists(cpu) // no map for the usual lone provider
+	} else {
+		best = e.merger.Merge(map[string][]hints.Hint{"cpu": cpu}, req.Hints)
 	}
-	best := e.merger.Merge(providers...)
 	if !e.merger.Admits(best) {
 		// describe formats text: only a rejection pays for it.
 		return best, false, e.merger.Admit(best, e.describe(req))
