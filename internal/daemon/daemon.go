@@ -124,10 +124,12 @@ type Daemon struct {
 	unlockState func() error
 	ctrs        map[string]ctrRecord // by container ID
 	enc         payloadEncoder       // the checkpoint's encoding of ctrs
-	gen         uint64               // bumped on every committed change
-	syncs       int                  // completed Synchronize calls
-	stub        stub.Stub            // current connection, nil between connections
-	syncedC     chan struct{}        // closed after the first Synchronize
+	fp          string               // fingerprint() of fpEngine
+	fpEngine    *policy.Engine
+	gen         uint64        // bumped on every committed change
+	syncs       int           // completed Synchronize calls
+	stub        stub.Stub     // current connection, nil between connections
+	syncedC     chan struct{} // closed after the first Synchronize
 
 	connected atomic.Bool
 	kickC     chan struct{} // wakes the update worker

@@ -67,10 +67,21 @@ func fingerprint(cfg config.Config, engine *policy.Engine, cpus cpuset.CPUSet) s
 	return hex.EncodeToString(sum[:8])
 }
 
+// fingerprint is fingerprint of the current configuration. It is kept per
+// engine (configuration and topology change only together with it): every
+// event writes it, and printing the machine's CPU list was a tenth of a
+// CreateContainer without other containers.
+func (d *Daemon) fingerprint() string {
+	if d.fpEngine != d.engine {
+		d.fp, d.fpEngine = fingerprint(d.cfg, d.engine, d.topo.CPUs()), d.engine
+	}
+	return d.fp
+}
+
 // persist writes the checkpoint for (st, ctrs). The caller commits them to
 // the daemon only when persist succeeds.
 func (d *Daemon) persist(st policy.State, ctrs map[string]ctrRecord) error {
-	data, err := d.enc.encode(fingerprint(d.cfg, d.engine, d.topo.CPUs()), d.engine, st, ctrs)
+	data, err := d.enc.encode(d.fingerprint(), d.engine, st, ctrs)
 	if err == nil {
 		err = d.ckpt.SaveCompact(data)
 	}
@@ -104,7 +115,7 @@ func (d *Daemon) restoreLocked() error {
 			d.log.WithFields(logrus.Fields{"file": d.kubeletFile, "checkpoint": d.ckpt.Path()}).
 				Info("a checkpoint exists: the kubelet state is imported only on a first start; ignoring it")
 		}
-		fp := fingerprint(d.cfg, d.engine, d.topo.CPUs())
+		fp := d.fingerprint()
 		st, notes, ferr := d.engine.FromSnapshot(p.Engine)
 		if ferr != nil {
 			aside, serr := d.ckpt.SetAside()
