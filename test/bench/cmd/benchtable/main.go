@@ -296,14 +296,23 @@ func targets(w io.Writer, decisions, trips, noise []row) {
 	fmt.Fprintln(w, "Targets:")
 	for _, m := range []struct{ metric, what string }{{"p99-ns", "wall-clock"}, {"cpu-p99-ns", "thread CPU time"}} {
 		worst, where := 0.0, ""
+		var all []float64
 		for _, r := range decisions {
-			if v, ok := r.metrics[m.metric]; ok && r.intParam("cpus") == 256 && (where == "" || v > worst) {
+			v, ok := r.metrics[m.metric]
+			if !ok || r.intParam("cpus") != 256 {
+				continue
+			}
+			all = append(all, v)
+			if where == "" || v > worst {
 				worst = v
 				where = fmt.Sprintf("%s, %s, occupancy %s%%", r.machine, r.param("opts"), r.param("occ"))
 			}
 		}
 		if where != "" {
-			fmt.Fprintf(w, "- one decision <= 20 µs p99 on the 256-CPU machines (%s): worst p99 %s µs (%s): %s\n", m.what, us(worst), where, verdict(worst <= 20000))
+			sort.Float64s(all)
+			within := sort.SearchFloat64s(all, 20000.5)
+			fmt.Fprintf(w, "- one decision <= 20 µs p99 on the 256-CPU machines (%s): %d of %d rows within, median p99 %s µs, worst %s µs (%s): %s\n",
+				m.what, within, len(all), us(all[len(all)/2]), us(worst), where, verdict(worst <= 20000))
 		}
 	}
 	for _, r := range noise {

@@ -79,8 +79,8 @@ func TestRender(t *testing.T) {
 		// Medians (no CPU time reported here): 1.9 µs at 16 CPUs, 120 µs
 		// at 1024; k = ln(120/1.9)/ln(64) = 0.9966.
 		"| packed | 50 | 1.90 | 120 | 1.00 | 1.00 (16→1024) |",
-		"(wall-clock): worst p99 25.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): missed",
-		"(thread CPU time): worst p99 19.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): met",
+		"(wall-clock): 0 of 1 rows within, median p99 25.0 µs, worst 25.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): missed",
+		"(thread CPU time): 1 of 1 rows within, median p99 19.0 µs, worst 19.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): met",
 		"  - 500 existing, exclusive, in-answer: p50 2000 µs, p99 9000 µs: missed",
 		"largest growth exponent k = 1.00 from the smallest to the largest machine (packed, occupancy 50%): met; steepest step between neighbouring sizes k = 1.00 (16→1024), packed, occupancy 50%",
 		"median µs of thread CPU time",
