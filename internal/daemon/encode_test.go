@@ -9,27 +9,8 @@ import (
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
-	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
-	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
-
-func encoderEngine(t testing.TB, doc string) *policy.Engine {
-	t.Helper()
-	cfg, err := config.Load([]byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc, err := cfg.Policy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := policy.New(sysfstest.Load(t, "ht-2s-6c"), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
 
 // TestPayloadEncoderMatchesJSON: through random sequences of admissions
 // (exclusive, shared, init containers), removals and record changes, under
@@ -42,7 +23,7 @@ func TestPayloadEncoderMatchesJSON(t *testing.T) {
 		"cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"restricted\"\ntopology_manager_scope = \"pod\"\n",
 		"cpu_manager_policy = \"none\"\n",
 	} {
-		e := encoderEngine(t, doc)
+		e := engineFor(t, "ht-2s-6c", doc)
 		rng := rand.New(rand.NewSource(7))
 		names := []string{"app", "side<car>", "init&1", "quote\"d", "ünï", "bad\xffutf8", "tab\there"}
 		var enc payloadEncoder
@@ -130,15 +111,7 @@ func TestSnapshotFieldsKnown(t *testing.T) {
 // 500 containers (100 with 2 exclusive CPUs, as the round-trip benchmark
 // populates) of which one record changed, against encoding/json.
 func BenchmarkPayloadEncoder(b *testing.B) {
-	cfg, err := config.Load([]byte("cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	pc, _ := cfg.Policy()
-	e, err := policy.New(sysfstest.Load(b, "epyc-9754"), pc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	e := engineFor(b, "epyc-9754", "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n")
 	st := e.NewState()
 	ctrs := map[string]ctrRecord{}
 	for i := 0; i < 500; i++ {

@@ -22,18 +22,22 @@ import (
 // two NUMA nodes) with two CPUs reserved.
 const fuzzConfig = "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"best-effort\"\n"
 
-func fuzzEngine(f *testing.F) *policy.Engine {
-	cfg, err := config.Load([]byte(fuzzConfig))
+func fuzzEngine(f *testing.F) *policy.Engine { return engineFor(f, "ht-2s-6c", fuzzConfig) }
+
+// engineFor builds the engine of a configuration document on a fixture.
+func engineFor(t testing.TB, fixture, doc string) *policy.Engine {
+	t.Helper()
+	cfg, err := config.Load([]byte(doc))
 	if err != nil {
-		f.Fatal(err)
+		t.Fatal(err)
 	}
 	pc, err := cfg.Policy()
 	if err != nil {
-		f.Fatal(err)
+		t.Fatal(err)
 	}
-	e, err := policy.New(sysfstest.Load(f, "ht-2s-6c"), pc)
+	e, err := policy.New(sysfstest.Load(t, fixture), pc)
 	if err != nil {
-		f.Fatal(err)
+		t.Fatal(err)
 	}
 	return e
 }
@@ -169,15 +173,7 @@ func FuzzRestore(f *testing.F) {
 // Huge CPU ranges in the kubelet's state are refused or skipped, never
 // expanded (cpuset.Parse would build billions of CPUs before failing).
 func TestKubeletStateHugeRange(t *testing.T) {
-	cfg, err := config.Load([]byte(fuzzConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc, _ := cfg.Policy()
-	e, err := policy.New(sysfstest.Load(t, "ht-2s-6c"), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := engineFor(t, "ht-2s-6c", fuzzConfig)
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		doc     string

@@ -49,6 +49,27 @@ func bruteMerge(m *Merger, lists [][]Hint) (Hint, bool) {
 	return best, found
 }
 
+// randomNUMA is NUMA information for nodes with random distances (10 plus
+// a multiple of step below levels*step) and prefer-closest-numa-nodes on
+// or off at random.
+func randomNUMA(t *testing.T, r *rand.Rand, nodes []int, levels, step int) (NUMAInfo, Options) {
+	t.Helper()
+	dist := map[int]map[int]int{}
+	for _, a := range nodes {
+		dist[a] = map[int]int{}
+		for _, b := range nodes {
+			dist[a][b] = 10 + r.IntN(levels)*step
+		}
+	}
+	opts := DefaultOptions()
+	opts.PreferClosestNUMA = r.IntN(2) == 0
+	info, err := NewNUMAInfo(nodes, dist, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info, opts
+}
+
 // TestMergeFoldMatchesBruteForce compares the folded merge with the plain
 // cross-product walk on random hint lists, for every policy, with and
 // without prefer-closest-numa-nodes, on random distances.
@@ -73,19 +94,7 @@ func TestMergeFoldMatchesBruteForce(t *testing.T) {
 				width = 2*n + 1
 			}
 		}
-		dist := map[int]map[int]int{}
-		for _, a := range nodes {
-			dist[a] = map[int]int{}
-			for _, b := range nodes {
-				dist[a][b] = 10 + r.IntN(3)*5
-			}
-		}
-		opts := DefaultOptions()
-		opts.PreferClosestNUMA = r.IntN(2) == 0
-		info, err := NewNUMAInfo(nodes, dist, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		info, opts := randomNUMA(t, r, nodes, 3, 5)
 		var providers []map[string][]Hint
 		for p := r.IntN(4); p >= 0; p-- {
 			res := map[string][]Hint{}
@@ -183,22 +192,10 @@ func TestMergeOneMatchesBruteForce(t *testing.T) {
 	for iter := 0; iter < 2000; iter++ {
 		n := 1 + r.IntN(8)
 		nodes := make([]int, n)
-		dist := map[int]map[int]int{}
 		for i := range nodes {
 			nodes[i] = i
 		}
-		for _, a := range nodes {
-			dist[a] = map[int]int{}
-			for _, b := range nodes {
-				dist[a][b] = 10 + r.IntN(4)*6
-			}
-		}
-		opts := DefaultOptions()
-		opts.PreferClosestNUMA = r.IntN(2) == 0
-		info, err := NewNUMAInfo(nodes, dist, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
+		info, opts := randomNUMA(t, r, nodes, 4, 6)
 		hs := make([]Hint, r.IntN(1<<n))
 		for i := range hs {
 			hs[i] = Hint{Affinity: Mask(r.IntN(1 << n)), Preferred: r.IntN(3) == 0}

@@ -59,38 +59,46 @@ func benchMachine(b *testing.B, m bench.Machine) {
 			name := fmt.Sprintf("%s/cpus=%d/numa=%d/l3=%d/occ=%d/opts=%s/req=%d",
 				m.Name, topo.NumCPUs(), topo.NumNUMANodes(), topo.NumL3(), occ, set.Name, n)
 			b.Run(name, func(b *testing.B) {
-				// Wall-clock and thread-CPU time of every decision: on a
-				// shared machine the first includes time preempted by other
-				// processes, the second does not (GC work the decision is
-				// made to do counts in both).
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				samples := make([]time.Duration, b.N)
-				cpu := make([]time.Duration, 0, b.N)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					c0, ok0 := threadCPUTime()
-					t0 := time.Now()
+				timeEach(b, func() error {
 					_, _, err := e.Add(st, req)
-					samples[i] = time.Since(t0)
-					if c1, ok1 := threadCPUTime(); ok0 && ok1 {
-						cpu = append(cpu, c1-c0)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StopTimer()
-				reportPercentiles(b, samples)
-				if len(cpu) == b.N {
-					slices.Sort(cpu)
-					b.ReportMetric(float64(cpu[len(cpu)/2].Nanoseconds()), "cpu-p50-ns")
-					b.ReportMetric(float64(cpu[int(0.99*float64(len(cpu)-1))].Nanoseconds()), "cpu-p99-ns")
-				}
+					return err
+				})
 				b.ReportMetric(float64(used)*100/float64(assignable), "occ-pct")
 			})
 		}
+	}
+}
+
+// timeEach runs op b.N times and reports, besides ns/op and allocations,
+// the p50 and p99 of each run's wall-clock time (p50-ns, p99-ns) and
+// thread CPU time (cpu-p50-ns, cpu-p99-ns). On a shared machine the first
+// includes time preempted by other processes, the second does not (GC
+// work op is made to do counts in both). An error from op fails b.
+func timeEach(b *testing.B, op func() error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	samples := make([]time.Duration, b.N)
+	cpu := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c0, ok0 := threadCPUTime()
+		t0 := time.Now()
+		err := op()
+		samples[i] = time.Since(t0)
+		if c1, ok1 := threadCPUTime(); ok0 && ok1 {
+			cpu = append(cpu, c1-c0)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	reportPercentiles(b, samples)
+	if len(cpu) == b.N {
+		slices.Sort(cpu)
+		b.ReportMetric(float64(cpu[len(cpu)/2].Nanoseconds()), "cpu-p50-ns")
+		b.ReportMetric(float64(cpu[int(0.99*float64(len(cpu)-1))].Nanoseconds()), "cpu-p99-ns")
 	}
 }
 
