@@ -289,7 +289,8 @@ func (s *Static) alignedMask(aff hints.Mask) bitset {
 func updateReuse(st State, req Request, cpus cpuset.CPUSet) (string, cpuset.CPUSet) {
 	reuse := st.Reusable
 	if st.ReusablePod != req.Pod {
-		reuse = cpuset.CPUSet{} // the zero CPUSet is the empty set
+		// Not the zero CPUSet: its nil map makes Equals(cpuset.New()) false.
+		reuse = cpuset.New()
 	}
 	if req.Type == Init {
 		return req.Pod, reuse.Union(cpus)

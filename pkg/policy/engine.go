@@ -529,12 +529,9 @@ func (e *Engine) memsFor(affinity hints.Mask, cpus cpuset.CPUSet) cpuset.CPUSet 
 	if withMem := mask & e.memMask; withMem != 0 {
 		return cpuset.New(withMem.Nodes()...)
 	}
-	// Rare: no node of the container has memory (memory nodes above
-	// MaxNUMANodes are not in memMask and are found here).
+	// Rare: none of the container's nodes has memory (a memory node above
+	// MaxNUMANodes is never one of them): the nearest memory nodes.
 	nodes := cpuset.New(mask.Nodes()...)
-	if withMem := nodes.Intersection(cpuset.New(e.memNodes...)); withMem.Size() > 0 {
-		return withMem
-	}
 	best, bestD := []int{}, -1
 	for _, m := range e.memNodes {
 		for _, n := range nodes.List() {
