@@ -734,3 +734,41 @@ func TestAddExistingKeepsReuseUpdate(t *testing.T) {
 		t.Fatalf("after re-adding init: existing=%t reusable=%s/%s, want true p/1,13", d.Existing, st.Alloc.ReusablePod, st.Alloc.Reusable)
 	}
 }
+
+// TestMemsOfCPUOnlyNodes: a container whose NUMA nodes have no memory gets
+// the nearest memory nodes as cpuset.mems (all of them on a tie). Nodes
+// 0-2 have 4 single-thread CPUs each, only node 0 and the CPU-less node 3
+// have memory; node 1 is nearer to 3 (15) than to 0 (20), node 2 equally
+// far from both (25).
+func TestMemsOfCPUOnlyNodes(t *testing.T) {
+	var m topology.Machine
+	for cpu := 0; cpu < 12; cpu++ {
+		m.CPUs = append(m.CPUs, topology.CPUInfo{CPU: cpu, Core: cpu, SysfsCoreID: cpu, NUMA: cpu / 4, L3: cpu / 4})
+	}
+	d := [4][4]int{{10, 20, 25, 30}, {20, 10, 20, 15}, {25, 20, 10, 25}, {30, 15, 25, 10}}
+	m.Distances = map[int]map[int]int{}
+	for a := range d {
+		m.Distances[a] = map[int]int{}
+		for b := range d[a] {
+			m.Distances[a][b] = d[a][b]
+		}
+	}
+	m.MemoryBytes = map[int]uint64{0: 1 << 30, 1: 0, 2: 0, 3: 1 << 30}
+	topo, err := topology.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := policy.New(topo, static("best-effort", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.NewState()
+	// Node 0 keeps 3 free CPUs (0 is reserved): 4 CPUs fit node 1 first.
+	st, dec := add(t, e, st, guaranteed("p", "a", 4))
+	check(t, dec, want{cpus: "4-7", mems: "3", exclusive: true, numa: "1", preferred: true})
+	_, dec = add(t, e, st, guaranteed("p", "b", 4))
+	check(t, dec, want{cpus: "8-11", mems: "0,3", exclusive: true, numa: "2", preferred: true})
+	// A container on node 0 keeps node 0's memory.
+	_, dec = add(t, e, st, guaranteed("q", "c", 2))
+	check(t, dec, want{cpus: "1-2", mems: "0", exclusive: true, numa: "0", preferred: true})
+}
