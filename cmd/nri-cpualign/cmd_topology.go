@@ -5,7 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"k8s.io/utils/cpuset"
@@ -168,11 +169,7 @@ func topologyText(t *topology.Topology) string {
 		}
 	}
 	if d := t.Distances(); len(d) > 0 {
-		nodes := make([]int, 0, len(d))
-		for n := range d {
-			nodes = append(nodes, n)
-		}
-		sort.Ints(nodes)
+		nodes := slices.Sorted(maps.Keys(d))
 		b.WriteString("numa distances:\n  node")
 		for _, n := range nodes {
 			fmt.Fprintf(&b, " %4d", n)

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -53,11 +52,7 @@ func fingerprint(cfg config.Config, engine *policy.Engine, cpus cpuset.CPUSet) s
 	fmt.Fprintf(&b, "cpus=%s\nreserved=%s\npolicy=%s\ntopology=%s/%s\n", cpus, engine.Reserved(), cfg.CPUManagerPolicy,
 		cfg.TopologyManagerPolicy, cfg.TopologyManagerScope)
 	for _, m := range []map[string]string{cfg.CPUManagerPolicyOptions, cfg.TopologyManagerPolicyOptions} {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(m))
 		for _, k := range keys {
 			fmt.Fprintf(&b, "%s=%s\n", k, m[k])
 		}
@@ -209,18 +204,10 @@ func importKubeletState(engine *policy.Engine, st policy.State, path string, log
 			return st, 0, fmt.Errorf("import kubelet state %s: defaultCpuSet %q: %w", path, ks.DefaultCPUSet, err)
 		}
 	}
-	pods := make([]string, 0, len(ks.Entries))
-	for p := range ks.Entries {
-		pods = append(pods, p)
-	}
-	sort.Strings(pods)
+	pods := slices.Sorted(maps.Keys(ks.Entries))
 	n := 0
 	for _, pod := range pods {
-		names := make([]string, 0, len(ks.Entries[pod]))
-		for c := range ks.Entries[pod] {
-			names = append(names, c)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(ks.Entries[pod]))
 		for _, name := range names {
 			s := ks.Entries[pod][name]
 			cpus, err := sysfs.ParseList(s)

@@ -2,7 +2,8 @@ package allocator
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
@@ -15,11 +16,7 @@ import (
 // bad entries the alphabetically first is reported, so the message is stable.
 // Compatibility between options is checked by Validate.
 func ParseOptions(opts map[string]string) (Options, error) {
-	names := make([]string, 0, len(opts))
-	for name := range opts {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(opts))
 	var o Options
 	for _, name := range names {
 		var field *bool

@@ -3,7 +3,9 @@ package allocator
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand"
+	"slices"
 	"sort"
 	"testing"
 
@@ -66,11 +68,7 @@ type checks struct{ granted, refused, wholeCores, numaMin, oneL3 int }
 
 func optName(o Options) string {
 	m := o.Map()
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(m))
 	if len(names) == 0 {
 		return "default"
 	}

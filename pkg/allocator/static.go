@@ -3,7 +3,7 @@ package allocator
 import (
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"strings"
 
 	"k8s.io/utils/cpuset"
@@ -441,18 +441,10 @@ func (s *Static) Validate(st State) error {
 	if s.opts.StrictCPUReservation {
 		union = union.Union(s.reserved)
 	}
-	pods := make([]string, 0, len(st.Assignments))
-	for p := range st.Assignments {
-		pods = append(pods, p)
-	}
-	sort.Strings(pods)
+	pods := slices.Sorted(maps.Keys(st.Assignments))
 	podSets := make(map[string]cpuset.CPUSet, len(pods))
 	for _, p := range pods {
-		names := make([]string, 0, len(st.Assignments[p]))
-		for c := range st.Assignments[p] {
-			names = append(names, c)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(st.Assignments[p]))
 		ps := cpuset.New()
 		for _, c := range names {
 			set := st.Assignments[p][c]

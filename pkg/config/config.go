@@ -12,9 +12,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -472,11 +473,7 @@ func (c Config) Summary() string {
 		KeyLogLevel:                     c.LogLevel,
 		KeyLogFormat:                    c.LogFormat,
 	}
-	keys := make([]string, 0, len(kv))
-	for k := range kv {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(kv))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = k + "=" + kv[k]
@@ -485,11 +482,7 @@ func (c Config) Summary() string {
 }
 
 func mapString(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = k + ":" + m[k]

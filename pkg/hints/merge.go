@@ -2,7 +2,8 @@ package hints
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // Merger merges the hints of all providers for one container (container
@@ -103,11 +104,7 @@ func flatten(providers []map[string][]Hint) [][]Hint {
 			lists = append(lists, []Hint{{Preferred: true}})
 			continue
 		}
-		names := make([]string, 0, len(p))
-		for name := range p {
-			names = append(names, name)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(p))
 		for _, name := range names {
 			lists = append(lists, explicit(p[name]))
 		}

@@ -2,6 +2,8 @@ package hints
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -71,11 +73,7 @@ func DefaultOptions() Options {
 // naming the option and the value.
 func ParseOptions(opts map[string]string) (Options, error) {
 	o := DefaultOptions()
-	names := make([]string, 0, len(opts))
-	for name := range opts {
-		names = append(names, name)
-	}
-	sort.Strings(names) // report the same first error on every run
+	names := slices.Sorted(maps.Keys(opts)) // report the same first error on every run
 	for _, name := range names {
 		value := opts[name]
 		switch name {

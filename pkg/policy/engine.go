@@ -3,7 +3,8 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"k8s.io/utils/cpuset"
 
@@ -204,11 +205,7 @@ func copyOptions(m map[string]string) map[string]string {
 }
 
 func optionNames(m map[string]string) string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(m))
 	return fmt.Sprint(names)
 }
 
@@ -311,11 +308,7 @@ func (e *Engine) checkRequest(req Request) error {
 		return bad("container_type", "unknown container type %d", req.Type)
 	}
 	all := e.numa.DefaultAffinity()
-	names := make([]string, 0, len(req.Hints))
-	for name := range req.Hints {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(req.Hints))
 	for _, name := range names {
 		for _, h := range req.Hints[name] {
 			if h.Affinity&^all != 0 {
@@ -566,11 +559,7 @@ func (e *Engine) Remove(st State, pod, container string) State {
 // RemovePod releases every container of a pod and forgets its affinity.
 func (e *Engine) RemovePod(st State, pod string) State {
 	if e.static != nil {
-		names := make([]string, 0, len(st.Alloc.Assignments[pod]))
-		for c := range st.Alloc.Assignments[pod] {
-			names = append(names, c)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(st.Alloc.Assignments[pod]))
 		for _, c := range names {
 			st.Alloc = e.static.Release(st.Alloc, pod, c)
 		}
@@ -638,11 +627,7 @@ func (e *Engine) Validate(st State) error {
 		}
 	}
 	all := e.numa.DefaultAffinity()
-	pods := make([]string, 0, len(st.PodAffinity))
-	for p := range st.PodAffinity {
-		pods = append(pods, p)
-	}
-	sort.Strings(pods)
+	pods := slices.Sorted(maps.Keys(st.PodAffinity))
 	for _, p := range pods {
 		if h := st.PodAffinity[p]; h.Affinity&^all != 0 {
 			errs = append(errs, &allocator.InvalidStateError{Pod: p, Msg: fmt.Sprintf("pod affinity names NUMA nodes %s outside %s", h.Affinity, all)})
@@ -706,17 +691,9 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 			notes = append(notes, fmt.Sprintf("reserved CPUs were %q in the checkpoint, now %q", s.Reserved, e.reserved.String()))
 		}
 	}
-	pods := make([]string, 0, len(s.Assignments))
-	for p := range s.Assignments {
-		pods = append(pods, p)
-	}
-	sort.Strings(pods)
+	pods := slices.Sorted(maps.Keys(s.Assignments))
 	for _, pod := range pods {
-		ctrs := make([]string, 0, len(s.Assignments[pod]))
-		for c := range s.Assignments[pod] {
-			ctrs = append(ctrs, c)
-		}
-		sort.Strings(ctrs)
+		ctrs := slices.Sorted(maps.Keys(s.Assignments[pod]))
 		for _, c := range ctrs {
 			text := s.Assignments[pod][c]
 			cpus, err := topology.ParseList(text)
@@ -752,11 +729,7 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 	if len(s.PodAffinity) > 0 {
 		all := e.numa.DefaultAffinity()
 		st.PodAffinity = map[string]hints.Hint{}
-		names := make([]string, 0, len(s.PodAffinity))
-		for p := range s.PodAffinity {
-			names = append(names, p)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(s.PodAffinity))
 		for _, p := range names {
 			sh := s.PodAffinity[p]
 			h := sh.Hint()

@@ -31,9 +31,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -502,11 +504,7 @@ func (r reader) assignL3(cpuDir string, records map[int]*cpuRecord, cores map[in
 				byLowest[l3.shared.List()[0]] = true
 			}
 		}
-		lows := make([]int, 0, len(byLowest))
-		for low := range byLowest {
-			lows = append(lows, low)
-		}
-		sort.Ints(lows)
+		lows := slices.Sorted(maps.Keys(byLowest))
 		ordinal := make(map[int]int, len(lows))
 		for i, low := range lows {
 			ordinal[low] = i

@@ -3,9 +3,10 @@ package sysfs_test
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -342,11 +343,7 @@ func FuzzReadFS(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		names := make([]string, 0, len(fs))
-		for n := range fs {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(fs))
 		fs[names[int(pick)%len(names)]] = content
 		topo, err := readMap(fs)
 		if err == nil && topo.NumCPUs() == 0 {

@@ -10,6 +10,8 @@ package topology
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"k8s.io/utils/cpuset"
@@ -121,10 +123,10 @@ func New(m Machine) (*Topology, error) {
 		t.isolated = t.isolated.Intersection(cpuset.New(ids...))
 	}
 	t.all = cpuset.New(ids...)
-	t.sockets = sortedKeys(t.bySocket)
-	t.numaNodes = sortedKeys(t.byNUMA)
-	t.l3s = sortedKeys(t.byL3)
-	t.cores = sortedKeys(t.byCore)
+	t.sockets = slices.Sorted(maps.Keys(t.bySocket))
+	t.numaNodes = slices.Sorted(maps.Keys(t.byNUMA))
+	t.l3s = slices.Sorted(maps.Keys(t.byL3))
+	t.cores = slices.Sorted(maps.Keys(t.byCore))
 	for node, b := range m.MemoryBytes {
 		if node < 0 {
 			return nil, fmt.Errorf("topology: negative NUMA node id %d in memory map", node)
@@ -142,15 +144,6 @@ func New(m Machine) (*Topology, error) {
 		}
 	}
 	return t, nil
-}
-
-func sortedKeys(m map[int][]int) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }
 
 // CPUs returns every online CPU.

@@ -16,10 +16,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -1068,11 +1070,7 @@ func (c *churn) verify() error {
 	if err := (invariant.Options{NoPodOverlap: true}).Check(e, st, applied); err != nil {
 		probs = append(probs, err.Error())
 	}
-	ids := make([]string, 0, len(c.admitted))
-	for id := range c.admitted {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(c.admitted))
 	byID := map[string]*api.Container{}
 	for _, ct := range c.rt.Containers() {
 		byID[ct.Id] = ct

@@ -7,7 +7,6 @@ package sysfstest
 
 import (
 	"fmt"
-	"sort"
 )
 
 // Numbering is how logical CPU ids are given to the threads of the cores.
@@ -257,13 +256,4 @@ func (s Spec) CPUs() int {
 		return 0
 	}
 	return lay.numCPUs
-}
-
-func sortedKeys(m map[int]bool) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
 }

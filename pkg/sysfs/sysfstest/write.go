@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,11 +37,7 @@ func Write(dir string, s Spec) error {
 			dirSet[d] = true
 		}
 	}
-	dirs := make([]string, 0, len(dirSet))
-	for d := range dirSet {
-		dirs = append(dirs, d)
-	}
-	sort.Strings(dirs)
+	dirs := slices.Sorted(maps.Keys(dirSet))
 	for _, d := range dirs {
 		if err := os.Mkdir(filepath.Join(dir, filepath.FromSlash(d)), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
@@ -122,7 +119,7 @@ func Files(s Spec) (map[string]string, error) {
 
 	cpuDir := "devices/system/cpu"
 	w.file(path.Join(cpuDir, "online"), online(all).String())
-	w.file(path.Join(cpuDir, "offline"), cpuset.New(sortedKeys(lay.offline)...).String())
+	w.file(path.Join(cpuDir, "offline"), cpuset.New(slices.Sorted(maps.Keys(lay.offline))...).String())
 	w.file(path.Join(cpuDir, "possible"), cpuset.New(all...).String())
 	w.file(path.Join(cpuDir, "present"), cpuset.New(all...).String())
 	w.file(path.Join(cpuDir, "isolated"), s.Isolated)
