@@ -5,7 +5,6 @@ package hints
 
 import (
 	"math/bits"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -66,8 +65,7 @@ func (m Mask) IsNarrowerThan(o Mask) bool {
 
 // String formats m as a Linux list ("0-1,3"); the empty mask is "".
 func (m Mask) String() string {
-	nodes := m.Nodes()
-	sort.Ints(nodes)
+	nodes := m.Nodes() // ascending
 	var b strings.Builder
 	for i := 0; i < len(nodes); {
 		j := i

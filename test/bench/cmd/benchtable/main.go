@@ -14,9 +14,11 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -230,11 +232,7 @@ func scaling(w io.Writer, decisions []row) (maxK float64, where, steepest string
 		return 0, "", ""
 	}
 	maxSteep := 0.0
-	var cpus []int
-	for c := range sizes {
-		cpus = append(cpus, c)
-	}
-	sort.Ints(cpus)
+	cpus := slices.Sorted(maps.Keys(sizes))
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Growth with the machine (generated machines, median µs of thread CPU time per decision; k: time ∝ CPUs^k from the smallest to the largest):")
 	fmt.Fprintln(w)
