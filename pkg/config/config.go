@@ -30,13 +30,14 @@ import (
 
 // TOML key names, exactly as the configuration file spells them.
 const (
-	KeyCPUManagerPolicy             = "cpu_manager_policy"
-	KeyCPUManagerPolicyOptions      = "cpu_manager_policy_options"
-	KeyReservedSystemCPUs           = "reserved_system_cpus"
-	KeyReservedCPUCount             = "reserved_cpu_count"
-	KeyTopologyManagerPolicy        = "topology_manager_policy"
-	KeyTopologyManagerScope         = "topology_manager_scope"
-	KeyTopologyManagerPolicyOptions = "topology_manager_policy_options"
+	// The policy keys are the engine's: its *ConfigError names them.
+	KeyCPUManagerPolicy             = policy.KeyCPUManagerPolicy
+	KeyCPUManagerPolicyOptions      = policy.KeyCPUManagerPolicyOptions
+	KeyReservedSystemCPUs           = policy.KeyReservedSystemCPUs
+	KeyReservedCPUCount             = policy.KeyReservedCPUCount
+	KeyTopologyManagerPolicy        = policy.KeyTopologyManagerPolicy
+	KeyTopologyManagerScope         = policy.KeyTopologyManagerScope
+	KeyTopologyManagerPolicyOptions = policy.KeyTopologyManagerPolicyOptions
 	KeyStateDir                     = "state_dir"
 	KeySysfsRoot                    = "sysfs_root"
 	KeyCgroupRoot                   = "cgroup_root"
