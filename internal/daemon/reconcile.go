@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 )
@@ -172,8 +173,15 @@ func (d *Daemon) pushShared() {
 	if len(updates) == 0 {
 		return
 	}
+	d.send(s, updates, gen, "pushing the shared pool to containers failed; the reconcile loop will retry")
+}
+
+// send pushes updates computed at generation gen, warning with failure when
+// some did not apply. A handler that committed meanwhile may have made them
+// stale: the worker then pushes the shared pool again from the new state.
+func (d *Daemon) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, failure string) {
 	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
-		d.log.WithError(err).WithField("failed", len(failed)).Warn("pushing the shared pool to containers failed; the reconcile loop will retry")
+		d.log.WithError(err).WithField("failed", len(failed)).Warn(failure)
 	}
 	d.mu.Lock()
 	changed := d.gen != gen
@@ -266,16 +274,6 @@ func (d *Daemon) reconcile(reader cgroupReader) int {
 		updates = append(updates, u)
 	}
 	d.metrics.drift.Add(float64(len(updates)))
-	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
-		d.log.WithError(err).WithField("failed", len(failed)).Warn("reconcile: restoring cpusets failed; retrying next period")
-	}
-	// A handler that committed meanwhile may have made these stale; the
-	// shared pool is pushed again from the new state.
-	d.mu.Lock()
-	changed := d.gen != gen
-	d.mu.Unlock()
-	if changed {
-		d.kick()
-	}
+	d.send(s, updates, gen, "reconcile: restoring cpusets failed; retrying next period")
 	return len(updates)
 }
