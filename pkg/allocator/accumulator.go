@@ -23,7 +23,7 @@ func (m *machine) newAccumulator(avail bitset, need int) *accumulator {
 	if a == nil {
 		nc, ns, nn, nl := len(m.cores.ids), len(m.socks.ids), len(m.numas.ids), len(m.l3s.ids)
 		counts := make([]int, nc+ns+nn+nl)
-		w := len(newBitset(m.n))
+		w := (m.n + 63) / 64 // words of a bitset of m.n positions
 		words := make(bitset, 2*w)
 		a = &accumulator{
 			m:        m,
