@@ -7,19 +7,25 @@ BIN := bin/nri-cpualign
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test vet unit e2e fmt-check
+.PHONY: all build test vet unit e2e fmt-check tidy-check
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nri-cpualign
 
-## test: everything — gofmt, vet, unit tests with -race (the churn test's
-## 10000 operations included), brief fuzzing of every target, the e2e suite
-test: fmt-check vet unit fuzz-short e2e
+## test: everything — gofmt, tidy modules, vet, unit tests with -race (the
+## churn test's 10000 operations included), brief fuzzing of every target, the
+## e2e suite
+test: fmt-check tidy-check vet unit fuzz-short e2e
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# go.mod/go.sum must be what go mod tidy makes of the imports (direct
+# dependencies listed as such, nothing unused); -diff prints what is missing.
+tidy-check:
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum not tidy: run go mod tidy"; exit 1; }
 
 vet:
 	$(GO) vet ./...
