@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the nri-cpualign container image without a container engine and
 # writes it as an OCI image archive: a static binary (CGO_ENABLED=0, the
-# Dockerfile's build flags) packed by tools/mkimage onto an empty base.
+# Dockerfile's build flags) packed by tools/mkimage onto an empty base
+# (go-containerregistry builds the image and the OCI layout).
 #
 # Environment (the Makefile's `image` target passes these):
 #   IMAGE          image reference      (default ghcr.io/nri-cpualign/nri-cpualign:latest)

@@ -9,7 +9,9 @@
 //
 // The output depends only on its inputs: file times and the image's created
 // time come from -created (default $SOURCE_DATE_EPOCH, else 0), so the same
-// binary gives the same image digest.
+// binary gives the same image digest, which it prints. The image is built
+// with go-containerregistry (empty base, mutate, OCI layout); this tool
+// only decides the layer's files and packs the layout directory into a tar.
 package main
 
 import (
@@ -21,6 +23,8 @@ import (
 	"runtime"
 	"strconv"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 func main() {
@@ -59,34 +63,39 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mkimage: %v\n", err)
 		return 1
 	}
-	if err := writeFile(*out, Spec{Binary: bin, Name: *name, Arch: *arch, Version: *version, Revision: *revision, Created: t}); err != nil {
+	digest, err := writeFile(*out, Spec{Binary: bin, Name: *name, Arch: *arch, Version: *version, Revision: *revision, Created: t})
+	if err != nil {
 		fmt.Fprintf(stderr, "mkimage: %s: %v\n", *binary, err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "mkimage: wrote %s (%s)\n", *out, *name)
+	fmt.Fprintf(stderr, "mkimage: wrote %s (%s) manifest %s\n", *out, *name, digest)
 	return 0
 }
 
 // writeFile writes the archive next to path and renames it into place, so a
 // failed run never leaves a truncated archive behind for ctr to import.
-func writeFile(path string, s Spec) error {
+func writeFile(path string, s Spec) (v1.Hash, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), ".mkimage-*")
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	defer os.Remove(f.Name())
-	if err := WriteArchive(f, s); err != nil {
+	digest, err := WriteArchive(f, s)
+	if err != nil {
 		f.Close()
-		return err
+		return v1.Hash{}, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
 	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
+		return v1.Hash{}, err
 	}
-	return os.Rename(f.Name(), path)
+	if err := os.Rename(f.Name(), path); err != nil {
+		return v1.Hash{}, err
+	}
+	return digest, nil
 }

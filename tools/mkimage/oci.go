@@ -4,16 +4,24 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // The image's shape. The Dockerfile's final stage must say the same
@@ -37,13 +45,8 @@ const (
 	Description = "NRI plugin giving Kubernetes containers exclusive, topology-aligned CPUs (the kubelet's static CPU manager and topology manager, for containerd and CRI-O)"
 )
 
-// OCI media types and annotation keys used in the archive.
+// Annotation keys of the layout's index entry.
 const (
-	mediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
-	mediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
-	mediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
-	mediaTypeLayerGz  = "application/vnd.oci.image.layer.v1.tar+gzip"
-
 	// annotationRefName is the OCI layout's tag annotation (skopeo, crane).
 	annotationRefName = "org.opencontainers.image.ref.name"
 	// annotationImageName is the full reference containerd's importer
@@ -82,72 +85,6 @@ type Spec struct {
 	Created  time.Time // image creation time and file mtimes (reproducible builds pass a fixed time)
 }
 
-// descriptor is an OCI content descriptor.
-type descriptor struct {
-	MediaType   string            `json:"mediaType"`
-	Digest      string            `json:"digest"`
-	Size        int64             `json:"size"`
-	Platform    *platform         `json:"platform,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
-type platform struct {
-	Architecture string `json:"architecture"`
-	OS           string `json:"os"`
-}
-
-type imageConfig struct {
-	Created      string        `json:"created"`
-	Architecture string        `json:"architecture"`
-	OS           string        `json:"os"`
-	Config       runtimeConfig `json:"config"`
-	RootFS       rootFS        `json:"rootfs"`
-	History      []history     `json:"history"`
-}
-
-type runtimeConfig struct {
-	User       string            `json:"User"`
-	Env        []string          `json:"Env"`
-	Entrypoint []string          `json:"Entrypoint"`
-	Cmd        []string          `json:"Cmd"`
-	WorkingDir string            `json:"WorkingDir"`
-	Labels     map[string]string `json:"Labels"`
-}
-
-type rootFS struct {
-	Type    string   `json:"type"`
-	DiffIDs []string `json:"diff_ids"`
-}
-
-type history struct {
-	Created   string `json:"created"`
-	CreatedBy string `json:"created_by"`
-}
-
-type manifest struct {
-	SchemaVersion int          `json:"schemaVersion"`
-	MediaType     string       `json:"mediaType"`
-	Config        descriptor   `json:"config"`
-	Layers        []descriptor `json:"layers"`
-}
-
-type index struct {
-	SchemaVersion int          `json:"schemaVersion"`
-	MediaType     string       `json:"mediaType"`
-	Manifests     []descriptor `json:"manifests"`
-}
-
-// blob is one content-addressed file of the layout.
-type blob struct {
-	digest string // "sha256:<hex>"
-	data   []byte
-}
-
-func newBlob(data []byte) blob {
-	sum := sha256.Sum256(data)
-	return blob{digest: "sha256:" + hex.EncodeToString(sum[:]), data: data}
-}
-
 // CheckStatic returns an error unless bin is a statically linked ELF
 // executable for arch: the image has no libc and no dynamic loader, so a
 // cgo build would fail to start with a confusing "no such file".
@@ -176,7 +113,8 @@ func CheckStatic(bin []byte, arch string) error {
 }
 
 // layerTar is the uncompressed layer: the directories leading to the
-// binary, then the binary, all root-owned, with mtime t.
+// binary, then the binary, all root-owned, with mtime t. The library takes
+// a layer as a tar stream; what goes in it is this tool's to say.
 func layerTar(bin []byte, t time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -203,151 +141,166 @@ func layerTar(bin []byte, t time.Time) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func gzipBytes(data []byte) ([]byte, error) {
-	var buf bytes.Buffer
-	// The gzip header carries no name and no mtime, so the output depends
-	// only on the input: the same binary gives the same layer digest.
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+// parseName checks the reference and returns it parsed. The common
+// mistakes get their own message; the library checks the rest of the
+// grammar (registry, path components, tag characters).
+func parseName(ref string) (name.Tag, error) {
+	if ref == "" {
+		return name.Tag{}, errors.New("image name is empty")
+	}
+	if strings.Contains(ref, "@") {
+		return name.Tag{}, fmt.Errorf("image name %q: a digest reference cannot name a new image", ref)
+	}
+	if !strings.Contains(ref[strings.LastIndex(ref, "/")+1:], ":") {
+		return name.Tag{}, fmt.Errorf("image name %q has no tag (want repository:tag)", ref)
+	}
+	tag, err := name.NewTag(ref)
 	if err != nil {
-		return nil, err
+		if repo := ref[:strings.LastIndex(ref, ":")]; repo != strings.ToLower(repo) {
+			return name.Tag{}, fmt.Errorf("image name %q: the repository must be lower case: %w", ref, err)
+		}
+		return name.Tag{}, fmt.Errorf("image name %q: %w", ref, err)
 	}
-	if _, err := zw.Write(data); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return tag, nil
 }
 
 // tagOf returns the tag of a reference ("latest" when it has none).
 func tagOf(ref string) string {
-	last := ref[strings.LastIndex(ref, "/")+1:]
-	if i := strings.LastIndex(last, ":"); i >= 0 {
-		return last[i+1:]
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return ""
 	}
-	return "latest"
+	return tag.TagStr()
 }
 
-// validName checks the reference enough to catch typos: a lower-case
-// repository path and an explicit tag, no digest.
-func validName(ref string) error {
-	if ref == "" {
-		return errors.New("image name is empty")
-	}
-	if strings.Contains(ref, "@") {
-		return fmt.Errorf("image name %q: a digest reference cannot name a new image", ref)
-	}
-	last := ref[strings.LastIndex(ref, "/")+1:]
-	if !strings.Contains(last, ":") {
-		return fmt.Errorf("image name %q has no tag (want repository:tag)", ref)
-	}
-	repo := ref[:len(ref)-len(tagOf(ref))-1]
-	if repo != strings.ToLower(repo) || strings.ContainsAny(repo, " \t") {
-		return fmt.Errorf("image name %q: the repository must be lower case without spaces", ref)
-	}
-	return nil
-}
-
-// WriteArchive writes an OCI image layout (oci-layout, index.json,
-// blobs/sha256/...) as a tar stream to w: one gzip layer holding the
-// binary, the image config and the manifest, named s.Name.
-func WriteArchive(w io.Writer, s Spec) error {
-	if err := validName(s.Name); err != nil {
-		return err
+// Image builds the image s describes: an empty base, one gzip layer with
+// the binary, and a config saying how to run it. Its digest depends only
+// on s.
+func Image(s Spec) (v1.Image, error) {
+	if _, err := parseName(s.Name); err != nil {
+		return nil, err
 	}
 	if err := CheckStatic(s.Binary, s.Arch); err != nil {
-		return err
+		return nil, err
 	}
 	created := s.Created.UTC()
-	layer, err := layerTar(s.Binary, created)
+	raw, err := layerTar(s.Binary, created)
 	if err != nil {
-		return fmt.Errorf("layer: %w", err)
+		return nil, fmt.Errorf("layer: %w", err)
 	}
-	diffID := newBlob(layer).digest
-	gz, err := gzipBytes(layer)
+	// The stdlib gzip header has no name and no mtime, so the compressed
+	// layer (and its digest) depend only on the tar.
+	layer, err := tarball.LayerFromOpener(
+		func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil },
+		tarball.WithCompressionLevel(gzip.BestCompression),
+		tarball.WithMediaType(types.OCILayer),
+	)
 	if err != nil {
-		return fmt.Errorf("layer: %w", err)
+		return nil, fmt.Errorf("layer: %w", err)
 	}
-	layerBlob := newBlob(gz)
-
-	stamp := created.Format(time.RFC3339)
-	cfgJSON, err := json.Marshal(imageConfig{
-		Created:      stamp,
-		Architecture: s.Arch,
-		OS:           "linux",
-		Config: runtimeConfig{
-			User:       ImageUser,
-			Env:        []string{DefaultPathEnv},
-			Entrypoint: Entrypoint(),
-			Cmd:        Cmd(),
-			WorkingDir: "/",
-			Labels:     Labels(s.Version, s.Revision),
-		},
-		RootFS:  rootFS{Type: "layers", DiffIDs: []string{diffID}},
-		History: []history{{Created: stamp, CreatedBy: "COPY nri-cpualign " + BinaryPath + " # tools/mkimage"}},
+	// empty.Image is a Docker-schema image; the archive is an OCI layout,
+	// so its manifest and config carry OCI media types.
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	stamp := v1.Time{Time: created}
+	img, err := mutate.Append(base, mutate.Addendum{
+		Layer:     layer,
+		MediaType: types.OCILayer,
+		History:   v1.History{Created: stamp, CreatedBy: "COPY nri-cpualign " + BinaryPath + " # tools/mkimage"},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cfgBlob := newBlob(cfgJSON)
-
-	manJSON, err := json.Marshal(manifest{
-		SchemaVersion: 2,
-		MediaType:     mediaTypeManifest,
-		Config:        descriptor{MediaType: mediaTypeConfig, Digest: cfgBlob.digest, Size: int64(len(cfgBlob.data))},
-		Layers:        []descriptor{{MediaType: mediaTypeLayerGz, Digest: layerBlob.digest, Size: int64(len(layerBlob.data))}},
-	})
+	cfg, err := img.ConfigFile()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	manBlob := newBlob(manJSON)
+	cfg = cfg.DeepCopy()
+	cfg.Created = stamp
+	cfg.Architecture = s.Arch
+	cfg.OS = "linux"
+	cfg.Config = v1.Config{
+		User:       ImageUser,
+		Env:        []string{DefaultPathEnv},
+		Entrypoint: Entrypoint(),
+		Cmd:        Cmd(),
+		WorkingDir: "/",
+		Labels:     Labels(s.Version, s.Revision),
+	}
+	return mutate.ConfigFile(img, cfg)
+}
 
-	idxJSON, err := json.Marshal(index{
-		SchemaVersion: 2,
-		MediaType:     mediaTypeIndex,
-		Manifests: []descriptor{{
-			MediaType: mediaTypeManifest,
-			Digest:    manBlob.digest,
-			Size:      int64(len(manBlob.data)),
-			Platform:  &platform{Architecture: s.Arch, OS: "linux"},
-			Annotations: map[string]string{
-				annotationImageName: s.Name,
-				annotationRefName:   tagOf(s.Name),
-			},
-		}},
-	})
+// WriteArchive writes the image as an OCI image layout (oci-layout,
+// index.json, blobs/sha256/...) packed in a tar stream to w, the index
+// entry naming it s.Name for containerd and by its tag for OCI tools. It
+// returns the image's manifest digest.
+func WriteArchive(w io.Writer, s Spec) (v1.Hash, error) {
+	img, err := Image(s)
 	if err != nil {
-		return err
+		return v1.Hash{}, err
 	}
+	digest, err := img.Digest()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	dir, err := os.MkdirTemp("", "mkimage-layout-")
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	defer os.RemoveAll(dir)
+	lp, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("OCI layout: %w", err)
+	}
+	if err := lp.AppendImage(img,
+		layout.WithPlatform(v1.Platform{OS: "linux", Architecture: s.Arch}),
+		layout.WithAnnotations(map[string]string{
+			// Verbatim, not the library's normalised name (index.docker.io/...),
+			// which containerd spells differently (docker.io/...).
+			annotationImageName: s.Name,
+			annotationRefName:   tagOf(s.Name),
+		}),
+	); err != nil {
+		return v1.Hash{}, fmt.Errorf("OCI layout: %w", err)
+	}
+	if err := tarDir(w, dir, s.Created.UTC()); err != nil {
+		return v1.Hash{}, fmt.Errorf("OCI archive: %w", err)
+	}
+	return digest, nil
+}
 
+// tarDir writes the tree under dir as a tar stream, in lexical order, with
+// every entry root-owned, mode 0755 (directories) or 0644 (files) and
+// mtime t, so the archive depends on the tree's content only.
+func tarDir(w io.Writer, dir string, t time.Time) error {
 	tw := tar.NewWriter(w)
-	file := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: created, Format: tar.FormatPAX}); err != nil {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
 			return err
 		}
-		_, err := tw.Write(data)
-		return err
-	}
-	dir := func(name string) error {
-		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755, ModTime: created, Format: tar.FormatPAX})
-	}
-	if err := file("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
-		return err
-	}
-	if err := file("index.json", idxJSON); err != nil {
-		return err
-	}
-	if err := dir("blobs/"); err != nil {
-		return err
-	}
-	if err := dir("blobs/sha256/"); err != nil {
-		return err
-	}
-	for _, b := range []blob{layerBlob, cfgBlob, manBlob} {
-		if err := file("blobs/sha256/"+strings.TrimPrefix(b.digest, "sha256:"), b.data); err != nil {
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
 			return err
 		}
+		rel = filepath.ToSlash(rel)
+		switch {
+		case d.IsDir():
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o755, ModTime: t, Format: tar.FormatPAX})
+		case d.Type().IsRegular():
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: 0o644, Size: int64(len(data)), ModTime: t, Format: tar.FormatPAX}); err != nil {
+				return err
+			}
+			_, err = tw.Write(data)
+			return err
+		default:
+			return fmt.Errorf("%s: not a regular file or directory", rel)
+		}
+	})
+	if err != nil {
+		return err
 	}
 	return tw.Close()
 }

@@ -48,6 +48,63 @@ func makeELF(t *testing.T, machine elf.Machine, dynamic bool) []byte {
 	return buf.Bytes()
 }
 
+// The OCI image-spec documents as the test reads them, written from the
+// spec rather than taken from the library that wrote them.
+type descriptor struct {
+	MediaType   string            `json:"mediaType"`
+	Digest      string            `json:"digest"`
+	Size        int64             `json:"size"`
+	Platform    *platform         `json:"platform,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+type platform struct {
+	Architecture string `json:"architecture"`
+	OS           string `json:"os"`
+}
+
+type index struct {
+	SchemaVersion int          `json:"schemaVersion"`
+	MediaType     string       `json:"mediaType"`
+	Manifests     []descriptor `json:"manifests"`
+}
+
+type manifest struct {
+	SchemaVersion int          `json:"schemaVersion"`
+	MediaType     string       `json:"mediaType"`
+	Config        descriptor   `json:"config"`
+	Layers        []descriptor `json:"layers"`
+}
+
+type imageConfig struct {
+	Created      string `json:"created"`
+	Architecture string `json:"architecture"`
+	OS           string `json:"os"`
+	Config       struct {
+		User       string            `json:"User"`
+		Env        []string          `json:"Env"`
+		Entrypoint []string          `json:"Entrypoint"`
+		Cmd        []string          `json:"Cmd"`
+		WorkingDir string            `json:"WorkingDir"`
+		Labels     map[string]string `json:"Labels"`
+	} `json:"config"`
+	RootFS struct {
+		Type    string   `json:"type"`
+		DiffIDs []string `json:"diff_ids"`
+	} `json:"rootfs"`
+	History []struct {
+		Created   string `json:"created"`
+		CreatedBy string `json:"created_by"`
+	} `json:"history"`
+}
+
+const (
+	mediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
+	mediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
+	mediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
+	mediaTypeLayerGz  = "application/vnd.oci.image.layer.v1.tar+gzip"
+)
+
 func sha(data []byte) string {
 	s := sha256.Sum256(data)
 	return "sha256:" + hex.EncodeToString(s[:])
@@ -107,7 +164,8 @@ func TestWriteArchiveIsAValidOCILayout(t *testing.T) {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	spec := Spec{Binary: bin, Name: "registry.example.com/team/nri-cpualign:v1.2.3", Arch: "amd64", Version: "v1.2.3", Revision: "abc123", Created: created}
 	var out bytes.Buffer
-	if err := WriteArchive(&out, spec); err != nil {
+	digest, err := WriteArchive(&out, spec)
+	if err != nil {
 		t.Fatal(err)
 	}
 	files := readArchive(t, out.Bytes())
@@ -122,12 +180,15 @@ func TestWriteArchiveIsAValidOCILayout(t *testing.T) {
 	if err := json.Unmarshal(files["index.json"], &idx); err != nil {
 		t.Fatalf("index.json: %v", err)
 	}
-	if idx.SchemaVersion != 2 || len(idx.Manifests) != 1 {
-		t.Fatalf("index.json: schemaVersion %d with %d manifests, want 2 with 1", idx.SchemaVersion, len(idx.Manifests))
+	if idx.SchemaVersion != 2 || idx.MediaType != mediaTypeIndex || len(idx.Manifests) != 1 {
+		t.Fatalf("index.json: schemaVersion %d, mediaType %q with %d manifests, want 2, an OCI index, 1", idx.SchemaVersion, idx.MediaType, len(idx.Manifests))
 	}
 	md := idx.Manifests[0]
 	if md.MediaType != mediaTypeManifest || md.Platform == nil || md.Platform.OS != "linux" || md.Platform.Architecture != "amd64" {
 		t.Errorf("index entry = %+v, want an OCI manifest for linux/amd64", md)
+	}
+	if md.Digest != digest.String() {
+		t.Errorf("index entry digest %s, WriteArchive returned %s", md.Digest, digest)
 	}
 	// ctr names the image by io.containerd.image.name; OCI tools by the tag.
 	if got := md.Annotations[annotationImageName]; got != spec.Name {
@@ -141,7 +202,7 @@ func TestWriteArchiveIsAValidOCILayout(t *testing.T) {
 	if err := json.Unmarshal(blobOf(t, files, md), &man); err != nil {
 		t.Fatal(err)
 	}
-	if man.SchemaVersion != 2 || man.Config.MediaType != mediaTypeConfig || len(man.Layers) != 1 || man.Layers[0].MediaType != mediaTypeLayerGz {
+	if man.SchemaVersion != 2 || man.MediaType != mediaTypeManifest || man.Config.MediaType != mediaTypeConfig || len(man.Layers) != 1 || man.Layers[0].MediaType != mediaTypeLayerGz {
 		t.Fatalf("manifest = %+v, want one config and one gzip layer", man)
 	}
 	var cfg imageConfig
@@ -185,18 +246,35 @@ func TestWriteArchiveIsAValidOCILayout(t *testing.T) {
 	if want := []string{"usr/", "usr/bin/", "usr/bin/nri-cpualign"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("layer entries = %q, want %q", names, want)
 	}
+	// Nothing else in the archive (no temporary files of the writer).
+	want := map[string]bool{"oci-layout": true, "index.json": true}
+	for _, d := range []descriptor{md, man.Config, man.Layers[0]} {
+		want["blobs/sha256/"+strings.TrimPrefix(d.Digest, "sha256:")] = true
+	}
+	for f := range files {
+		if !want[f] {
+			t.Errorf("archive holds %s, which no descriptor names", f)
+		}
+	}
 
 	if cfg.OS != "linux" || cfg.Architecture != "amd64" || cfg.Created != "2026-01-02T03:04:05Z" {
 		t.Errorf("config os/arch/created = %s/%s/%s", cfg.OS, cfg.Architecture, cfg.Created)
+	}
+	if len(cfg.History) != 1 || cfg.History[0].Created != "2026-01-02T03:04:05Z" || !strings.Contains(cfg.History[0].CreatedBy, "/usr/bin/nri-cpualign") {
+		t.Errorf("config history = %+v, want one entry at the created time copying the binary", cfg.History)
 	}
 	rc := cfg.Config
 	if rc.User != "0:0" || !reflect.DeepEqual(rc.Entrypoint, []string{"/usr/bin/nri-cpualign"}) || !reflect.DeepEqual(rc.Cmd, []string{"run"}) {
 		t.Errorf("config user/entrypoint/cmd = %q %q %q, want root running /usr/bin/nri-cpualign run", rc.User, rc.Entrypoint, rc.Cmd)
 	}
+	if want := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}; !reflect.DeepEqual(rc.Env, want) || rc.WorkingDir != "/" {
+		t.Errorf("config env/workdir = %q %q, want %q /", rc.Env, rc.WorkingDir, want)
+	}
 	for k, want := range map[string]string{
 		"org.opencontainers.image.version":  "v1.2.3",
 		"org.opencontainers.image.revision": "abc123",
 		"org.opencontainers.image.title":    "nri-cpualign",
+		"org.opencontainers.image.source":   "https://github.com/nri-cpualign/nri-cpualign",
 	} {
 		if rc.Labels[k] != want {
 			t.Errorf("label %s = %q, want %q", k, rc.Labels[k], want)
@@ -206,23 +284,29 @@ func TestWriteArchiveIsAValidOCILayout(t *testing.T) {
 
 func TestWriteArchiveIsReproducible(t *testing.T) {
 	spec := Spec{Binary: makeELF(t, elf.EM_AARCH64, false), Name: "x/y:z", Arch: "arm64", Version: "v1", Created: time.Unix(1700000000, 0)}
-	var a, b bytes.Buffer
-	if err := WriteArchive(&a, spec); err != nil {
-		t.Fatal(err)
+	write := func(s Spec) ([]byte, string) {
+		t.Helper()
+		var buf bytes.Buffer
+		d, err := WriteArchive(&buf, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes(), d.String()
 	}
-	if err := WriteArchive(&b, spec); err != nil {
-		t.Fatal(err)
+	a, da := write(spec)
+	b, db := write(spec)
+	if !bytes.Equal(a, b) || da != db {
+		t.Fatalf("two archives of the same inputs differ (digests %s, %s)", da, db)
 	}
-	if !bytes.Equal(a.Bytes(), b.Bytes()) {
-		t.Fatal("two archives of the same inputs differ")
-	}
-	spec.Binary = append(spec.Binary, 'x')
-	var c bytes.Buffer
-	if err := WriteArchive(&c, spec); err != nil {
-		t.Fatal(err)
-	}
-	if bytes.Equal(a.Bytes(), c.Bytes()) {
+	other := spec
+	other.Binary = append(append([]byte(nil), spec.Binary...), 'x')
+	if c, dc := write(other); bytes.Equal(a, c) || da == dc {
 		t.Fatal("a different binary gave the same archive")
+	}
+	other = spec
+	other.Created = spec.Created.Add(time.Second)
+	if c, dc := write(other); bytes.Equal(a, c) || da == dc {
+		t.Fatal("a different -created gave the same archive")
 	}
 }
 
@@ -241,10 +325,12 @@ func TestWriteArchiveRefuses(t *testing.T) {
 		{"digest", Spec{Binary: static, Name: "a/b@sha256:00", Arch: "amd64"}, "digest reference"},
 		{"upper case", Spec{Binary: static, Name: "A/b:c", Arch: "amd64"}, "lower case"},
 		{"empty name", Spec{Binary: static, Arch: "amd64"}, "empty"},
+		{"space in the repository", Spec{Binary: static, Name: "a/b c:d", Arch: "amd64"}, `image name "a/b c:d": repository can only contain`},
+		{"bad tag", Spec{Binary: static, Name: "a/b:c!", Arch: "amd64"}, `image name "a/b:c!"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := WriteArchive(io.Discard, tt.spec)
+			_, err := WriteArchive(io.Discard, tt.spec)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("WriteArchive error = %v, want one containing %q", err, tt.wantErr)
 			}
