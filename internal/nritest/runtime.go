@@ -41,6 +41,13 @@ import (
 // The "Away" operations change the store without any event: what the
 // runtime does while no plugin is connected, or when an event never
 // reaches the plugin.
+//
+// A stored container is never modified: a change (an applied cpuset, a
+// stop) stores a changed copy. The plugin's unsolicited updates arrive on
+// NRI's goroutines at any time, so the containers handed out (by
+// Containers, ContainerNamed, and the one given to CreateContainer) are
+// snapshots any goroutine may read without a lock; CPUs and Containers
+// give the current values.
 type Runtime struct {
 	name       string
 	dir        string
@@ -201,13 +208,25 @@ func (rt *Runtime) applyLocked(updates []*api.ContainerUpdate) {
 			continue
 		}
 		cpu := u.GetLinux().GetResources().GetCpu()
-		rt.setCPUsLocked(c, cpu.GetCpus(), cpu.GetMems())
+		rt.storeCPUsLocked(c, cpu.GetCpus(), cpu.GetMems())
 	}
 }
 
-// setCPUsLocked records a cpuset in the container's resources and, with a
-// cgroup root, in its cgroup v1 cpuset directory; "" leaves a value as is.
-func (rt *Runtime) setCPUsLocked(c *api.Container, cpus, mems string) {
+// storeCPUsLocked stores a copy of the stored container c with a new
+// cpuset (see setCPUs); "" leaves a value as is.
+func (rt *Runtime) storeCPUsLocked(c *api.Container, cpus, mems string) {
+	if cpus == "" && mems == "" {
+		return
+	}
+	c = proto.Clone(c).(*api.Container)
+	rt.setCPUs(c, cpus, mems)
+	rt.ctrs[c.Id] = c
+}
+
+// setCPUs records a cpuset in the resources of c, which is not stored (or
+// not yet), and, with a cgroup root, in its cgroup v1 cpuset directory; ""
+// leaves a value as is.
+func (rt *Runtime) setCPUs(c *api.Container, cpus, mems string) {
 	if c.Linux == nil {
 		c.Linux = &api.LinuxContainer{}
 	}
@@ -252,7 +271,7 @@ func (rt *Runtime) SetCPUs(c *api.Container, cpus, mems string) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if cur, ok := rt.ctrs[c.Id]; ok {
-		rt.setCPUsLocked(cur, cpus, mems)
+		rt.storeCPUsLocked(cur, cpus, mems)
 	}
 }
 
@@ -411,9 +430,9 @@ func (rt *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *
 			}
 		}
 		c.State = api.ContainerState_CONTAINER_RUNNING
-		rt.ctrs[c.Id] = c
 		cpu := resp.GetAdjust().GetLinux().GetResources().GetCpu()
-		rt.setCPUsLocked(c, cpu.GetCpus(), cpu.GetMems())
+		rt.setCPUs(c, cpu.GetCpus(), cpu.GetMems())
+		rt.ctrs[c.Id] = c
 		rt.applyLocked(resp.GetUpdate())
 	})
 	return resp, err
@@ -455,7 +474,7 @@ func (rt *Runtime) StartContainer(ctx context.Context, c *api.Container) error {
 	var err error
 	rt.Op(func(a *adaptation.Adaptation) {
 		rt.mu.Lock()
-		cur := proto.Clone(c).(*api.Container)
+		cur := rt.sendableLocked(c)
 		rt.mu.Unlock()
 		err = a.StartContainer(ctx, &api.StartContainerRequest{Pod: pod, Container: cur})
 	})
@@ -470,7 +489,7 @@ func (rt *Runtime) StopContainer(ctx context.Context, c *api.Container) ([]*api.
 	var err error
 	rt.Op(func(a *adaptation.Adaptation) {
 		rt.mu.Lock()
-		cur := proto.Clone(c).(*api.Container)
+		cur := rt.sendableLocked(c)
 		rt.markStoppedLocked(c)
 		rt.mu.Unlock()
 		resp, err = a.StopContainer(ctx, &api.StopContainerRequest{Pod: pod, Container: cur})
@@ -481,11 +500,23 @@ func (rt *Runtime) StopContainer(ctx context.Context, c *api.Container) ([]*api.
 	return resp.GetUpdate(), err
 }
 
+// sendableLocked is a copy of the runtime's current view of c (c itself
+// when not stored) for an event.
+func (rt *Runtime) sendableLocked(c *api.Container) *api.Container {
+	if cur, ok := rt.ctrs[c.Id]; ok {
+		c = cur
+	}
+	return proto.Clone(c).(*api.Container)
+}
+
+// markStoppedLocked stores a stopped copy of c; c itself, a snapshot
+// others may be reading, is left as is.
 func (rt *Runtime) markStoppedLocked(c *api.Container) {
 	if cur, ok := rt.ctrs[c.Id]; ok {
+		cur = proto.Clone(cur).(*api.Container)
 		cur.State = api.ContainerState_CONTAINER_STOPPED
+		rt.ctrs[c.Id] = cur
 	}
-	c.State = api.ContainerState_CONTAINER_STOPPED
 }
 
 // StopContainerAway marks the container stopped without an event: it exited
@@ -501,7 +532,7 @@ func (rt *Runtime) RemoveContainer(ctx context.Context, c *api.Container) error 
 	var err error
 	rt.Op(func(a *adaptation.Adaptation) {
 		rt.mu.Lock()
-		cur := proto.Clone(c).(*api.Container)
+		cur := rt.sendableLocked(c)
 		delete(rt.ctrs, c.Id)
 		rt.mu.Unlock()
 		err = a.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: cur})
@@ -549,7 +580,7 @@ func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *a
 	var err error
 	rt.Op(func(a *adaptation.Adaptation) {
 		rt.mu.Lock()
-		cur := proto.Clone(c).(*api.Container)
+		cur := rt.sendableLocked(c)
 		rt.mu.Unlock()
 		var resp *api.UpdateContainerResponse
 		resp, err = a.UpdateContainer(ctx, &api.UpdateContainerRequest{Pod: pod, Container: cur, LinuxResources: res})
@@ -584,15 +615,16 @@ func (rt *Runtime) CPUs(id string) (cpus, mems string, ok bool) {
 	return cpu.GetCpus(), cpu.GetMems(), true
 }
 
-// Containers lists the stored containers (running and stopped) by creation.
-// They are the store's own: read their cpusets with CPUs.
+// Containers lists the stored containers (running and stopped) by
+// creation: snapshots, never changed afterwards.
 func (rt *Runtime) Containers() []*api.Container {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	return rt.sortedCtrsLocked()
 }
 
-// ContainerNamed is the first stored container (by creation) named name.
+// ContainerNamed is the first stored container (by creation) named name,
+// as a snapshot.
 func (rt *Runtime) ContainerNamed(name string) (*api.Container, bool) {
 	for _, c := range rt.Containers() {
 		if c.Name == name {

@@ -570,7 +570,8 @@ func (c *churn) newPod(q framework.QOS) *api.PodSandbox {
 }
 
 // createIn sends CreateContainer for a new container of r and returns it
-// as stored by the runtime, with the plugin's cpuset applied.
+// as created, with the plugin's adjustment applied: a snapshot the
+// runtime never changes (the plugin's later updates go to its store).
 func (c *churn) createIn(p *api.PodSandbox, name string, r framework.Resources) (*api.Container, error) {
 	ct := c.rt.NewContainer(p, name, r)
 	if _, err := c.rt.CreateContainer(context.Background(), p, ct); err != nil {
