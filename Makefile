@@ -30,6 +30,7 @@ tidy-check:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/...
+	$(GO) vet -tags e2e ./test/cluster/...
 
 # The churn test's seed is fixed in make test so CI is repeatable; make churn
 # (and CHURN_SEED=0 here) draws a new one from the clock.
@@ -41,6 +42,15 @@ unit:
 ## root, builds containerd on first use, one run at a time (flock)
 e2e:
 	bash scripts/e2e.sh
+
+## e2e-cluster: the DaemonSet installed as the README says on a real one-node
+## cluster (test/cluster): etcd, kube-apiserver, kube-controller-manager,
+## kube-scheduler and a kubelet v1.36 on 127.0.0.1 against the test
+## containerd; root, one run at a time (flock), builds the Kubernetes
+## binaries into the e2e cache on first use
+.PHONY: e2e-cluster
+e2e-cluster:
+	bash scripts/e2e-cluster.sh
 
 ## demo: containerd + nri-cpualign + three demo pods, left running; demo-down stops it all
 .PHONY: demo demo-down

@@ -512,20 +512,24 @@ func TestMountsMatchConfig(t *testing.T) {
 		t.Errorf("state_dir %s: volume from host %s (read-only %v), want a writable mount of %s", cfg.StateDir, hp, vm.ReadOnly, config.DefaultStateDir)
 	}
 
-	// Liveness: /healthz on the metrics address.
-	probe := container(t, ds).LivenessProbe
-	if probe == nil || probe.HTTPGet == nil {
-		t.Fatal("no HTTP liveness probe")
-	}
+	// Liveness and readiness: /healthz on the metrics address (ready
+	// means connected to the runtime and synchronized).
 	host, port, err := net.SplitHostPort(cfg.MetricsAddress)
 	if err != nil {
 		t.Fatalf("metrics_address %q: %v", cfg.MetricsAddress, err)
 	}
-	if probe.HTTPGet.Path != "/healthz" || probe.HTTPGet.Port.String() != port {
-		t.Errorf("liveness probe %s on port %s, want /healthz on the metrics port %s", probe.HTTPGet.Path, probe.HTTPGet.Port.String(), port)
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() && probe.HTTPGet.Host != host {
-		t.Errorf("metrics listen on %s only, but the probe goes to %q", host, probe.HTTPGet.Host)
+	c := container(t, ds)
+	for kind, probe := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if probe == nil || probe.HTTPGet == nil {
+			t.Errorf("no HTTP %s probe", kind)
+			continue
+		}
+		if probe.HTTPGet.Path != "/healthz" || probe.HTTPGet.Port.String() != port {
+			t.Errorf("%s probe %s on port %s, want /healthz on the metrics port %s", kind, probe.HTTPGet.Path, probe.HTTPGet.Port.String(), port)
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() && probe.HTTPGet.Host != host {
+			t.Errorf("metrics listen on %s only, but the %s probe goes to %q", host, kind, probe.HTTPGet.Host)
+		}
 	}
 }
 
