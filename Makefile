@@ -30,6 +30,7 @@ tidy-check:
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/...
+	$(GO) vet -tags e2e ./test/kubelet/...
 	$(GO) vet -tags e2e ./test/cluster/...
 
 # The churn test's seed is fixed in make test so CI is repeatable; make churn
@@ -42,6 +43,12 @@ unit:
 ## root, builds containerd on first use, one run at a time (flock)
 e2e:
 	bash scripts/e2e.sh
+
+## e2e-kubelet: a real standalone kubelet v1.36 with the plugin (test/kubelet),
+## on containerd and then CRI-O; root, builds the kubelet on first use, flock
+.PHONY: e2e-kubelet
+e2e-kubelet:
+	bash scripts/e2e-kubelet.sh
 
 ## e2e-cluster: the DaemonSet installed as the README says on a real one-node
 ## cluster (test/cluster): etcd, kube-apiserver, kube-controller-manager,

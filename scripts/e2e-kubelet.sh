@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# e2e-kubelet.sh - the real-kubelet suite (test/kubelet, `make e2e-kubelet`,
+# part of `make test`): a standalone kubelet v1.36 with the plugin, on
+# containerd and then on CRI-O. Builds bin/nri-cpualign and the kubelet
+# (../shared/e2e/setup-kube.sh, cached after the first build), and for each
+# runtime starts it, runs the suite (which starts and stops the kubelet and
+# the plugin itself) and tears the runtime down. One run at a time per
+# machine: the whole run holds /tmp/nri-cpualign-e2e.lock.
+#
+# E2E_KUBELET_RUNTIMES="containerd crio" picks the runtimes (default both);
+# extra arguments go to the test binary, e.g.
+#   scripts/e2e-kubelet.sh -ginkgo.focus='migrat'
+# The work dir (kubelet and plugin logs, configs, state) is kept with
+# E2E_KEEP=1 and when the suite fails.
+set -euo pipefail
+# shellcheck source=scripts/lib-e2e.sh
+source "$(dirname "$0")/lib-e2e.sh"
+# shellcheck source=scripts/lib-kube.sh
+source "$(dirname "$0")/lib-kube.sh"
+check_prereqs
+RUNTIMES=${E2E_KUBELET_RUNTIMES:-containerd crio}
+
+exec 9>/tmp/nri-cpualign-e2e.lock
+if ! flock -n 9; then
+	log "another e2e run holds /tmp/nri-cpualign-e2e.lock, waiting"
+	flock 9
+fi
+
+# The demo's plugin would clash with the suite's (same NRI name).
+if demo_plugin_running || [ -d "$DEMO_RUN" ]; then
+	log "a demo is running: stopping it first (as make demo-down would)"
+	stop_demo_plugin
+	rm -rf "$DEMO_RUN"
+fi
+
+T0=$SECONDS
+WORK=$(mktemp -d /tmp/nri-cpualign-kubelet.XXXXXX)
+PIDFILE=$WORK/pids
+status=1
+current=""
+summary=()
+cleanup() {
+	# Survivors of a crashed test binary: the kubelet first (it would
+	# recreate what the teardown removes), then the plugin.
+	[ -n "${E2E_KUBE_BIN:-}" ] && kill_pids_of_bin "$PIDFILE" "$E2E_KUBE_BIN/kubelet"
+	kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
+	[ -n "$current" ] && runtime_teardown "$current"
+	if [ "$status" = 0 ] && [ "${E2E_KEEP:-0}" != 1 ]; then
+		rm -rf "$WORK"
+	else
+		log "kubelet and plugin logs, configs and state kept in $WORK"
+	fi
+	for s in "${summary[@]}"; do log "$s"; done
+	log "e2e-kubelet finished in $((SECONDS - T0))s, status $status"
+}
+trap cleanup EXIT
+
+build_plugin
+setup_kube kubelet
+log "building the suite"
+(cd "$REPO_ROOT" && go test -tags e2e -c -o "$WORK/kubelet.test" ./test/kubelet) || die "building test/kubelet failed"
+
+color=()
+[ -t 1 ] || color=(-ginkgo.no-color)
+status=0
+for rt in $RUNTIMES; do
+	t0=$SECONDS
+	current=$rt
+	envfile=$(runtime_setup "$rt")
+	set +e
+	(
+		# shellcheck disable=SC1090
+		source "$envfile"
+		export E2E_KUBE_BIN NRI_CPUALIGN_BIN=$PLUGIN_BIN E2E_WORK_DIR=$WORK NRI_CPUALIGN_E2E_PIDFILE=$PIDFILE
+		[ "$rt" = crio ] && export E2E_RUNTIME=crio
+		cd "$REPO_ROOT/test/kubelet" &&
+			"$WORK/kubelet.test" -test.v -test.count=1 -test.timeout 30m -ginkgo.v "${color[@]}" "$@" 9>&-
+	)
+	rc=$?
+	set -e
+	kill_pids_of_bin "$PIDFILE" "$E2E_KUBE_BIN/kubelet"
+	kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
+	runtime_teardown "$rt"
+	current=""
+	summary+=("$rt: status $rc in $((SECONDS - t0))s")
+	[ "$rc" = 0 ] || status=$rc
+done
+exit "$status"
