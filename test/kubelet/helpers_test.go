@@ -56,7 +56,7 @@ func CPUsOf(ctx context.Context, k *Kubelet, name, container string) cpuset.CPUS
 	var cpus cpuset.CPUSet
 	Eventually(func(g Gomega) {
 		cpus = ContainerCPUs(g, k.Pod(g, ctx, name), container)
-	}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(250*time.Millisecond).Should(Succeed())
+	}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
 	return cpus
 }
 
@@ -68,7 +68,7 @@ func ExpectCPUs(ctx context.Context, k *Kubelet, name, container string, want cp
 	Eventually(func(g Gomega) {
 		got := ContainerCPUs(g, k.Pod(g, ctx, name), container)
 		g.Expect(got.Equals(want)).To(BeTrue(), "pod %s container %s runs on %s, want %s", name, container, got, want)
-	}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(250*time.Millisecond).Should(Succeed())
+	}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(250 * time.Millisecond).Should(Succeed())
 }
 
 // ContainerIDs maps container name to the runtime's container ID and

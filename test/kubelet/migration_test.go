@@ -107,4 +107,3 @@ func readKubeletState(g Gomega, path string) kubeletCPUState {
 	g.Expect(json.Unmarshal(b, &s)).To(Succeed(), "%s: %s", path, b)
 	return s
 }
-

@@ -196,4 +196,3 @@ func seq(n int) []int {
 	}
 	return out
 }
-
