@@ -111,7 +111,7 @@ func TestSimulateContract(t *testing.T) {
 		`{"op":"assign","pod":"q","container":"c","cpus":"0-1"}`,
 		`{"op":"assign","pod":"r","container":"c","cpus":"1"}`,
 		`{"op":"assign","pod":"r","container":"c","cpus":"40"}`,
-		// 22 shared CPUs, one must stay: 21 available.
+		// 22 shared CPUs, none reserved: all 22 available.
 		g("add", "p", "big", 40, ""),
 		`{"op":"add","pod":"p","container":"c","qos":"burstable","cpu_request_milli":1,"cpu_reqest_milli":2}`,
 		`{"op":"add","pod":"p","container":"c","qos":"gold"}`,
@@ -136,7 +136,7 @@ func TestSimulateContract(t *testing.T) {
 		`{"pod":"q","container":"c","cpus":"0-1","exclusive":true}`,
 		`{"pod":"r","container":"c","error":"InvalidState: pod \"r\" container \"c\": CPUs 1 are held by pod \"q\" container \"c\"","reason":"InvalidState"}`,
 		`{"pod":"r","container":"c","error":"InvalidState: pod \"r\" container \"c\": CPUs 40 are not online","reason":"InvalidState"}`,
-		`{"pod":"p","container":"big","error":"InsufficientCPUs: not enough cpus available to satisfy request: requested=40, available=21","reason":"InsufficientCPUs"}`,
+		`{"pod":"p","container":"big","error":"InsufficientCPUs: not enough cpus available to satisfy request: requested=40, available=22","reason":"InsufficientCPUs"}`,
 		`{"error":"not a valid request: json: unknown field \"cpu_reqest_milli\"","line":15}`,
 		`{"pod":"p","container":"c","error":"InvalidRequest: pod \"p\" container \"c\": qos: \"gold\" is not one of guaranteed, burstable, besteffort","reason":"InvalidRequest"}`,
 		`{"pod":"p","container":"c","error":"InvalidRequest: pod \"p\" container \"c\": container_type: \"daemon\" is not one of app, init, sidecar","reason":"InvalidRequest"}`,

@@ -4,7 +4,9 @@
 // the runtime side actually applied to each container, and reports every
 // violation of:
 //
-//   - the shared pool is never empty and holds only online CPUs;
+//   - the shared pool holds only online CPUs; it may be empty (as in the
+//     kubelet) only where no reserved CPU is in it: under
+//     strict-cpu-reservation or with no reserved CPUs;
 //   - exclusive sets are non-empty, online, disjoint from the shared pool and
 //     pairwise disjoint, except that containers of one pod may overlap (the
 //     kubelet's init-container reuse, kubelet-rules §6; Options.NoPodOverlap
@@ -15,8 +17,10 @@
 //     reserved = online CPUs;
 //   - under cpu_manager_policy none: no exclusive CPUs, shared = online;
 //   - the reusable init-container CPUs are held by the pod they belong to;
-//   - every shared-pool container's applied cpuset equals the shared pool
-//     and every exclusive container's equals its assignment.
+//   - shared-pool containers run on the shared pool, or on the reserved
+//     CPUs while it is empty, never on an exclusive CPU and never on an
+//     empty cpuset: every shared-pool container's applied cpuset equals
+//     that, and every exclusive container's equals its assignment.
 //
 // The checker recomputes everything from the raw sets; it does not call the
 // engine's own Validate, so it also checks that code.
@@ -74,7 +78,8 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 
 	cfg := e.Config()
 	online := e.Topology().CPUs()
-	shared := e.SharedCPUs(st)
+	shared := e.SharedPool(st).CPUSet()
+	runsOn := e.SharedCPUs(st) // where shared-pool containers run
 	reserved := e.Reserved()
 	strict := false
 	if cfg.CPUManagerPolicy == policy.CPUPolicyStatic {
@@ -85,8 +90,11 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 		strict = opts.StrictCPUReservation
 	}
 
-	if shared.IsEmpty() {
-		add("shared pool is empty")
+	if shared.IsEmpty() && !runsOn.Equals(reserved) {
+		add("shared pool is empty and shared-pool containers run on %s, not the reserved CPUs %s", runsOn, reserved)
+	}
+	if !shared.IsEmpty() && !runsOn.Equals(shared) {
+		add("shared-pool containers run on %s, not the shared pool %s", runsOn, shared)
 	}
 	if off := shared.Difference(online); !off.IsEmpty() {
 		add("shared pool %s holds CPUs %s that are not online", shared, off)
@@ -116,6 +124,9 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 		}
 		if both := set.Intersection(shared); !both.IsEmpty() {
 			add("%s holds CPUs %s that are also in the shared pool %s", k, both, shared)
+		}
+		if both := set.Intersection(runsOn); !both.IsEmpty() && shared.IsEmpty() {
+			add("%s holds CPUs %s that shared-pool containers run on (%s)", k, both, runsOn)
 		}
 		if r := set.Intersection(reserved); !r.IsEmpty() {
 			add("%s holds reserved CPUs %s", k, r)
@@ -192,8 +203,8 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 			}
 			continue
 		}
-		if !equal(have, shared) {
-			add("shared-pool container %s runs on %q, the shared pool is %q", k, have, shared)
+		if have.IsEmpty() || !equal(have, runsOn) {
+			add("shared-pool container %s runs on %q, shared-pool containers run on %q (shared pool %q)", k, have, runsOn, shared)
 		}
 	}
 

@@ -89,7 +89,27 @@ func TestCheck(t *testing.T) {
 			cfg:  static,
 			st:   func(t *testing.T) policy.State { return state(t, "", "a/c=1-3,5-7") },
 			// Reserved 0,4 are then neither shared nor exclusive.
-			want: []string{"shared pool is empty", "reserved CPUs 0,4 are not in the shared pool", "missing 0,4"},
+			want: []string{"reserved CPUs 0,4 are not in the shared pool", "missing 0,4"},
+		},
+		{
+			name:    "strict: pool empty, shared containers on the reserved CPUs",
+			cfg:     strict,
+			st:      func(t *testing.T) policy.State { return state(t, "", "a/c=1-3,5-7") },
+			applied: []string{"a/c=1-3,5-7", "b/x=0,4"},
+		},
+		{
+			name:    "strict: pool empty, shared container left on exclusive CPUs",
+			cfg:     strict,
+			st:      func(t *testing.T) policy.State { return state(t, "", "a/c=1-3,5-7") },
+			applied: []string{"a/c=1-3,5-7", "b/x=3,7"},
+			want:    []string{`shared-pool container b/x runs on "3,7", shared-pool containers run on "0,4" (shared pool "")`},
+		},
+		{
+			name:    "nothing reserved: pool empty, a shared container has no CPU",
+			cfg:     policy.Config{CPUManagerPolicy: policy.CPUPolicyStatic},
+			st:      func(t *testing.T) policy.State { return state(t, "", "a/c=0-7") },
+			applied: []string{"a/c=0-7", "b/x="},
+			want:    []string{`shared-pool container b/x runs on "", shared-pool containers run on ""`},
 		},
 		{
 			name: "two pods hold one CPU",
@@ -175,7 +195,7 @@ func TestCheck(t *testing.T) {
 			cfg:     static,
 			st:      func(t *testing.T) policy.State { return state(t, "0,2-4,6-7", "a/c=1,5") },
 			applied: []string{"a/c=1,5", "b/x=0-7"},
-			want:    []string{`shared-pool container b/x runs on "0-7", the shared pool is "0,2-4,6-7"`},
+			want:    []string{`shared-pool container b/x runs on "0-7", shared-pool containers run on "0,2-4,6-7"`},
 		},
 		{
 			name:    "exclusive container not on its assignment",

@@ -35,8 +35,7 @@ func (e *SMTAlignmentError) Reason() string { return ReasonSMTAlignment }
 
 // InsufficientCPUsError is a request larger than the CPUs that may be
 // handed out (Available counts the assignable CPUs plus the pod's reusable
-// ones, minus the one CPU the shared pool must keep when nothing else
-// guarantees that).
+// ones).
 type InsufficientCPUsError struct {
 	Requested int
 	Available int

@@ -184,9 +184,11 @@ func TestKubeletStaticPolicyAddCases(t *testing.T) {
 		{"too many, one left", single, dflt, "0", map[string]string{"c100": "1-6"}, "0,7", "c5", 2, nil, "", &InsufficientCPUsError{Requested: 2, Available: 1}},
 		{"full-pcpus-only odd", single, full, "0", nil, "0-7", "c2", 1, nil, "", &SMTAlignmentError{RequestedCPUs: 1, CpusPerCore: 2}},
 		{"full-pcpus-only reserved siblings", dual, full, "1,6", nil, "0,2-5,7-11", "c", 10, nil, "", &SMTAlignmentError{RequestedCPUs: 10, CpusPerCore: 2, AvailablePhysicalCPUs: 8, CausedByPhysicalCPUs: true}},
-		// The kubelet's "AutoReserve, ExpectAllocAllCPUs" cases hand out
-		// every non-reserved CPU while the shared pool holds no reserved
-		// CPU; the shared pool would be empty, which this project refuses.
+		// "AutoReserve, ExpectAllocAllCPUs" and "ExpectAllocAllCPUs": a
+		// count of 2 reserves core 0 = {0,6} here, as the explicit set
+		// does; the state holds no reserved CPU in the shared pool, so the
+		// 10 CPUs asked for are every shared CPU and the pool empties.
+		{"alloc all CPUs", dual, both, "0,6", nil, "1-5,7-11", "fakeContainerBug113537_2", 10, nil, "1-5,7-11", nil},
 		{"align-by-socket widens the hint", multi, []Options{{AlignBySocket: true}}, "0", nil, "2,11,21-22", "c2", 2, []int{0, 2}, "2,11", nil},
 		{"without align-by-socket", multi, dflt, "0", nil, "2,11,21-22", "c2", 2, []int{0, 2}, "2,21", nil},
 	}

@@ -336,10 +336,11 @@ func TestAssign(t *testing.T) {
 	if !st3.Default.Equals(mustMask(t, "0-4,6-7")) {
 		t.Errorf("after replacing: shared %s", st3.Default)
 	}
-	// Leaving the shared pool empty is refused (no reservation).
+	// Leaving the shared pool empty is allowed (no reservation), as
+	// Allocate allows it.
 	s0 := newStatic(t, topo, Options{}, "")
-	if _, err := s0.Assign(s0.NewState(), "p", "a", mustParse(t, "0-7")); reasonOf(err) != "InvalidState" {
-		t.Errorf("emptying the shared pool: got %v", err)
+	if st0, err := s0.Assign(s0.NewState(), "p", "a", mustParse(t, "0-7")); err != nil || !st0.Default.IsEmpty() {
+		t.Errorf("emptying the shared pool: got shared %s, %v", st0.Default, err)
 	}
 }
 
@@ -372,7 +373,9 @@ func TestValidateFindsViolations(t *testing.T) {
 		{"same pod overlap is fine", s, State{Default: mustMask(t, "0,3-4,7"), Assignments: as(map[string]map[string]string{"p": {"i": "1-2,5-6", "c": "1,5"}})}, true},
 		{"CPU lost", s, State{Default: mustMask(t, "0,4")}, false},
 		{"offline CPU", s, State{Default: mustMask(t, "0-8")}, false},
-		{"empty shared", newStatic(t, topo, Options{}, ""), State{Default: mustMask(t, ""), Assignments: as(map[string]map[string]string{"p": {"c": "0-7"}})}, false},
+		{"empty shared, nothing reserved", newStatic(t, topo, Options{}, ""), State{Default: mustMask(t, ""), Assignments: as(map[string]map[string]string{"p": {"c": "0-7"}})}, true},
+		{"empty shared, strict", strict, State{Default: mustMask(t, ""), Assignments: as(map[string]map[string]string{"p": {"c": "1-3,5-7"}})}, true},
+		{"empty shared, reserved not shared", s, State{Default: mustMask(t, ""), Assignments: as(map[string]map[string]string{"p": {"c": "1-3,5-7"}})}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -219,12 +219,8 @@ func checkRefusal(t *testing.T, s *Static, st State, req Request, allocatable cp
 			t.Fatalf("%+v: bad SMTAlignmentError %+v", req, *smt)
 		}
 	case errors.As(err, &ins):
-		keep := 0
-		if st.Default.CPUSet().Difference(allocatable).IsEmpty() {
-			keep = 1
-		}
-		if ins.Available != allocatable.Size()-keep || req.CPUs <= ins.Available {
-			t.Fatalf("%+v: InsufficientCPUs %+v with %d assignable (keep %d)", req, *ins, allocatable.Size(), keep)
+		if ins.Available != allocatable.Size() || req.CPUs <= ins.Available {
+			t.Fatalf("%+v: InsufficientCPUs %+v with %d assignable", req, *ins, allocatable.Size())
 		}
 	default:
 		t.Fatalf("%+v: unexpected error %v", req, err)

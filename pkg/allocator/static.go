@@ -69,8 +69,8 @@ func takeByTopology(m *machine, o Options, avail bitset, n int) bitset {
 }
 
 // NewStatic validates the options against topo and the reserved CPUs (all
-// online) and builds the policy. An empty reserved set is accepted (the
-// daemon refuses it separately).
+// online) and builds the policy. An empty reserved set is accepted, as by
+// the kubelet's static policy.
 func NewStatic(topo *topology.Topology, o Options, reserved cpuset.CPUSet) (*Static, error) {
 	if topo == nil {
 		return nil, fmt.Errorf("static policy: no topology")
@@ -183,35 +183,16 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 	if def == nil {
 		def = m.maskBits(st.Default)
 	}
+	// As the kubelet, every assignable CPU may go: the shared pool empties
+	// when the reserved CPUs are outside it (strict-cpu-reservation) or
+	// none are reserved. Where its containers then run is the caller's
+	// business (policy.Engine.SharedCPUs).
 	allocatable := def.andNot(s.reservedBits).or(s.reusable(st, req.Pod))
 	avail := allocatable.count()
-	// The shared pool must keep a CPU: when none of its CPUs is outside the
-	// allocatable set (no reservation, or strict-cpu-reservation), one of
-	// them must stay.
-	keepsShared := def.andNotCount(allocatable) > 0
-	if !keepsShared {
-		avail--
-	}
 	if n > avail {
-		if avail < 0 {
-			avail = 0
-		}
 		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
 	}
-
 	result := s.place(allocatable, n, affinity.Affinity)
-	if result != nil && !keepsShared && def.andNotCount(result) == 0 {
-		// The placement took every shared CPU (possible only when the pod's
-		// reusable CPUs lie outside the shared pool): keep the highest-id
-		// shared CPU out and place again. The kubelet would empty the pool
-		// here (strict-cpu-reservation); the lead's rule is that it never
-		// is.
-		keep := newBitset(m.n)
-		last := -1
-		def.forEach(func(p int) { last = p })
-		keep.set(last)
-		result = s.place(allocatable.andNot(keep), n, affinity.Affinity)
-	}
 	if result == nil {
 		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
 	}
@@ -362,7 +343,8 @@ func (s *Static) Release(st State, pod, container string) State {
 // kubelet state or simulate's "assign"). Every CPU must be online, not
 // reserved and not held by any other container; otherwise
 // *InvalidStateError and st is returned unchanged. An existing assignment
-// of the same container is replaced.
+// of the same container is replaced. It may take the last shared CPU, as
+// Allocate may.
 func (s *Static) Assign(st State, pod, container string, cpus cpuset.CPUSet) (State, error) {
 	return s.assign(st, pod, container, cpus, false)
 }
@@ -404,9 +386,6 @@ func (s *Static) assign(st State, pod, container string, cpus cpuset.CPUSet, sam
 	next := s.Release(st, pod, container)
 	next = withAssignment(next, pod, container, cpus)
 	next.Default = next.Default.Difference(s.m.setMask(cpus))
-	if next.Default.IsEmpty() {
-		return bad("assigning %s would leave the shared pool empty", cpus)
-	}
 	if next.ReusablePod != pod && !next.Reusable.IsEmpty() {
 		next.Reusable = next.Reusable.Difference(cpus)
 	}
@@ -417,16 +396,14 @@ func (s *Static) assign(st State, pod, container string, cpus cpuset.CPUSet, sam
 // shared = ∅ under strict-cpu-reservation); exclusive sets disjoint from
 // the shared pool, from the reserved CPUs and from other pods' sets (a
 // pod's own containers may overlap through init-container reuse); shared ∪
-// exclusive (∪ reserved under strict) = all online CPUs; shared never
-// empty. All violations are reported in one *InvalidStateError.
+// exclusive (∪ reserved under strict) = all online CPUs. The shared pool
+// may be empty (strict-cpu-reservation or no reserved CPUs), as in the
+// kubelet. All violations are reported in one *InvalidStateError.
 func (s *Static) Validate(st State) error {
 	var probs []string
 	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
 	all := s.topo.CPUs()
 	def := st.Default.CPUSet()
-	if def.IsEmpty() {
-		add("shared pool is empty")
-	}
 	if off := def.Difference(all); !off.IsEmpty() {
 		add("shared pool holds CPUs %s that are not online", off)
 	}

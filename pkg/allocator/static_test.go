@@ -291,11 +291,11 @@ func TestInsufficientCPUs(t *testing.T) {
 	}{
 		// 8 CPUs, 2 reserved: 6 assignable.
 		{"beyond assignable", Options{}, "0,4", 7, 6},
-		// No reservation: the shared pool must keep one CPU.
-		{"no reservation keeps one shared", Options{}, "", 8, 7},
-		// Strict reservation: reserved CPUs are not shared, so one of the
-		// assignable must stay shared.
-		{"strict keeps one shared", Options{StrictCPUReservation: true}, "0,4", 6, 5},
+		// No reservation: all 8 may go, as in the kubelet (the shared
+		// pool empties).
+		{"no reservation", Options{}, "", 9, 8},
+		// Strict reservation: the 6 non-reserved CPUs may all go.
+		{"strict", Options{StrictCPUReservation: true}, "0,4", 7, 6},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -318,6 +318,57 @@ func TestInsufficientCPUs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The shared pool empties as in the kubelet when the reserved CPUs are
+// outside it (strict-cpu-reservation) or none are reserved, and fills
+// again on release.
+func TestSharedPoolMayEmpty(t *testing.T) {
+	topo := build(t, specHT1S4C) // cores {0,4} {1,5} {2,6} {3,7}
+	t.Run("strict", func(t *testing.T) {
+		s := newStatic(t, topo, Options{StrictCPUReservation: true}, "0,4")
+		st := s.NewState() // shared 1-3,5-7
+		// Whole cores, lowest id first: core 1.
+		st, got, err := alloc(t, s, st, "p", "a", 2, 0)
+		if err != nil || !got.Equals(mustParse(t, "1,5")) {
+			t.Fatalf("a: got %s, %v; want 1,5", got, err)
+		}
+		// The 4 CPUs left: cores 2 and 3, the pool's last CPUs.
+		st, got, err = alloc(t, s, st, "p", "b", 4, 0)
+		if err != nil || !got.Equals(mustParse(t, "2-3,6-7")) {
+			t.Fatalf("b: got %s, %v; want 2-3,6-7", got, err)
+		}
+		if !st.Default.IsEmpty() {
+			t.Fatalf("shared pool %s, want empty", st.Default)
+		}
+		if _, _, err := alloc(t, s, st, "q", "c", 1, 0); err == nil || err.Error() != (&InsufficientCPUsError{Requested: 1, Available: 0}).Error() {
+			t.Fatalf("with the pool empty: got %v, want InsufficientCPUs requested=1 available=0", err)
+		}
+		st = s.Release(st, "p", "a")
+		if !st.Default.Equals(mustMask(t, "1,5")) {
+			t.Errorf("after releasing a: shared %s, want 1,5", st.Default)
+		}
+		if err := s.Validate(st); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("no reservation", func(t *testing.T) {
+		s := newStatic(t, topo, Options{}, "")
+		st, got, err := alloc(t, s, s.NewState(), "p", "a", 8, 0)
+		if err != nil || !got.Equals(mustParse(t, "0-7")) || !st.Default.IsEmpty() {
+			t.Fatalf("got %s (shared %s), %v; want 0-7 and an empty pool", got, st.Default, err)
+		}
+	})
+	t.Run("assign", func(t *testing.T) {
+		s := newStatic(t, topo, Options{StrictCPUReservation: true}, "0,4")
+		st, err := s.Assign(s.NewState(), "p", "a", mustParse(t, "1-3,5-7"))
+		if err != nil || !st.Default.IsEmpty() {
+			t.Fatalf("got shared %s, %v; want an empty pool", st.Default, err)
+		}
+		if err := s.Validate(st); err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 func TestStrictReservation(t *testing.T) {

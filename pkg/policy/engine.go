@@ -83,13 +83,17 @@ type Engine struct {
 	memNodes []int // NUMA nodes with memory, ascending
 	online   cpumask.Mask
 	memMask  hints.Mask // memNodes below hints.MaxNUMANodes
+	// reservedMask is where shared-pool containers run while the shared
+	// pool is empty (see SharedMask).
+	reservedMask cpumask.Mask
 }
 
 // New validates cfg against topo (unknown or incompatible options, reserved
 // CPUs not online, too many NUMA nodes, ...) and returns the engine. Errors
 // are *ConfigError naming the offending key. Empty policy, scope fields
 // mean the kubelet's defaults: none, none, container. An empty reservation
-// is accepted (simulate allows it; the daemon refuses it itself).
+// is accepted, as by the kubelet's static policy (the daemon asks for it
+// to be explicit).
 func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	if topo == nil {
 		return nil, &ConfigError{Key: "sysfs_root", Err: errors.New("no topology")}
@@ -189,6 +193,8 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 			key = KeyReservedCPUCount
 		}
 		return nil, &ConfigError{Key: key, Err: err}
+	// Reserved CPUs are online (checked above): no error.
+	e.reservedMask, _ = cpumask.FromCPUSet(e.reserved)
 	}
 	return e, nil
 }
@@ -231,6 +237,23 @@ type RequestError struct {
 	Pod, Container string
 	Field          string // the request field at fault
 	Msg            string
+// NoSharedCPUsError refuses a shared-pool container while the shared pool
+// is empty and no CPU is reserved: every online CPU is some container's
+// exclusive CPU, and the container would get an empty cpuset or overlap
+// them (the kubelet runs it unpinned there).
+type NoSharedCPUsError struct {
+	Pod, Container string
+}
+
+// Error starts with the reason word and says why.
+func (e *NoSharedCPUsError) Error() string {
+	return fmt.Sprintf("%s: pod %q container %q: no CPU for a shared-pool container: the shared pool is empty "+
+		"(every CPU is exclusive) and no CPUs are reserved", e.Reason(), e.Pod, e.Container)
+}
+
+// Reason is "InsufficientCPUs", the kubelet's word for a node out of CPUs.
+func (e *NoSharedCPUsError) Reason() string { return allocator.ReasonInsufficientCPUs }
+
 }
 
 // Error starts with the reason word and names the container and field.
@@ -424,7 +447,9 @@ func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err 
 //     the hint is refused (TopologyAffinityError);
 //  5. cpuset.mems: exclusive containers get the NUMA nodes of the hint and
 //     of their CPUs that have memory; shared-pool containers every memory
-//     node.
+//     node. A shared-pool container gets SharedCPUs; when that is empty
+//     (no CPU reserved and every CPU exclusive) it is refused with
+//     *NoSharedCPUsError instead of an empty cpuset.
 func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 	// Step 1.
 	if err := e.checkRequest(req); err != nil {
@@ -462,7 +487,11 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 	}
 	if !exclusive {
 		// Step 5, shared pool.
-		return next, Decision{CPUs: e.SharedCPUs(next), Mems: e.allMems(), Affinity: h}, nil
+		cpus := e.SharedCPUs(next)
+		if cpus.IsEmpty() {
+			return st, Decision{}, &NoSharedCPUsError{Pod: req.Pod, Container: req.Container}
+		}
+		return next, Decision{CPUs: cpus, Mems: e.allMems(), Affinity: h}, nil
 	}
 	// Step 4.
 	alloc, cpus, err := e.static.Allocate(next.Alloc, allocRequest(req), h)
@@ -593,28 +622,52 @@ func (e *Engine) Assignment(st State, pod, container string) (cpuset.CPUSet, boo
 	return cpus, ok
 }
 
-// SharedCPUs is the cpuset every shared-pool container runs on.
+// SharedCPUs is the cpuset every shared-pool container runs on (see
+// SharedMask).
 func (e *Engine) SharedCPUs(st State) cpuset.CPUSet {
 	if e.static == nil {
 		return e.topo.CPUs()
 	}
-	return e.static.SharedCPUs(st.Alloc)
+	return e.SharedMask(st).CPUSet()
 }
 
-// SharedMask is SharedCPUs as a bitmap: comparing and printing it costs
-// no map (the daemon does both on every event).
+// SharedMask is the cpuset every shared-pool container runs on, as a
+// bitmap (comparing and printing it costs no map; the daemon does both on
+// every event): the shared pool, or, while the pool is empty, the
+// reserved CPUs, which no container holds exclusively. The kubelet leaves
+// its shared containers where they were then, on CPUs now exclusive. It
+// is empty only when the pool is empty and no CPU is reserved: a
+// shared-pool container then has no CPU that is not exclusive.
 func (e *Engine) SharedMask(st State) cpumask.Mask {
 	if e.static == nil {
 		return e.online
 	}
 	return st.Alloc.Default
 }
+	if e.static == nil {
+		return e.online
+	}
+	if st.Alloc.Default.IsEmpty() {
+		return e.reservedMask
+	}
+	return st.Alloc.Default
+}
+
+// SharedPool is the shared pool itself, the kubelet's default CPU set: it
+// is empty once exclusive CPUs took its last CPU, which happens under
+// strict-cpu-reservation or with no reserved CPUs.
+func (e *Engine) SharedPool(st State) cpumask.Mask {
 
 // Reserved is the resolved reserved CPU set.
 func (e *Engine) Reserved() cpuset.CPUSet { return e.reserved }
 
 // Validate checks the pool invariants of st and the pod affinities, and
 // returns every violation.
+// SharedPoolEmpty reports whether the shared pool is empty, so that
+// shared-pool containers run on the reserved CPUs (or, with none
+// reserved, new ones are refused).
+func (e *Engine) SharedPoolEmpty(st State) bool { return e.SharedPool(st).IsEmpty() }
+
 func (e *Engine) Validate(st State) error {
 	var errs []error
 	if e.static != nil {
@@ -661,7 +714,7 @@ func AssignmentTexts(ctrs map[string]cpuset.CPUSet) map[string]string {
 // pod's rendering while it is unchanged).
 func (e *Engine) SnapshotExceptAssignments(st State) Snapshot {
 	s := Snapshot{
-		Shared:   e.SharedMask(st).String(),
+		Shared:   e.SharedPool(st).String(),
 		Reserved: e.reserved.String(),
 	}
 	if st.Alloc.ReusablePod != "" && st.Alloc.Reusable.Size() > 0 {
@@ -740,9 +793,10 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 			st.PodAffinity[p] = h
 		}
 	}
-	if s.Shared != "" {
-		if sh, err := topology.ParseList(s.Shared); err != nil || !sh.Equals(e.SharedCPUs(st)) {
-			notes = append(notes, fmt.Sprintf("shared pool recomputed: %q in the checkpoint, now %q", s.Shared, e.SharedCPUs(st).String()))
+	// "" is also an empty pool's text: nothing to compare then.
+	if pool := e.SharedPool(st).CPUSet(); s.Shared != "" {
+		if sh, err := topology.ParseList(s.Shared); err != nil || !sh.Equals(pool) {
+			notes = append(notes, fmt.Sprintf("shared pool recomputed: %q in the checkpoint, now %q", s.Shared, pool.String()))
 		}
 	}
 	return st, notes, nil

@@ -38,20 +38,21 @@ var _ = Describe("migrating a node from the kubelet's static policy", Ordered, S
 			ids[p] = ContainerIDs(kubelet.Pod(Default, ctx, p))
 		}
 
-		// Step 2 (cordon is step 1; a standalone kubelet has no API
-		// server): copy the kubelet's state where the plugin can read it.
+		// Step 1, cordon, has no meaning without an API server. Step 2: the
+		// plugin's reserved_system_cpus is the kubelet's reservedSystemCPUs
+		// (PluginConfig reserves the same CPU).
 		plugin := NewPlugin("migration", `topology_manager_policy = "best-effort"`)
+		// Step 3: stop the kubelet (its containers keep running) and copy
+		// its final state where the plugin can read it.
+		kubelet.Stop()
 		imported := filepath.Join(plugin.Dir, "kubelet-cpu_manager_state")
 		b, err := os.ReadFile(kubeletState)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(imported, b, 0o644)).To(Succeed())
-		// Step 3 is the plugin's reserved_system_cpus = the kubelet's
-		// reservedSystemCPUs (PluginConfig reserves the same CPU).
-
-		// Step 4: stop the kubelet, switch it to none, remove its
-		// checkpoint (it refuses to start with one of another policy),
-		// start it. It leaves the running containers' cpusets alone.
-		kubelet.Stop()
+		Expect(os.WriteFile(imported, b, 0o600)).To(Succeed())
+		// Step 4: switch the kubelet to none, remove its checkpoint (it
+		// refuses to start with one of another policy; the copy is what the
+		// plugin imports) and start it. It leaves the running containers'
+		// cpusets alone.
 		kubelet.Configure(KubeletConfig{CPUManagerPolicy: "none"})
 		Expect(os.Remove(kubeletState)).To(Succeed())
 		kubelet.Start(ctx)
