@@ -20,7 +20,7 @@ import (
 // request timeout.
 func BenchmarkCreateStopRemove(b *testing.B) {
 	topo := sysfstest.Load(b, "epyc-7702p-smt")
-	cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\nstate_dir = %q\nmetrics_address = \"\"\n", b.TempDir())))
+	cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\nstate_dir = %q\nmetrics_address = \"\"\ncontainer_start_timeout = \"0\"\n", b.TempDir())))
 	if err != nil {
 		b.Fatal(err)
 	}

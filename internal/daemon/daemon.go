@@ -71,6 +71,7 @@ type options struct {
 	kubeletFile string
 	stubOpts    []stub.Option
 	fromRuntime bool
+	clock       clock
 }
 
 // WithTopology uses topo instead of reading sysfs_root.
@@ -107,6 +108,7 @@ type Daemon struct {
 	kubeletFile string
 	stubOpts    []stub.Option
 	metrics     *metrics
+	clock       clock
 
 	// mu guards everything below it. Handlers hold it for a whole event.
 	mu     sync.Mutex
@@ -130,9 +132,14 @@ type Daemon struct {
 	syncs       int           // completed Synchronize calls
 	stub        stub.Stub     // current connection, nil between connections
 	syncedC     chan struct{} // closed after the first Synchronize
+	// starting holds the containers placed but not started yet, by ID
+	// (see abandon.go); not checkpointed: Synchronize rebuilds it.
+	starting map[string]startWait
+	startSeq uint64
 
 	connected atomic.Bool
 	kickC     chan struct{} // wakes the update worker
+	kicks     kickLedger    // kicks asked and served (Settle)
 }
 
 // New validates cfg, reads the topology (unless WithTopology), builds the
@@ -181,6 +188,11 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		ctrs:        map[string]ctrRecord{},
 		syncedC:     make(chan struct{}),
 		kickC:       make(chan struct{}, 1),
+		clock:       o.clock,
+		starting:    map[string]startWait{},
+	}
+	if d.clock == nil {
+		d.clock = wallClock{}
 	}
 	if engine != nil {
 		d.st = engine.NewState()
@@ -483,6 +495,9 @@ func (d *Daemon) configure(doc string) error {
 	}
 	if set(config.KeySharedPoolUpdates) {
 		next.SharedPoolUpdates = in.SharedPoolUpdates
+	}
+	if set(config.KeyContainerStartTimeout) {
+		next.ContainerStartTimeout = in.ContainerStartTimeout
 	}
 	if set(config.KeyLogLevel) {
 		next.LogLevel = in.LogLevel

@@ -27,6 +27,7 @@ var (
 	_ stub.SynchronizeInterface     = (*plugin)(nil)
 	_ stub.ShutdownInterface        = (*plugin)(nil)
 	_ stub.CreateContainerInterface = (*plugin)(nil)
+	_ stub.StartContainerInterface  = (*plugin)(nil)
 	_ stub.UpdateContainerInterface = (*plugin)(nil)
 	_ stub.StopContainerInterface   = (*plugin)(nil)
 	_ stub.RemoveContainerInterface = (*plugin)(nil)
@@ -240,6 +241,20 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	d.gen++
 	d.syncs++
 	d.metrics.updateGauges()
+	// The runtime's view decides which containers still wait for their
+	// start: timers of containers gone or running are dropped, and a
+	// container created but not started (while the plugin was away, or
+	// before a restart) gets a full timeout from now.
+	for id := range d.starting {
+		d.started(id)
+	}
+	for _, c := range liveCtrs {
+		if c.GetState() == api.ContainerState_CONTAINER_CREATED {
+			if _, ok := d.ctrs[c.GetId()]; ok {
+				d.awaitStart(c.GetId())
+			}
+		}
+	}
 
 	// Step 3: bring every live container to its right cpuset.
 	var updates []*api.ContainerUpdate
@@ -309,8 +324,14 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	recs := cloneRecords(d.ctrs)
 	// A container re-created under the same pod and name (a restart)
 	// replaces the old record; the engine already gave it the old CPUs.
+	// An old one that never started is a dead attempt (the kubelet
+	// retries a failed creation with a new ID).
+	var superseded []ctrRecord
 	for id, r := range recs {
 		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
+			if d.awaitingStart(id) {
+				superseded = append(superseded, r)
+			}
 			delete(recs, id)
 		}
 	}
@@ -320,8 +341,14 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, err
 	}
 	prevShared := d.engine.SharedMask(d.st)
+	for _, r := range superseded {
+		d.started(r.ID)
+		d.logAbandoned(r, d.rightCPUs(r).String(), "created again as "+rec.ID+" before it started",
+			"container never started: its pod created it again, the new attempt takes its place")
+	}
 	d.st, d.ctrs = next, recs
 	d.gen++
+	d.awaitStart(rec.ID)
 	d.metrics.observeDecision(dec, d.topo)
 	d.metrics.updateGauges()
 
@@ -347,6 +374,16 @@ func (d *Daemon) logDecision(entry *logrus.Entry, dec policy.Decision, msg strin
 		"l3":        fmt.Sprint(d.topo.L3GroupsOf(dec.CPUs)),
 		"exclusive": dec.Exclusive,
 	}).Info(msg)
+}
+
+// StartContainer is the sign that the container came to life: both
+// runtimes send it only after the OCI runtime created the container.
+func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	d := p.d
+	d.mu.Lock()
+	d.started(ctr.GetId())
+	d.mu.Unlock()
+	return nil
 }
 
 // StopContainer releases the container's exclusive CPUs and returns the
@@ -388,6 +425,18 @@ func (d *Daemon) forget(id, why string) (bool, error) {
 	if !ok {
 		return false, nil
 	}
+	changed, err := d.drop(id)
+	if err == nil && r.Exclusive {
+		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id, "shared": d.engine.SharedMask(d.st).String()}).
+			Info("container " + why + ": exclusive CPUs released")
+	}
+	return changed, err
+}
+
+// drop releases and drops one known container without logging the
+// release; it reports whether the shared pool changed.
+func (d *Daemon) drop(id string) (bool, error) {
+	r := d.ctrs[id]
 	next := d.engine.Remove(d.st, r.Pod, r.Name)
 	recs := cloneRecords(d.ctrs)
 	delete(recs, id)
@@ -395,16 +444,12 @@ func (d *Daemon) forget(id, why string) (bool, error) {
 		d.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name}).Error("cannot write the checkpoint; the container's CPUs stay assigned")
 		return false, err
 	}
+	d.started(id)
 	prevShared := d.engine.SharedMask(d.st)
 	d.st, d.ctrs = next, recs
 	d.gen++
 	d.metrics.updateGauges()
-	changed := !prevShared.Equals(d.engine.SharedMask(d.st))
-	if r.Exclusive {
-		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id, "shared": d.engine.SharedMask(d.st).String()}).
-			Info("container " + why + ": exclusive CPUs released")
-	}
-	return changed, nil
+	return !prevShared.Equals(d.engine.SharedMask(d.st)), nil
 }
 
 // RemoveContainer forgets the container (idempotent). It cannot return
@@ -443,6 +488,11 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 		return err
 	}
 	prevShared := d.engine.SharedMask(d.st)
+	for id := range d.ctrs {
+		if _, kept := recs[id]; !kept {
+			d.started(id)
+		}
+	}
 	d.st, d.ctrs = next, recs
 	d.gen++
 	d.metrics.updateGauges()

@@ -199,7 +199,9 @@ var _ io.Writer = testWriter{}
 func startDaemon(t *testing.T, rt *fakeRuntime, cfg config.Config, topo *topology.Topology, opts ...Option) *running {
 	t.Helper()
 	syncs := rt.Syncs()
-	d, err := New(cfg, append([]Option{WithTopology(topo), WithLogger(testLogger(t))}, opts...)...)
+	// The fake runtime sends no StartContainer: start timers never fire
+	// unless a test drives its own clock.
+	d, err := New(cfg, append([]Option{WithTopology(topo), WithLogger(testLogger(t)), withClock(&manualClock{})}, opts...)...)
 	if err != nil {
 		t.Fatalf("daemon.New: %v", err)
 	}

@@ -43,6 +43,7 @@ type metrics struct {
 	containers       prometheus.Gauge
 	drift            prometheus.Counter
 	checkpointErrors prometheus.Counter
+	abandoned        prometheus.Counter
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -76,10 +77,12 @@ func newMetrics(d *Daemon) *metrics {
 			Help: "Containers whose cgroup cpuset was found different from their assignment and restored."}),
 		checkpointErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_checkpoint_errors_total",
 			Help: "Checkpoint writes that failed and corrupt checkpoints set aside."}),
+		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_abandoned_containers_total",
+			Help: "Containers placed at CreateContainer that never started (container_start_timeout passed, or their pod and name were created again) and whose CPUs were given back."}),
 	}
 	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
 		m.admissionErrors, m.admissionDuration, m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
-		m.drift, m.checkpointErrors)
+		m.drift, m.checkpointErrors, m.abandoned)
 	return m
 }
 

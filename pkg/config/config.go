@@ -45,6 +45,7 @@ const (
 	KeyMetricsAddress               = "metrics_address"
 	KeyReconcilePeriod              = "reconcile_period"
 	KeySharedPoolUpdates            = "shared_pool_updates"
+	KeyContainerStartTimeout        = "container_start_timeout"
 	KeyLogLevel                     = "log_level"
 	KeyLogFormat                    = "log_format"
 )
@@ -57,6 +58,10 @@ const (
 	DefaultSocketPath      = "/var/run/nri/nri.sock"
 	DefaultMetricsAddress  = "127.0.0.1:9464"
 	DefaultReconcilePeriod = 10 * time.Second
+	// DefaultContainerStartTimeout bounds how long a container the plugin
+	// placed may take to start: the kubelet starts a container right after
+	// creating it, so 30 s is far beyond a live container's gap.
+	DefaultContainerStartTimeout = 30 * time.Second
 )
 
 // Values accepted by the enumerated keys, in the kubelet's spelling
@@ -106,8 +111,14 @@ type Config struct {
 	ReconcilePeriod Duration `toml:"reconcile_period"`
 	// SharedPoolUpdates is SharedUpdatesInAnswer or SharedUpdatesAfterAnswer.
 	SharedPoolUpdates string `toml:"shared_pool_updates"`
-	LogLevel          string `toml:"log_level"`
-	LogFormat         string `toml:"log_format"`
+	// ContainerStartTimeout is how long a container may stay created but
+	// not started before the plugin takes it for dead (the OCI runtime
+	// failed after the plugin's answer, and CRI-O, or containerd when
+	// runc create fails at start, tells plugins nothing) and gives its
+	// CPUs back; 0 turns this off.
+	ContainerStartTimeout Duration `toml:"container_start_timeout"`
+	LogLevel              string   `toml:"log_level"`
+	LogFormat             string   `toml:"log_format"`
 
 	// source and lines remember where the configuration came from so that
 	// errors found later (e.g. by policy.New) can name the line.
@@ -150,6 +161,7 @@ func Default() Config {
 		MetricsAddress:               DefaultMetricsAddress,
 		ReconcilePeriod:              Duration(DefaultReconcilePeriod),
 		SharedPoolUpdates:            SharedUpdatesInAnswer,
+		ContainerStartTimeout:        Duration(DefaultContainerStartTimeout),
 		LogLevel:                     "info",
 		LogFormat:                    "text",
 	}
@@ -204,6 +216,7 @@ type raw struct {
 	MetricsAddress               *string        `toml:"metrics_address"`
 	ReconcilePeriod              any            `toml:"reconcile_period"`
 	SharedPoolUpdates            *string        `toml:"shared_pool_updates"`
+	ContainerStartTimeout        any            `toml:"container_start_timeout"`
 	LogLevel                     *string        `toml:"log_level"`
 	LogFormat                    *string        `toml:"log_format"`
 }
@@ -268,6 +281,14 @@ func load(data []byte, file string) (Config, error) {
 			bad(KeyReconcilePeriod, value, "%v", err)
 		} else {
 			c.ReconcilePeriod = Duration(d)
+		}
+	}
+	if r.ContainerStartTimeout != nil {
+		d, value, err := parsePeriod(r.ContainerStartTimeout)
+		if err != nil {
+			bad(KeyContainerStartTimeout, value, "%v", err)
+		} else {
+			c.ContainerStartTimeout = Duration(d)
 		}
 	}
 	for _, e := range c.problems() {
@@ -364,6 +385,9 @@ func (c Config) problems() []*Error {
 	}
 	if c.ReconcilePeriod < 0 {
 		bad(KeyReconcilePeriod, time.Duration(c.ReconcilePeriod).String(), "want a duration >= 0 (0 = off)")
+	}
+	if c.ContainerStartTimeout < 0 {
+		bad(KeyContainerStartTimeout, time.Duration(c.ContainerStartTimeout).String(), "want a duration >= 0 (0 = off)")
 	}
 	for _, k := range []struct{ key, value string }{
 		{KeyStateDir, c.StateDir}, {KeySysfsRoot, c.SysfsRoot}, {KeyCgroupRoot, c.CgroupRoot}, {KeySocketPath, c.SocketPath},
@@ -471,6 +495,7 @@ func (c Config) Summary() string {
 		KeyMetricsAddress:               strconv.Quote(c.MetricsAddress),
 		KeyReconcilePeriod:              time.Duration(c.ReconcilePeriod).String(),
 		KeySharedPoolUpdates:            c.SharedPoolUpdates,
+		KeyContainerStartTimeout:        time.Duration(c.ContainerStartTimeout).String(),
 		KeyLogLevel:                     c.LogLevel,
 		KeyLogFormat:                    c.LogFormat,
 	}

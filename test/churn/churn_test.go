@@ -258,7 +258,9 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.rt.Stop)
-	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\nreconcile_period = \"0\"\nlog_level = \"info\"\n", c.stateDir, c.rt.Socket())
+	// container_start_timeout off: this runtime sends no StartContainer,
+	// and a long run would see every container given up after 30 s.
+	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\nreconcile_period = \"0\"\ncontainer_start_timeout = \"0\"\nlog_level = \"info\"\n", c.stateDir, c.rt.Socket())
 	if !strings.Contains(s.toml, "metrics_address") {
 		doc += "metrics_address = \"\"\n"
 	}
