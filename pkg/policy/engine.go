@@ -186,6 +186,8 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	default:
 		e.reserved = cpuset.New()
 	}
+	// Reserved CPUs are online (checked above): no error.
+	e.reservedMask, _ = cpumask.FromCPUSet(e.reserved)
 	e.static, err = allocator.NewStatic(topo, cpuOpts, e.reserved)
 	if err != nil {
 		key := KeyReservedSystemCPUs
@@ -193,8 +195,6 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 			key = KeyReservedCPUCount
 		}
 		return nil, &ConfigError{Key: key, Err: err}
-	// Reserved CPUs are online (checked above): no error.
-	e.reservedMask, _ = cpumask.FromCPUSet(e.reserved)
 	}
 	return e, nil
 }
@@ -230,13 +230,6 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // Reason is "InvalidConfig".
 func (e *ConfigError) Reason() string { return "InvalidConfig" }
 
-// RequestError is a request the engine cannot act on as given (a missing
-// name, a negative amount, a hint naming a NUMA node the machine does not
-// have, ...). Nothing is allocated.
-type RequestError struct {
-	Pod, Container string
-	Field          string // the request field at fault
-	Msg            string
 // NoSharedCPUsError refuses a shared-pool container while the shared pool
 // is empty and no CPU is reserved: every online CPU is some container's
 // exclusive CPU, and the container would get an empty cpuset or overlap
@@ -254,6 +247,13 @@ func (e *NoSharedCPUsError) Error() string {
 // Reason is "InsufficientCPUs", the kubelet's word for a node out of CPUs.
 func (e *NoSharedCPUsError) Reason() string { return allocator.ReasonInsufficientCPUs }
 
+// RequestError is a request the engine cannot act on as given (a missing
+// name, a negative amount, a hint naming a NUMA node the machine does not
+// have, ...). Nothing is allocated.
+type RequestError struct {
+	Pod, Container string
+	Field          string // the request field at fault
+	Msg            string
 }
 
 // Error starts with the reason word and names the container and field.
@@ -642,11 +642,6 @@ func (e *Engine) SharedMask(st State) cpumask.Mask {
 	if e.static == nil {
 		return e.online
 	}
-	return st.Alloc.Default
-}
-	if e.static == nil {
-		return e.online
-	}
 	if st.Alloc.Default.IsEmpty() {
 		return e.reservedMask
 	}
@@ -657,17 +652,22 @@ func (e *Engine) SharedMask(st State) cpumask.Mask {
 // is empty once exclusive CPUs took its last CPU, which happens under
 // strict-cpu-reservation or with no reserved CPUs.
 func (e *Engine) SharedPool(st State) cpumask.Mask {
+	if e.static == nil {
+		return e.online
+	}
+	return st.Alloc.Default
+}
+
+// SharedPoolEmpty reports whether the shared pool is empty, so that
+// shared-pool containers run on the reserved CPUs (or, with none
+// reserved, new ones are refused).
+func (e *Engine) SharedPoolEmpty(st State) bool { return e.SharedPool(st).IsEmpty() }
 
 // Reserved is the resolved reserved CPU set.
 func (e *Engine) Reserved() cpuset.CPUSet { return e.reserved }
 
 // Validate checks the pool invariants of st and the pod affinities, and
 // returns every violation.
-// SharedPoolEmpty reports whether the shared pool is empty, so that
-// shared-pool containers run on the reserved CPUs (or, with none
-// reserved, new ones are refused).
-func (e *Engine) SharedPoolEmpty(st State) bool { return e.SharedPool(st).IsEmpty() }
-
 func (e *Engine) Validate(st State) error {
 	var errs []error
 	if e.static != nil {
