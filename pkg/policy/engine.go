@@ -127,19 +127,26 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, &ConfigError{Key: KeyTopologyManagerPolicyOptions, Err: err}
 	}
+	// The kubelet's order, so that a configuration with several faults
+	// names the same one: the none policy refuses any option before
+	// reading them; the static policy parses them and checks the
+	// incompatible pairs, then align-by-socket against the topology
+	// manager policy, then against the hardware.
+	if cfg.CPUManagerPolicy == CPUPolicyNone && len(cfg.CPUOptions) > 0 {
+		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: fmt.Errorf("cpu_manager_policy none takes no options (got %s); use static", optionNames(cfg.CPUOptions))}
+	}
 	cpuOpts, err := allocator.ParseOptions(cfg.CPUOptions)
 	if err != nil {
 		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: err}
 	}
-	if err := cpuOpts.Validate(topo); err != nil {
+	if err := cpuOpts.Validate(nil); err != nil {
 		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: err}
-	}
-	if cfg.CPUManagerPolicy == CPUPolicyNone && len(cfg.CPUOptions) > 0 {
-		// As the kubelet: the none policy takes no options.
-		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: fmt.Errorf("cpu_manager_policy none takes no options (got %s); use static", optionNames(cfg.CPUOptions))}
 	}
 	if cpuOpts.AlignBySocket && cfg.TopologyPolicy == hints.PolicySingleNUMANode {
 		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: fmt.Errorf("option %s is incompatible with topology_manager_policy %s", allocator.OptAlignBySocket, hints.PolicySingleNUMANode)}
+	}
+	if err := cpuOpts.Validate(topo); err != nil {
+		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: err}
 	}
 
 	// The NUMA-node limit binds only a policy that merges hints, as in the
@@ -441,10 +448,18 @@ func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err 
 //  1. check the request;
 //  2. an existing exclusive assignment is returned as is (the allocator
 //     still applies the full-pcpus-only checks first, as the kubelet does);
-//  3. the topology manager's hint (see affinity) and admission;
-//  4. exclusive containers get CPUs from the allocator inside the hint;
-//     under restricted and single-numa-node an allocation that would leave
-//     the hint is refused (TopologyAffinityError);
+//  3. the topology manager's hint (see affinity) and admission: the only
+//     topology check, on the merged hint alone (restricted and
+//     single-numa-node admit a preferred hint), as the kubelet's scopes do;
+//  4. exclusive containers get CPUs from the allocator: as many as fit
+//     from the hint's NUMA nodes (under align-by-socket from their whole
+//     sockets) and the rest from all other assignable CPUs, as the
+//     kubelet's allocateCPUs does. The CPUs may therefore lie partly
+//     outside the hint under any policy, e.g. on the socket's other NUMA
+//     node under align-by-socket, or when a pod-scope affinity no longer
+//     holds the pod's next container because another pod took CPUs in
+//     between (the kubelet allocates a whole pod at admission and cannot
+//     meet that case);
 //  5. cpuset.mems: exclusive containers get the NUMA nodes of the hint and
 //     of their CPUs that have memory; shared-pool containers every memory
 //     node. A shared-pool container gets SharedCPUs; when that is empty
@@ -493,22 +508,12 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 		}
 		return next, Decision{CPUs: cpus, Mems: e.allMems(), Affinity: h}, nil
 	}
-	// Step 4.
+	// Step 4. Admission was step 3's alone, as in the kubelet: CPUs that
+	// leave the hint (align-by-socket's other NUMA nodes of the socket, or
+	// the rest taken elsewhere) do not reject the container.
 	alloc, cpus, err := e.static.Allocate(next.Alloc, allocRequest(req), h)
 	if err != nil {
 		return st, Decision{}, err
-	}
-	if h.Affinity != 0 && (e.cfg.TopologyPolicy == hints.PolicyRestricted || e.cfg.TopologyPolicy == hints.PolicySingleNUMANode) {
-		inside := 0
-		for _, cpu := range cpus.UnsortedList() {
-			if c, ok := e.topo.Info(cpu); ok && h.Affinity.IsSet(c.NUMA) {
-				inside++
-			}
-		}
-		if inside < cpus.Size() {
-			return st, Decision{}, &hints.TopologyAffinityError{Policy: e.cfg.TopologyPolicy, Hint: h,
-				Request: e.describe(req) + fmt.Sprintf(": only %d of the CPUs fit in NUMA %s", inside, h.Affinity)}
-		}
 	}
 	next.Alloc = alloc
 	// Step 5, exclusive.
