@@ -34,3 +34,9 @@ type Handlers interface {
 // test calls them from many goroutines at once, without the serialization
 // of NRI's runtime side, to show the daemon's own locking suffices).
 func (d *Daemon) Handlers() Handlers { return &plugin{d: d} }
+
+// Settle waits until the update worker has pushed the shared pool for
+// every kick so far, the re-pushes of stale pushes included, and the
+// runtime has answered each push (test hook: the runtime's cpusets equal
+// the state only then), or until ctx ends.
+func (d *Daemon) Settle(ctx context.Context) error { return d.kicks.wait(ctx) }

@@ -112,6 +112,7 @@ func (r cgroupReader) read(cgroupsPath string) (cpus, mems cpuset.CPUSet, err er
 // kick wakes the update worker to push the shared pool to every
 // shared-pool container (after an event that cannot return updates).
 func (d *Daemon) kick() {
+	d.kicks.ask() // before the wake-up, which the worker serves with it
 	select {
 	case d.kickC <- struct{}{}:
 	default:
@@ -149,7 +150,9 @@ func (d *Daemon) updateWorker(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-d.kickC:
+			upTo := d.kicks.upTo()
 			d.pushShared()
+			d.kicks.serve(upTo)
 		case <-tick:
 			// cgroup_root may come with the runtime's Configure.
 			d.reconcile(newCgroupReader(d.Config().CgroupRoot))

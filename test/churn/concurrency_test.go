@@ -232,17 +232,10 @@ func TestConcurrentThroughNRI(t *testing.T) {
 		t.Error(err)
 	}
 	// The worker's pushes (after RemoveContainer / RemovePodSandbox) may
-	// still be on their way: allow them 5 s.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := c.verify()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after concurrent operations: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	// still be on their way.
+	c.settle()
+	if err := c.verify(); err != nil {
+		t.Fatalf("after concurrent operations: %v", err)
 	}
 }
 
@@ -292,18 +285,14 @@ func TestPushRacingCreate(t *testing.T) {
 	if _, err := c.createIn(y, "y", framework.GuaranteedCPUs(4)); err != nil {
 		t.Fatal(err)
 	}
+	pushes := c.rt.Pushes()
 	close(release)
-	// Give the stale push time to land, then the plugin time to correct it.
-	time.Sleep(100 * time.Millisecond)
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		err := c.verify()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	// The stale push lands, then the plugin corrects it.
+	c.settle()
+	if c.rt.Pushes() < pushes+2 {
+		t.Fatalf("%d pushes after the stale one was released, want it and a correcting one", c.rt.Pushes()-pushes)
+	}
+	if err := c.verify(); err != nil {
+		t.Fatal(err)
 	}
 }
