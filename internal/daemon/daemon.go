@@ -108,6 +108,7 @@ type Daemon struct {
 	kubeletFile string
 	stubOpts    []stub.Option
 	metrics     *metrics
+	pool        poolState // the shared pool's emptiness, as reported; under mu
 	clock       clock
 
 	// mu guards everything below it. Handlers hold it for a whole event.
@@ -136,6 +137,9 @@ type Daemon struct {
 	// (see abandon.go); not checkpointed: Synchronize rebuilds it.
 	starting map[string]startWait
 	startSeq uint64
+	// gaveUp holds the containers whose start timer gave their CPUs back
+	// (ID -> pod key), until they start, go, or Synchronize comes.
+	gaveUp map[string]string
 
 	connected atomic.Bool
 	kickC     chan struct{} // wakes the update worker
@@ -144,7 +148,9 @@ type Daemon struct {
 
 // New validates cfg, reads the topology (unless WithTopology), builds the
 // engine and returns the daemon. It refuses the static policy without a
-// CPU reservation, as the kubelet does. Configuration errors name the key
+// CPU reservation, as the kubelet does, unless cfg writes
+// reserved_cpu_count = 0 (accepted with a warning, as the kubelet's policy
+// code accepts it). Configuration errors name the key
 // (and line, for a loaded file).
 func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	var o options
@@ -167,7 +173,8 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		}
 		topo = t
 	}
-	engine, err := buildEngine(topo, cfg)
+	_, explicitZero := zeroReservation(cfg)
+	engine, err := buildEngine(topo, cfg, explicitZero)
 	var pendingErr error
 	if err != nil {
 		if !o.fromRuntime {
@@ -190,6 +197,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		kickC:       make(chan struct{}, 1),
 		clock:       o.clock,
 		starting:    map[string]startWait{},
+		gaveUp:      map[string]string{},
 	}
 	if d.clock == nil {
 		d.clock = wallClock{}
@@ -198,17 +206,21 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		d.st = engine.NewState()
 	}
 	d.metrics = newMetrics(d)
+	d.pool.register(d.metrics.reg)
+	d.warnZeroReservation()
 	return d, nil
 }
 
-// buildEngine checks the daemon's own rule (no static policy without a
-// reservation) and builds the engine, reporting engine errors with the
-// configuration key and line.
-func buildEngine(topo *topology.Topology, cfg config.Config) (*policy.Engine, error) {
-	if cfg.CPUManagerPolicy == policy.CPUPolicyStatic && !cfg.HasReservation() {
+// buildEngine checks the daemon's own rule (the static policy takes no
+// reserved CPUs only when told so explicitly: explicitZero, from
+// reserved_cpu_count = 0 written in the configuration) and builds the
+// engine, reporting engine errors with the configuration key and line.
+func buildEngine(topo *topology.Topology, cfg config.Config, explicitZero bool) (*policy.Engine, error) {
+	if cfg.CPUManagerPolicy == policy.CPUPolicyStatic && !cfg.HasReservation() && !explicitZero {
 		return nil, cfg.KeyError(config.KeyCPUManagerPolicy, cfg.CPUManagerPolicy,
 			"the static policy needs a CPU reservation: set reserved_system_cpus or reserved_cpu_count "+
-				"(the kubelet refuses the static policy without one too; otherwise the shared pool could become empty)")
+				"(the kubelet refuses the static policy without one too); write reserved_cpu_count = 0 to run with none, "+
+				"which leaves shared-pool containers no CPU once exclusive containers take them all")
 	}
 	pc, err := cfg.Policy()
 	if err != nil {
@@ -543,10 +555,11 @@ func (d *Daemon) configure(doc string) error {
 			}
 		}
 	}
-	engine, err := buildEngine(topo, next)
+	engine, err := buildEngine(topo, next, in.Line(config.KeyReservedCPUCount) > 0 || d.cfg.Line(config.KeyReservedCPUCount) > 0)
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
+	defer d.warnZeroReservation()
 	if d.engine == nil {
 		// First configuration (pre-registered plugin): start now.
 		d.cfg, d.topo, d.engine, d.st, d.pendingErr = next, topo, engine, engine.NewState(), nil

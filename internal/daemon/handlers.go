@@ -194,6 +194,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		}
 	}
 	placed := 0
+	sharedN := d.sharedLive(podByID, liveCtrs)
 	for _, c := range liveCtrs {
 		pod := podByID[c.GetPodSandboxId()]
 		r, known := recs[c.GetId()]
@@ -216,6 +217,9 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
 		req := d.withDeviceHints(requestFor(pod, c), c, entry)
 		next, dec, err := d.engine.Add(st, req)
+		if err == nil {
+			err = d.strands(req, next, dec, sharedN)
+		}
 		d.metrics.observeAdmission(req, err, 0)
 		if err != nil {
 			entry.WithError(err).WithField("reason", reasonOf(err)).
@@ -248,6 +252,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for id := range d.starting {
 		d.started(id)
 	}
+	clear(d.gaveUp)
 	for _, c := range liveCtrs {
 		if c.GetState() == api.ContainerState_CONTAINER_CREATED {
 			if _, ok := d.ctrs[c.GetId()]; ok {
@@ -261,6 +266,9 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for _, c := range liveCtrs {
 		r := d.ctrs[c.GetId()]
 		want := d.rightCPUs(r)
+		if want.IsEmpty() {
+			continue // no CPU for it: never an empty cpuset (see emptypool.go)
+		}
 		have, err := cpuset.Parse(c.GetLinux().GetResources().GetCpu().GetCpus())
 		wantMems := r.Mems
 		haveMems := c.GetLinux().GetResources().GetCpu().GetMems()
@@ -310,6 +318,9 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	req = d.withDeviceHints(req, ctr, entry)
 	start := time.Now()
 	next, dec, err := d.engine.Add(d.st, req)
+	if err == nil {
+		err = d.strands(req, next, dec, sharedRecords(d.ctrs, ctr.GetId()))
+	}
 	d.metrics.observeAdmission(req, err, time.Since(start))
 	if err != nil {
 		err = admissionError(err)
@@ -378,11 +389,15 @@ func (d *Daemon) logDecision(entry *logrus.Entry, dec policy.Decision, msg strin
 
 // StartContainer is the sign that the container came to life: both
 // runtimes send it only after the OCI runtime created the container.
-func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	d := p.d
 	d.mu.Lock()
 	d.started(ctr.GetId())
+	changed := d.startedLate(pod, ctr)
 	d.mu.Unlock()
+	if changed {
+		d.kick()
+	}
 	return nil
 }
 
@@ -421,6 +436,7 @@ func (d *Daemon) sharedPoolChanged(skip string) []*api.ContainerUpdate {
 // forget releases and drops one container; it reports whether the shared
 // pool changed. Unknown containers are no-ops (idempotent).
 func (d *Daemon) forget(id, why string) (bool, error) {
+	d.forgetGaveUp(id, "")
 	r, ok := d.ctrs[id]
 	if !ok {
 		return false, nil
@@ -471,6 +487,7 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 	d := p.d
 	d.mu.Lock()
 	key := podKey(pod)
+	d.forgetGaveUp("", key)
 	next := d.engine.RemovePod(d.st, key)
 	recs := cloneRecords(d.ctrs)
 	for id, r := range recs {

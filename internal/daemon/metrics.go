@@ -154,10 +154,11 @@ func (m *metrics) updateGauges() {
 			}
 		}
 	}
-	m.sharedCPUs.Set(float64(d.engine.SharedMask(d.st).Size()))
+	m.sharedCPUs.Set(float64(d.engine.SharedPool(d.st).Size()))
 	m.exclusiveCPUs.Set(float64(len(exclusive)))
 	m.reservedCPUs.Set(float64(d.engine.Reserved().Size()))
 	m.containers.Set(float64(len(d.ctrs)))
+	d.notePool()
 }
 
 // StateView is the /state document: the podresources-style view of the

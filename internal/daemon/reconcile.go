@@ -230,8 +230,8 @@ func (d *Daemon) reconcile(reader cgroupReader) int {
 
 	var found []drifted
 	for _, it := range items {
-		if it.rec.CgroupsPath == "" {
-			continue
+		if it.rec.CgroupsPath == "" || it.cpus.IsEmpty() {
+			continue // an empty cpuset is never applied (see emptypool.go)
 		}
 		cpus, mems, err := reader.read(it.rec.CgroupsPath)
 		if errors.Is(err, errCgroupGone) {

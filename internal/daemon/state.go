@@ -251,6 +251,9 @@ func cloneRecords(m map[string]ctrRecord) map[string]ctrRecord {
 // skip to the current shared pool. Failures are ignored by the runtime (a
 // container may be stopping); the reconcile loop repairs what is left.
 func (d *Daemon) sharedUpdates(skip string) []*api.ContainerUpdate {
+	if d.engine.SharedMask(d.st).IsEmpty() {
+		return nil // no CPU for them (nothing reserved): never an empty cpuset
+	}
 	shared := d.engine.SharedMask(d.st).String()
 	ids := make([]string, 0, len(d.ctrs))
 	for id, r := range d.ctrs {

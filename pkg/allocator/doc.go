@@ -29,7 +29,8 @@
 //
 // # Where this differs from the kubelet
 //
-// Only where the kubelet's code would corrupt its own state or hang:
+// In placement, only where the kubelet's code would corrupt its own state
+// or hang:
 //   - A core (socket) counted "free" because its free CPUs equal the
 //     machine average while its real size is larger (hybrid P/E parts,
 //     sockets with offline CPUs) is taken for its free CPUs only; the
@@ -45,13 +46,36 @@
 //     combinations (dozens of NUMA nodes; never with 16 or fewer).
 //   - CPU hint generation states no preference (nil) on machines with more
 //     than 16 NUMA nodes instead of enumerating 2^n masks.
-//   - The shared pool is never emptied (the lead's rule): a request that
-//     would take its last CPU is refused with InsufficientCPUs; the kubelet
-//     can empty it under strict-cpu-reservation.
 //   - A pod's reusable init-container CPUs exclude CPUs another pod holds
 //     (reachable only through Assign). AssignReusing restores the
 //     same-pod overlaps init-container reuse creates; Assign refuses any
 //     overlap.
+//
+// The shared pool empties as in the kubelet: every assignable CPU may be
+// handed out, so under strict-cpu-reservation (reserved CPUs outside the
+// pool) or with no reserved CPUs the last shared CPU goes to an exclusive
+// container, and Assign may take it too. Where the pool's containers run
+// then is not the allocator's decision; it differs from the kubelet, for
+// the NRI runtimes' sake (pkg/policy, internal/daemon):
+//   - While the pool is empty, shared-pool containers run on the reserved
+//     CPUs (policy.Engine.SharedCPUs), which no container holds
+//     exclusively. The kubelet skips containers whose cpuset is empty and
+//     leaves them where they were, on CPUs that are now exclusive; an NRI
+//     plugin must hand the runtime a non-empty cpuset, and exclusive CPUs
+//     stay exclusive.
+//   - With no reserved CPUs and an empty pool a shared-pool container has
+//     no CPU that is not exclusive: policy.Engine.Add refuses it
+//     (InsufficientCPUs, *policy.NoSharedCPUsError) where the kubelet
+//     would run it unpinned on the exclusive CPUs, and the daemon refuses
+//     an exclusive container whose CPUs would empty the pool while
+//     shared-pool containers run (they would be left with no CPU). The
+//     kubelet's CPU manager refuses to start with no reserved CPUs (only
+//     its policy code accepts it), so no node moving from the kubelet
+//     has this configuration; the daemon takes it only when written
+//     explicitly (reserved_cpu_count = 0) and warns at start-up.
+//   - A checkpoint whose pool is empty is restored. The kubelet's own
+//     state check takes an empty default set with assignments for a
+//     corrupt file and will not start until the node is drained.
 //
 // Everything else, including what looks accidental (the partial uncore
 // step's exact-match and need%2 quirks, full-pcpus-only checks running
