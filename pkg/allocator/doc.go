@@ -45,7 +45,15 @@
 //     falls back to packed when one size has more than 100000 NUMA node
 //     combinations (dozens of NUMA nodes; never with 16 or fewer).
 //   - CPU hint generation states no preference (nil) on machines with more
-//     than 16 NUMA nodes instead of enumerating 2^n masks.
+//     than 16 NUMA nodes with CPUs. The kubelet enumerates every NUMA mask
+//     for each container (2^n-1: 131071 at 17 nodes) and its merge walks
+//     the cross product with every other provider's list (a device on one
+//     node offers 2^(n-1) masks: billions of combinations), which does not
+//     finish on the container-create path. Only a machine with more than
+//     16 such nodes and max-allowable-numa-nodes raised above 16 reaches
+//     this (the topology manager refuses more than 8 by default): there
+//     the other providers' hints alone decide the affinity and restricted
+//     admission, and exclusive CPUs go by takeByTopology inside it.
 //   - A pod's reusable init-container CPUs exclude CPUs another pod holds
 //     (reachable only through Assign). AssignReusing restores the
 //     same-pod overlaps init-container reuse creates; Assign refuses any
