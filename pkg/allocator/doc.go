@@ -53,7 +53,7 @@
 //     16 such nodes and max-allowable-numa-nodes raised above 16 reaches
 //     this (the topology manager refuses more than 8 by default): there
 //     the other providers' hints alone decide the affinity and restricted
-//     admission, and exclusive CPUs go by takeByTopology inside it.
+//     admission, and exclusive CPUs are taken from that affinity first.
 //   - A pod's reusable init-container CPUs exclude CPUs another pod holds
 //     (reachable only through Assign). AssignReusing restores the
 //     same-pod overlaps init-container reuse creates; Assign refuses any
