@@ -3,7 +3,9 @@ package daemon
 import (
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
+	"k8s.io/utils/cpuset"
 )
 
 // A container the plugin placed in CreateContainer can die before it ever
@@ -98,6 +100,7 @@ func (d *Daemon) startTimedOut(id string, seq uint64) {
 		d.mu.Unlock()
 		return
 	}
+	d.gaveUp[id] = r.Pod
 	d.logAbandoned(r, cpus.String(), "no StartContainer within container_start_timeout ("+time.Duration(d.cfg.ContainerStartTimeout).String()+")",
 		"container never started: CPUs given back")
 	d.mu.Unlock()
@@ -114,4 +117,68 @@ func (d *Daemon) logAbandoned(r ctrRecord, cpus, why, msg string) {
 		"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": cpus, "exclusive": r.Exclusive,
 		"reason": reasonNeverStarted, "detail": why, "shared": d.engine.SharedMask(d.st).String(),
 	}).Warn(msg)
+}
+
+// startedLate places again a container given up by its start timer that
+// starts after all (a runtime slower than container_start_timeout): it
+// keeps the exclusive CPUs it runs on when they are still free, else it
+// is admitted afresh and the reconcile loop moves its cgroup to the new
+// assignment. It reports whether the shared pool changed. d.mu is held.
+func (d *Daemon) startedLate(pod *api.PodSandbox, ctr *api.Container) bool {
+	id := ctr.GetId()
+	if _, ok := d.gaveUp[id]; !ok || d.engine == nil {
+		return false
+	}
+	delete(d.gaveUp, id)
+	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": id})
+	req := d.withDeviceHints(requestFor(pod, ctr), ctr, entry)
+	rec := ctrRecord{ID: id, Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(), CgroupsPath: ctr.GetLinux().GetCgroupsPath()}
+	st := d.st
+	kept := false
+	if n := d.exclusiveCount(req); n > 0 {
+		if have, err := cpuset.Parse(ctr.GetLinux().GetResources().GetCpu().GetCpus()); err == nil && have.Size() == n {
+			if next, err := d.engine.Assign(st, req.Pod, rec.Name, have); err == nil {
+				st, rec.Exclusive, kept = next, true, true
+			}
+		}
+	}
+	if !kept {
+		next, dec, err := d.engine.Add(st, req)
+		if err != nil {
+			entry.WithError(err).WithField("reason", reasonOf(err)).
+				Warn("container started after its CPUs were given back and cannot be placed again; it stays in the shared pool")
+			return false
+		}
+		st, rec.Exclusive = next, dec.Exclusive
+		if dec.Exclusive && !dec.Mems.IsEmpty() {
+			rec.Mems = dec.Mems.String()
+		}
+	}
+	recs := cloneRecords(d.ctrs)
+	recs[id] = rec
+	if err := d.persist(st, recs); err != nil {
+		entry.WithError(err).Error("cannot write the checkpoint; the late container stays untracked")
+		return false
+	}
+	prevShared := d.engine.SharedMask(d.st)
+	d.st, d.ctrs = st, recs
+	d.gen++
+	d.metrics.updateGauges()
+	entry.WithFields(logrus.Fields{"cpus": d.rightCPUs(rec).String(), "exclusive": rec.Exclusive, "kept_cpus": kept}).
+		Warn("container started after container_start_timeout had given its CPUs back; placed again (raise container_start_timeout if this runtime is that slow)")
+	return !prevShared.Equals(d.engine.SharedMask(d.st))
+}
+
+// forgetGaveUp drops the given-up entries of a container, or of a whole
+// pod when id is "". d.mu is held.
+func (d *Daemon) forgetGaveUp(id, pod string) {
+	if id != "" {
+		delete(d.gaveUp, id)
+		return
+	}
+	for k, p := range d.gaveUp {
+		if p == pod {
+			delete(d.gaveUp, k)
+		}
+	}
 }

@@ -411,3 +411,63 @@ func TestStartTimeoutOff(t *testing.T) {
 		t.Errorf("%d timers armed with the timeout off", n)
 	}
 }
+
+// A container given up by its timer that starts after all is placed again:
+// on the CPUs it runs on when they are still free, else afresh (the
+// reconcile loop then moves its cgroup there).
+func TestLateStartPlacedAgain(t *testing.T) {
+	h := newHandlerDaemon(t, t.TempDir(), "")
+	ctx := context.Background()
+	if _, err := h.p.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := testPod("a"), testPod("b"), testPod("c")
+	ca := testCtr("a-1", "app", 2000)
+	cpus, _ := h.create(t, a, ca)
+	if cpus != "1,5" {
+		t.Fatalf("a-1 on %q, want 1,5", cpus)
+	}
+	h.clock.fireAll(false)
+	if h.tracked("a-1") || h.shared() != "0-7" {
+		t.Fatalf("after the timeout: tracked %v shared %s", h.tracked("a-1"), h.shared())
+	}
+	h.kicked()
+	// It starts late, still on 1,5 (the runtime's view of its cpuset).
+	ca.Linux.Resources.Cpu.Cpus = "1,5"
+	h.start(t, a, ca)
+	if !h.tracked("a-1") || h.shared() != "0,2-4,6-7" || !h.kicked() {
+		t.Errorf("late start on free CPUs: tracked %v shared %s; want tracked, 0,2-4,6-7 and a push", h.tracked("a-1"), h.shared())
+	}
+
+	// Given up again, and its CPUs taken by another container meanwhile.
+	cb := testCtr("b-1", "app", 2000)
+	h.create(t, b, cb)
+	h.start(t, b, cb) // b-1 is a started container: no timer left
+	cc := testCtr("c-1", "app", 2000)
+	if cpus, _ := h.create(t, c, cc); cpus != "3,7" {
+		t.Fatalf("c-1 on %q, want 3,7 (a-1 on 1,5, b-1 on 2,6)", cpus)
+	}
+	h.clock.fireAll(false)
+	if h.tracked("c-1") {
+		t.Fatal("c-1 still tracked after its timeout")
+	}
+	cd := testCtr("d-1", "app", 2000)
+	if cpus, _ := h.create(t, testPod("d"), cd); cpus != "3,7" {
+		t.Fatalf("d-1 on %q, want 3,7 (given back by c-1)", cpus)
+	}
+	cc.Linux.Resources.Cpu.Cpus = "3,7"
+	h.start(t, c, cc)
+	// No core is left for c-1: it stays in the shared pool, untracked.
+	if h.tracked("c-1") || h.shared() != "0,4" {
+		t.Errorf("late start with no room: tracked %v shared %s; want untracked and 0,4", h.tracked("c-1"), h.shared())
+	}
+	var warned bool
+	for _, e := range h.log.AllEntries() {
+		if e.Data["container"] == "app" && e.Data["id"] == "c-1" && strings.Contains(e.Message, "cannot be placed again") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Error("no warning for the late container that could not be placed")
+	}
+}
