@@ -69,10 +69,13 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		emit(errorLine{Error: err.Error(), Reason: "InvalidConfig"})
 		return 1
 	}
-	topo, err := sysfs.Read(*root)
+	topo, warns, err := sysfs.ReadWithWarnings(*root)
 	if err != nil {
 		emit(errorLine{Error: err.Error(), Reason: reasonOf(err, "TopologyDiscoveryError")})
 		return 1
+	}
+	for _, w := range warns {
+		log.WithField("files", w.Files).Warn("simulate: " + w.Msg)
 	}
 	engine, err := policy.New(topo, pcfg)
 	if err != nil {

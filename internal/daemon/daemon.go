@@ -167,10 +167,11 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	applyLogSettings(o.log, cfg)
 	topo := o.topo
 	if topo == nil {
-		t, err := sysfs.Read(cfg.SysfsRoot)
+		t, warns, err := sysfs.ReadWithWarnings(cfg.SysfsRoot)
 		if err != nil {
 			return nil, fmt.Errorf("read topology from %s: %w", cfg.SysfsRoot, err)
 		}
+		logDiscoveryWarnings(o.log, warns)
 		topo = t
 	}
 	_, explicitZero := zeroReservation(cfg)
@@ -535,10 +536,11 @@ func (d *Daemon) configure(doc string) error {
 			}
 		}
 		if next.SysfsRoot != d.cfg.SysfsRoot && !d.fixedTopo {
-			t, err := sysfs.Read(next.SysfsRoot)
+			t, warns, err := sysfs.ReadWithWarnings(next.SysfsRoot)
 			if err != nil {
 				return fmt.Errorf("configuration from the runtime: read topology from %s: %w", next.SysfsRoot, err)
 			}
+			logDiscoveryWarnings(d.log, warns)
 			topo = t
 		}
 	} else {

@@ -12,9 +12,12 @@
 //     to devices/system/cpu/online.
 //   - The NUMA node of a CPU is the nodeM directory whose cpulist holds it.
 //     Without devices/system/node every CPU is on node 0.
-//   - Cores are the CPUs sharing (NUMA node, physical_package_id, core_id);
-//     a core's id is its lowest logical CPU id, not core_id, which repeats
-//     across sockets. thread_siblings_list must agree.
+//   - Cores are the CPUs sharing (NUMA node, physical_package_id, core_id),
+//     as cAdvisor groups them; a core's id is its lowest logical CPU id,
+//     not core_id, which repeats across sockets. thread_siblings_list is
+//     only checked: where it disagrees (odd firmware, some VMs), or cannot
+//     be read, the kubelet still runs on core_id, and so does discovery,
+//     with a Warning naming the files.
 //   - The uncore (L3) id of a core is the id of the level-3 cache of its
 //     lowest thread, except when that cache is shared by exactly
 //     (cores of the NUMA node × threads of this core) CPUs: cAdvisor then
@@ -23,7 +26,8 @@
 //     has no id file, L3 groups are told apart by shared_cpu_list.
 //
 // Bad input is an error (*FileError) that names the file and its content;
-// Read never panics.
+// Read never panics. Disagreements the kubelet runs with are Warnings
+// (ReadWithWarnings), for the caller to log.
 package sysfs
 
 import (
@@ -98,6 +102,28 @@ func numbered(name, prefix string) (n int, ok bool, err error) {
 type reader struct {
 	fsys   fs.FS
 	prefix string
+	warns  *[]Warning
+}
+
+// Warning is a disagreement in the tree that discovery resolved the way
+// the kubelet's discovery (cAdvisor) does, so it keeps running.
+type Warning struct {
+	// Files are the files that disagree, named as errors name them.
+	Files []string
+	// Msg says what disagrees and what discovery did.
+	Msg string
+}
+
+// String is the message followed by the files.
+func (w Warning) String() string { return w.Msg + " (files: " + strings.Join(w.Files, ", ") + ")" }
+
+// warn records a warning about files (paths inside fsys).
+func (r reader) warn(msg string, files ...string) {
+	shown := make([]string, len(files))
+	for i, f := range files {
+		shown[i] = r.show(f)
+	}
+	*r.warns = append(*r.warns, Warning{Files: shown, Msg: msg})
 }
 
 // show is the path of a file as the operator knows it.
@@ -203,8 +229,10 @@ type cpuRecord struct {
 	socket   int
 	die      int
 	node     int
-	siblings cpuset.CPUSet
+	siblings cpuset.CPUSet // online thread siblings; unknown unless siblOK
+	siblOK   bool
 	siblFile string
+	coreFile string
 }
 
 // l3Record is the level-3 cache seen by a core's lowest thread.
@@ -219,8 +247,15 @@ type l3Record struct {
 // it holds devices/system/cpu and devices/system/node). See the package
 // documentation for the rules. Errors name files by their full path.
 func Read(root string) (*topology.Topology, error) {
+	t, _, err := ReadWithWarnings(root)
+	return t, err
+}
+
+// ReadWithWarnings is Read that also returns the disagreements discovery
+// resolved as the kubelet does (see Warning), for the caller to log.
+func ReadWithWarnings(root string) (*topology.Topology, []Warning, error) {
 	if root == "" {
-		return nil, fmt.Errorf("sysfs: empty sysfs root")
+		return nil, nil, fmt.Errorf("sysfs: empty sysfs root")
 	}
 	return reader{fsys: os.DirFS(root), prefix: root}.read()
 }
@@ -229,16 +264,27 @@ func Read(root string) (*topology.Topology, error) {
 // such as "devices/system/cpu/online"); errors name files by those relative
 // paths. Tests read generated trees from memory through it.
 func ReadFS(fsys fs.FS) (*topology.Topology, error) {
+	t, _, err := ReadFSWithWarnings(fsys)
+	return t, err
+}
+
+// ReadFSWithWarnings is ReadFS that also returns the warnings.
+func ReadFSWithWarnings(fsys fs.FS) (*topology.Topology, []Warning, error) {
 	return reader{fsys: fsys}.read()
 }
 
-func (r reader) read() (*topology.Topology, error) {
+func (r reader) read() (*topology.Topology, []Warning, error) {
+	var warns []Warning
+	r.warns = &warns
 	t, err := r.discover()
 	var fe *FileError
 	if errors.As(err, &fe) {
 		fe.Path = r.show(fe.Path)
 	}
-	return t, err
+	if err != nil {
+		return t, nil, err
+	}
+	return t, warns, nil
 }
 
 func (r reader) discover() (*topology.Topology, error) {
@@ -277,10 +323,7 @@ func (r reader) discover() (*topology.Topology, error) {
 		records[cpu] = rec
 	}
 
-	cores, err := groupCores(records)
-	if err != nil {
-		return nil, err
-	}
+	cores := r.groupCores(records)
 
 	infos, err := r.assignL3(cpuDir, records, cores)
 	if err != nil {
@@ -398,7 +441,8 @@ func (r reader) readCPU(cpuDir string, cpu int, online cpuset.CPUSet) (*cpuRecor
 	topoDir := path.Join(cpuDir, "cpu"+strconv.Itoa(cpu), "topology")
 	rec := &cpuRecord{cpu: cpu}
 	var err error
-	if rec.coreID, err = r.readInt(path.Join(topoDir, "core_id")); err != nil {
+	rec.coreFile = path.Join(topoDir, "core_id")
+	if rec.coreID, err = r.readInt(rec.coreFile); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
@@ -435,15 +479,19 @@ func (r reader) readCPU(cpuDir string, cpu int, online cpuset.CPUSet) (*cpuRecor
 			rec.die = 0
 		}
 	}
+	// cAdvisor does not read thread_siblings_list: an unreadable one is
+	// a warning, and groupCores compares the readable ones.
 	rec.siblFile = path.Join(topoDir, "thread_siblings_list")
 	sib, err := r.readList(rec.siblFile)
 	if err != nil {
-		return nil, err
+		var fe *FileError
+		if errors.As(err, &fe) {
+			fe.Path = r.show(fe.Path)
+		}
+		r.warn(fmt.Sprintf("cpu %d: thread siblings unknown (%v); its core follows core_id and physical_package_id, as the kubelet's", cpu, err), rec.siblFile)
+		return rec, nil
 	}
-	rec.siblings = sib.Intersection(online)
-	if !rec.siblings.Contains(cpu) {
-		return nil, &FileError{Path: rec.siblFile, Content: sib.String(), Err: fmt.Errorf("cpu %d is not among its own thread siblings", cpu)}
-	}
+	rec.siblings, rec.siblOK = sib.Intersection(online), true
 	return rec, nil
 }
 
@@ -451,10 +499,12 @@ func (r reader) readCPU(cpuDir string, cpu int, online cpuset.CPUSet) (*cpuRecor
 // NUMA node.
 type coreKey struct{ node, socket, coreID int }
 
-// groupCores groups the CPUs into cores and checks each group against
-// thread_siblings_list. It returns the cores' CPU sets keyed by core id
-// (lowest thread).
-func groupCores(records map[int]*cpuRecord) (map[int]cpuset.CPUSet, error) {
+// groupCores groups the CPUs into cores as cAdvisor does, by coreKey, and
+// returns the cores' CPU sets keyed by core id (lowest thread). A core
+// whose CPUs' thread_siblings_list says otherwise (a CPU not among its own
+// siblings included) keeps the coreKey grouping, with one warning naming
+// the core_id files of the core and the disagreeing siblings files.
+func (r reader) groupCores(records map[int]*cpuRecord) map[int]cpuset.CPUSet {
 	groups := map[coreKey][]int{}
 	for cpu, rec := range records {
 		k := coreKey{rec.node, rec.socket, rec.coreID}
@@ -463,17 +513,33 @@ func groupCores(records map[int]*cpuRecord) (map[int]cpuset.CPUSet, error) {
 	cores := make(map[int]cpuset.CPUSet, len(groups))
 	for _, cpus := range groups {
 		set := cpuset.New(cpus...)
-		for _, cpu := range set.List() {
-			rec := records[cpu]
-			if !rec.siblings.Equals(set) {
-				return nil, &FileError{Path: rec.siblFile, Content: rec.siblings.String(),
-					Err: fmt.Errorf("thread siblings of cpu %d disagree with the CPUs sharing its core_id %d on package %d, node %d (%s)",
-						cpu, rec.coreID, rec.socket, rec.node, set)}
-			}
-		}
 		cores[set.List()[0]] = set
 	}
-	return cores, nil
+	// Warnings in core order, so that a log reads the same every start.
+	for _, id := range slices.Sorted(maps.Keys(cores)) {
+		set := cores[id]
+		var files, says []string
+		for _, cpu := range set.List() {
+			rec := records[cpu]
+			files = append(files, rec.coreFile)
+			if rec.siblOK && !rec.siblings.Equals(set) {
+				says = append(says, fmt.Sprintf("cpu %d: %q", cpu, rec.siblings.String()))
+			}
+		}
+		if len(says) == 0 {
+			continue
+		}
+		for _, cpu := range set.List() {
+			if rec := records[cpu]; rec.siblOK && !rec.siblings.Equals(set) {
+				files = append(files, rec.siblFile)
+			}
+		}
+		rec := records[id]
+		r.warn(fmt.Sprintf("CPUs %s share core_id %d on package %d, node %d, but thread_siblings_list disagrees (%s); "+
+			"the core is %s, by core_id and physical_package_id, as the kubelet's discovery (cAdvisor) has it",
+			set, rec.coreID, rec.socket, rec.node, strings.Join(says, ", "), set), files...)
+	}
+	return cores
 }
 
 // assignL3 reads the L3 of each core's lowest thread and applies the

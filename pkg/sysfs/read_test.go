@@ -116,22 +116,6 @@ func TestReadBadInput(t *testing.T) {
 			wantPath: cpuDir + "cpu3/topology/die_id", wantErr: sysfs.ErrSyntax,
 		},
 		{
-			name: "siblings disagree with core_id", fixture: "ht-1s-4c",
-			// cpu 0 and 4 share core_id 0, but cpu 0 claims to be alone.
-			mutate:   func(f map[string]string) { f[cpuDir+"cpu0/topology/thread_siblings_list"] = "0\n" },
-			wantPath: cpuDir + "cpu0/topology/thread_siblings_list", wantIn: []string{"disagree", "0,4"},
-		},
-		{
-			name: "cpu not its own sibling", fixture: "ht-1s-4c",
-			mutate:   func(f map[string]string) { f[cpuDir+"cpu1/topology/thread_siblings_list"] = "5\n" },
-			wantPath: cpuDir + "cpu1/topology/thread_siblings_list", wantIn: []string{"not among its own thread siblings"},
-		},
-		{
-			name: "garbage siblings", fixture: "ht-1s-4c",
-			mutate:   func(f map[string]string) { f[cpuDir+"cpu1/topology/thread_siblings_list"] = "1,,5\n" },
-			wantPath: cpuDir + "cpu1/topology/thread_siblings_list", wantErr: sysfs.ErrSyntax,
-		},
-		{
 			name: "garbage isolated", fixture: "isolated",
 			mutate:   func(f map[string]string) { f[cpuDir+"isolated"] = "2-3;6-7\n" },
 			wantPath: cpuDir + "isolated", wantIn: []string{`"2-3;6-7\n"`}, wantErr: sysfs.ErrSyntax,
