@@ -146,7 +146,8 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // Default is the configuration used for every key a file leaves out: the
 // static policy, no topology manager, no reservation (which the daemon
 // refuses under static, as the kubelet does: set reserved_system_cpus or
-// reserved_cpu_count), metrics on localhost.
+// reserved_cpu_count; reserved_cpu_count = 0 written in the file runs with
+// none, with a warning), metrics on localhost.
 func Default() Config {
 	return Config{
 		CPUManagerPolicy:             "static",
