@@ -14,6 +14,9 @@ const (
 	OptDistributeCPUsAcrossCores = "distribute-cpus-across-cores"
 	OptPreferAlignByUncoreCache  = "prefer-align-cpus-by-uncorecache"
 	OptStrictCPUReservation      = "strict-cpu-reservation"
+	// OptStrictAlignByUncoreCache is this project's own extension, not a
+	// kubelet option (see uncore_strict.go): "true" or "exclusive".
+	OptStrictAlignByUncoreCache = "strict-align-cpus-by-uncorecache"
 )
 
 // Options are the parsed static-policy options (see ParseOptions).
@@ -24,6 +27,9 @@ type Options struct {
 	DistributeCPUsAcrossCores bool
 	PreferAlignByUncoreCache  bool
 	StrictCPUReservation      bool
+	// StrictUncoreCache is strict-align-cpus-by-uncorecache (off, strict
+	// or exclusive).
+	StrictUncoreCache UncoreStrictness
 }
 
 // ContainerType tells app containers from init containers (whose CPUs the

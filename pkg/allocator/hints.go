@@ -17,7 +17,9 @@ import (
 // regenerated from its assignment, or an empty (non-nil) list when the
 // assignment's size differs from the request. A request below 1 CPU has no
 // preference (nil), and so does a machine with more than 16 NUMA nodes
-// (whose masks are too many to enumerate).
+// (whose masks are too many to enumerate). Under
+// strict-align-cpus-by-uncorecache a new container's hints are only the
+// NUMA node sets its strict placement fits in.
 func (s *Static) CPUHints(st State, req Request) []hints.Hint {
 	if req.CPUs < 1 {
 		return nil
@@ -28,7 +30,11 @@ func (s *Static) CPUHints(st State, req Request) []hints.Hint {
 		}
 		return s.generateHints(s.m.toBits(cur), newBitset(s.m.n), req.CPUs)
 	}
-	return s.generateHints(s.m.maskBits(st.Default).andNot(s.reservedBits), s.reusable(st, req.Pod), req.CPUs)
+	out := s.generateHints(s.m.maskBits(st.Default).andNot(s.reservedBits), s.reusable(st, req.Pod), req.CPUs)
+	if s.strict() && out != nil {
+		out = s.strictHints(st, req, out)
+	}
+	return out
 }
 
 // PodCPUHints is CPU hint generation for the pod scope: cpus is the pod's

@@ -33,6 +33,13 @@ func ParseOptions(opts map[string]string) (Options, error) {
 			field = &o.PreferAlignByUncoreCache
 		case OptStrictCPUReservation:
 			field = &o.StrictCPUReservation
+		case OptStrictAlignByUncoreCache:
+			v, err := parseUncoreStrictness(opts[name])
+			if err != nil {
+				return Options{}, &OptionsError{Option: name, Err: fmt.Errorf("bad value for option %q: %w", name, err)}
+			}
+			o.StrictUncoreCache = v
+			continue
 		default:
 			return Options{}, &OptionsError{Option: name, Err: fmt.Errorf("unknown CPU Manager Policy option: %q", name)}
 		}
@@ -64,6 +71,9 @@ func (o Options) Map() map[string]string {
 			m[f.name] = "true"
 		}
 	}
+	if o.StrictUncoreCache != UncoreStrictOff {
+		m[OptStrictAlignByUncoreCache] = o.StrictUncoreCache.String()
+	}
 	return m
 }
 
@@ -82,6 +92,10 @@ func (o Options) Validate(topo *topology.Topology) error {
 		{o.DistributeCPUsAcrossNUMA, o.DistributeCPUsAcrossCores, OptDistributeCPUsAcrossNUMA, OptDistributeCPUsAcrossCores},
 		{o.PreferAlignByUncoreCache, o.DistributeCPUsAcrossCores, OptPreferAlignByUncoreCache, OptDistributeCPUsAcrossCores},
 		{o.PreferAlignByUncoreCache, o.DistributeCPUsAcrossNUMA, OptPreferAlignByUncoreCache, OptDistributeCPUsAcrossNUMA},
+		// The strict form places whole-cache and single-cache sets of its
+		// own; spreading over cores or NUMA nodes contradicts it.
+		{o.StrictUncoreCache != UncoreStrictOff, o.DistributeCPUsAcrossCores, OptStrictAlignByUncoreCache, OptDistributeCPUsAcrossCores},
+		{o.StrictUncoreCache != UncoreStrictOff, o.DistributeCPUsAcrossNUMA, OptStrictAlignByUncoreCache, OptDistributeCPUsAcrossNUMA},
 	}
 	for _, p := range pairs {
 		if p.a && p.b {

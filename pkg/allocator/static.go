@@ -192,8 +192,13 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 	if n > avail {
 		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
 	}
-	result := s.place(allocatable, n, affinity.Affinity)
-	if result == nil {
+	var result bitset
+	if s.strict() {
+		var err error
+		if result, err = s.placeStrict(def, allocatable, s.reusable(st, req.Pod), n, affinity.Affinity); err != nil {
+			return st, cpuset.New(), err
+		}
+	} else if result = s.place(allocatable, n, affinity.Affinity); result == nil {
 		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
 	}
 	newDef := def.andNot(result)
