@@ -148,6 +148,9 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	if err := cpuOpts.Validate(topo); err != nil {
 		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: err}
 	}
+	if err := validateStrictUncore(cpuOpts, cfg); err != nil {
+		return nil, err
+	}
 
 	// The NUMA-node limit binds only a policy that merges hints, as in the
 	// kubelet, and counts every NUMA node the kubelet sees, memory-only ones
@@ -490,7 +493,11 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 			return next, Decision{CPUs: cpus, Mems: e.memsFor(h.Affinity, cpus), Exclusive: true, Affinity: h, Existing: true}, nil
 		}
 	}
-	// Step 3.
+	// Step 3, after the strict uncore option's own check (see
+	// checkStrictUncore).
+	if err := e.checkStrictUncore(st, req, exclusive); err != nil {
+		return st, Decision{}, err
+	}
 	h, store, err := e.affinity(st, req)
 	if err != nil {
 		return st, Decision{}, err
