@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
@@ -114,6 +115,8 @@ func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Durat
 		m.alignedFailures.WithLabelValues(m.scope(), boundaryPhysicalCPU).Inc()
 	case reasonTopologyAffine:
 		m.alignedFailures.WithLabelValues(m.scope(), boundaryNUMANode).Inc()
+	case allocator.ReasonUncoreCacheAlignment:
+		m.alignedFailures.WithLabelValues(m.scope(), boundaryUncoreCache).Inc()
 	}
 	if pinning {
 		m.pinningErrors.Inc()
@@ -132,7 +135,9 @@ func (m *metrics) observeDecision(dec policy.Decision, topo *topology.Topology) 
 	if len(topo.NUMANodesOf(dec.CPUs)) == 1 {
 		m.aligned.WithLabelValues(m.scope(), boundaryNUMANode).Inc()
 	}
-	if len(topo.L3GroupsOf(dec.CPUs)) == 1 {
+	// Under strict-align-cpus-by-uncorecache every admitted exclusive
+	// container is aligned by its rules (a larger one on whole caches).
+	if len(topo.L3GroupsOf(dec.CPUs)) == 1 || (!dec.Existing && m.d.engine != nil && m.d.engine.StrictUncore() != allocator.UncoreStrictOff) {
 		m.aligned.WithLabelValues(m.scope(), boundaryUncoreCache).Inc()
 	}
 }
@@ -164,13 +169,16 @@ func (m *metrics) updateGauges() {
 // StateView is the /state document: the podresources-style view of the
 // current assignments.
 type StateView struct {
-	Connected    bool            `json:"connected"`
-	Synchronized bool            `json:"synchronized"`
-	Policy       string          `json:"cpu_manager_policy"`
-	Topology     string          `json:"topology_manager_policy"`
-	Scope        string          `json:"topology_manager_scope"`
-	Reserved     string          `json:"reserved"`
-	Shared       string          `json:"shared"`
+	Connected    bool   `json:"connected"`
+	Synchronized bool   `json:"synchronized"`
+	Policy       string `json:"cpu_manager_policy"`
+	Topology     string `json:"topology_manager_policy"`
+	Scope        string `json:"topology_manager_scope"`
+	Reserved     string `json:"reserved"`
+	Shared       string `json:"shared"`
+	// StrictUncore is strict-align-cpus-by-uncorecache ("true" or
+	// "exclusive"), absent when off; each container's caches are its l3.
+	StrictUncore string          `json:"strict_align_cpus_by_uncorecache,omitempty"`
 	Containers   []ContainerView `json:"containers"`
 }
 
@@ -203,6 +211,9 @@ func (d *Daemon) State() StateView {
 		Reserved:     d.engine.Reserved().String(),
 		Shared:       d.engine.SharedMask(d.st).String(),
 		Containers:   []ContainerView{},
+	}
+	if u := d.engine.StrictUncore(); u != allocator.UncoreStrictOff {
+		v.StrictUncore = u.String()
 	}
 	for id, r := range d.ctrs {
 		cpus := d.rightCPUs(r)
