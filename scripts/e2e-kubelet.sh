@@ -8,6 +8,7 @@
 # machine: the whole run holds /tmp/nri-cpualign-e2e.lock.
 #
 # E2E_KUBELET_RUNTIMES="containerd crio" picks the runtimes (default both);
+# E2E_KUBE_BIN=DIR uses DIR/kubelet instead of setup-kube.sh's;
 # extra arguments go to the test binary, e.g.
 #   scripts/e2e-kubelet.sh -ginkgo.focus='migrat'
 # The work dir (kubelet and plugin logs, configs, state) is kept with
@@ -45,6 +46,7 @@ cleanup() {
 	[ -n "${E2E_KUBE_BIN:-}" ] && kill_pids_of_bin "$PIDFILE" "$E2E_KUBE_BIN/kubelet"
 	kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
 	[ -n "$current" ] && runtime_teardown "$current"
+	hugetlb_umount
 	if [ "$status" = 0 ] && [ "${E2E_KEEP:-0}" != 1 ]; then
 		rm -rf "$WORK"
 	else
@@ -56,7 +58,11 @@ cleanup() {
 trap cleanup EXIT
 
 build_plugin
-setup_kube kubelet
+if [ -n "${E2E_KUBE_BIN:-}" ] && [ -x "$E2E_KUBE_BIN/kubelet" ]; then
+	log "using the kubelet in E2E_KUBE_BIN=$E2E_KUBE_BIN"
+else
+	setup_kube kubelet
+fi
 log "building the suite"
 (cd "$REPO_ROOT" && go test -tags e2e -c -o "$WORK/kubelet.test" ./test/kubelet) || die "building test/kubelet failed"
 
@@ -66,6 +72,7 @@ status=0
 for rt in $RUNTIMES; do
 	t0=$SECONDS
 	current=$rt
+	[ "$rt" = crio ] && hugetlb_mount
 	envfile=$(runtime_setup "$rt")
 	set +e
 	(
@@ -81,6 +88,7 @@ for rt in $RUNTIMES; do
 	kill_pids_of_bin "$PIDFILE" "$E2E_KUBE_BIN/kubelet"
 	kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
 	runtime_teardown "$rt"
+	hugetlb_umount
 	current=""
 	summary+=("$rt: status $rc in $((SECONDS - t0))s")
 	[ "$rc" = 0 ] || status=$rc

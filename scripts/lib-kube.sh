@@ -43,3 +43,31 @@ runtime_teardown() {
 	crio) bash "$SHARED_E2E/teardown-crio.sh" >&2 9>&- || log "CRI-O teardown reported errors" ;;
 	esac
 }
+
+# CRI-O applies the kubelet's hugepage limits whenever the kernel lists the
+# hugetlb controller in /proc/cgroups, mounted or not; runc then fails every
+# container ("cannot set hugetlb limit: container could not join or create
+# cgroup"; containerd ignores the limits: tolerate_missing_hugetlb_controller).
+# This VM has the controller but no hierarchy for it, so the CRI-O run mounts
+# one, as systemd does on a real node, and unmounts it afterwards.
+HUGETLB_MNT=/sys/fs/cgroup/hugetlb
+HUGETLB_MOUNTED=0
+
+hugetlb_mount() {
+	mountpoint -q "$HUGETLB_MNT" 2>/dev/null && return 0
+	awk '$1 == "hugetlb" && $2 == 0 && $4 == 1 {found = 1} END {exit !found}' /proc/cgroups || return 0
+	log "mounting the hugetlb cgroup hierarchy at $HUGETLB_MNT for CRI-O (unmounted at the end)"
+	mkdir -p "$HUGETLB_MNT" && mount -t cgroup -o hugetlb hugetlb "$HUGETLB_MNT" || die "cannot mount the hugetlb cgroup hierarchy"
+	HUGETLB_MOUNTED=1
+}
+
+# hugetlb_umount removes the (empty) pod cgroups left in the hierarchy
+# hugetlb_mount made and unmounts it.
+hugetlb_umount() {
+	[ "$HUGETLB_MOUNTED" = 1 ] || return 0
+	if [ -d "$HUGETLB_MNT/kubepods" ]; then
+		find "$HUGETLB_MNT/kubepods" -depth -type d -exec rmdir {} \; 2>/dev/null || log "some hugetlb cgroups are still in use"
+	fi
+	umount "$HUGETLB_MNT" && rmdir "$HUGETLB_MNT" || log "cannot unmount $HUGETLB_MNT"
+	HUGETLB_MOUNTED=0
+}

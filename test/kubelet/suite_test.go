@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
@@ -110,9 +109,42 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		out, err := exec.CommandContext(ctx, "go", "build", "-o", PluginBin, "github.com/nri-cpualign/nri-cpualign/cmd/nri-cpualign").CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "go build nri-cpualign:\n%s", out)
 	}
+	if Env.Runtime == "crio" && hugetlbUnmounted() {
+		envMissing = "CRI-O sets the kubelet's hugepage limits because /proc/cgroups lists the hugetlb controller, but no hugetlb hierarchy is mounted, so runc fails every container: mount one at /sys/fs/cgroup/hugetlb (scripts/e2e-kubelet.sh does)"
+		return
+	}
+	if Env.Runtime == "crio" && !canLowerOOMScore(ctx) {
+		stop, err := startOOMClamp(context.Background(), Env.NRISocket)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(stop)
+		GinkgoWriter.Printf("this machine cannot lower oom_score_adj (no CAP_SYS_RESOURCE): the e2e-oomclamp NRI plugin turns CRI-O's negative scores into 0\n")
+	}
 	GinkgoWriter.Printf("runtime %s (%s, NRI %s), kubelet %s, %d CPUs %s, plugin %s, work dir %s\n",
 		Env.Runtime, Env.Endpoint, Env.NRISocket, Env.Kubelet, Host.CPUs.Size(), Host.CPUs, PluginBin, WorkDir)
 }, NodeTimeout(5*time.Minute))
+
+// canLowerOOMScore reports whether a process here may lower its
+// oom_score_adj (root without CAP_SYS_RESOURCE may not, as in this VM).
+func canLowerOOMScore(ctx context.Context) bool {
+	return exec.CommandContext(ctx, "sh", "-c", "echo -1 > /proc/self/oom_score_adj").Run() == nil
+}
+
+// hugetlbUnmounted reports whether the kernel has the hugetlb controller
+// (enabled in /proc/cgroups) without a v1 hierarchy mounted for it.
+func hugetlbUnmounted() bool {
+	b, err := os.ReadFile("/proc/cgroups")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 4 && f[0] == "hugetlb" && f[3] == "1" {
+			_, err := os.Stat(filepath.Join(framework.CgroupRoot, "hugetlb", "cgroup.procs"))
+			return err != nil
+		}
+	}
+	return false
+}
 
 // RequireEnv skips the current spec (or Ordered container, from BeforeAll)
 // when the runtime or the kubelet is not set up, and when the machine has
@@ -248,13 +280,34 @@ func (p *Plugin) Kill() {
 }
 
 // State is the plugin's /state.
-func (p *Plugin) State(g Gomega, ctx context.Context) daemon.StateView {
+func (p *Plugin) State(g Gomega, ctx context.Context) StateView {
 	GinkgoHelper()
 	b, err := httpGet(ctx, "http://"+PluginMetricsAddr+"/state")
 	g.Expect(err).NotTo(HaveOccurred())
-	var v daemon.StateView
+	var v StateView
 	g.Expect(json.Unmarshal(b, &v)).To(Succeed())
 	return v
+}
+
+// StateView is the part of the plugin's /state the suite reads (README,
+// "Metrics and the /state endpoint"); decoded here rather than through the
+// daemon's own type, so the suite checks the documented document.
+type StateView struct {
+	Connected    bool            `json:"connected"`
+	Synchronized bool            `json:"synchronized"`
+	Reserved     string          `json:"reserved"`
+	Shared       string          `json:"shared"`
+	Containers   []ContainerView `json:"containers"`
+}
+
+// ContainerView is one container on /state.
+type ContainerView struct {
+	ID        string `json:"id"`
+	Pod       string `json:"pod"`
+	PodUID    string `json:"pod_uid"`
+	Container string `json:"container"`
+	CPUs      string `json:"cpus"`
+	Exclusive bool   `json:"exclusive"`
 }
 
 // Metric is the value of an unlabelled metric on /metrics (0 if absent).
@@ -276,7 +329,7 @@ func (p *Plugin) Metric(g Gomega, ctx context.Context, name string) float64 {
 
 // Exclusive maps "pod-name/container" to the exclusive CPUs of every
 // exclusive container on /state; shared containers are left out.
-func Exclusive(v daemon.StateView) map[string]string {
+func Exclusive(v StateView) map[string]string {
 	out := map[string]string{}
 	for _, c := range v.Containers {
 		if c.Exclusive {
