@@ -169,12 +169,18 @@ type addResult struct {
 	Mems      string       `json:"mems"`
 	Exclusive bool         `json:"exclusive"`
 	Affinity  affinityJSON `json:"affinity"`
+	// L3 is the uncore caches of an exclusive container's CPUs, shown
+	// under strict-align-cpus-by-uncorecache only.
+	L3 []int `json:"l3,omitempty"`
 }
 
 type hintsResult struct {
 	Pod       string                `json:"pod"`
 	Container string                `json:"container"`
 	Hints     map[string][]hintJSON `json:"hints"`
+	// StrictUncore is strict-align-cpus-by-uncorecache when on: the CPU
+	// hints then leave out NUMA nodes no strict placement fits in.
+	StrictUncore string `json:"strict_align_cpus_by_uncorecache,omitempty"`
 }
 
 type removeResult struct {
@@ -328,8 +334,12 @@ func (s *simulator) add(req requestLine) any {
 			s.state = next
 			s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "cpus": d.CPUs.String(),
 				"mems": d.Mems.String(), "exclusive": d.Exclusive, "numa": d.Affinity.Affinity.String()}).Debug("simulate: add")
-			return addResult{Pod: req.Pod, Container: req.Container, CPUs: d.CPUs.String(), Mems: d.Mems.String(),
+			res := addResult{Pod: req.Pod, Container: req.Container, CPUs: d.CPUs.String(), Mems: d.Mems.String(),
 				Exclusive: d.Exclusive, Affinity: toAffinity(d.Affinity)}
+			if d.Exclusive && s.engine.StrictUncore() != allocator.UncoreStrictOff {
+				res.L3 = s.engine.Topology().L3GroupsOf(d.CPUs)
+			}
+			return res
 		}
 	}
 	out := containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error")}
@@ -351,6 +361,9 @@ func (s *simulator) hints(req requestLine) any {
 		return containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error")}
 	}
 	out := hintsResult{Pod: req.Pod, Container: req.Container, Hints: map[string][]hintJSON{}}
+	if u := s.engine.StrictUncore(); u != allocator.UncoreStrictOff {
+		out.StrictUncore = u.String()
+	}
 	for name, list := range s.engine.Hints(s.state, r) {
 		if list == nil {
 			out.Hints[name] = nil
