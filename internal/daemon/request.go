@@ -89,8 +89,20 @@ func requestFromCPU(cpu *api.LinuxCPU) (request, limit int64) {
 // reports: QoS from the pod's cgroup parent (or the container's cgroups
 // path when the pod has none), request and limit from cpu.shares and the
 // CFS quota, and under the pod scope the pod's request from the pod-level
-// resources the kubelet sends with the sandbox. NRI does not tell init
-// containers from app containers, so every container is an app container.
+// resources the kubelet sends with the sandbox (PodResources: the pod's
+// effective request, init containers and sidecars counted as Kubernetes
+// counts them).
+//
+// Every container is an app container: a real kubelet v1.36 sends nothing
+// that marks an init container or a sidecar (restartable init container).
+// Its container labels are the pod name, namespace, UID and container
+// name; its annotations the container hash, restart count, termination
+// message path and policy, grace period (and preStop, ports); the
+// runtimes add their own (container type "container" for all three). The
+// order of creation and the exit are the only differences, and the exit
+// is what matters: the runtime sends StopContainer when an init container
+// exits (containerd and CRI-O both, checked by test/kubelet), which gives
+// its exclusive CPUs back before the kubelet creates the next container.
 //
 // The engine decides exclusivity from these values (Guaranteed, request
 // equal to limit, whole CPUs). Because shares lose precision
@@ -113,12 +125,10 @@ func requestWithCPU(pod *api.PodSandbox, ctr *api.Container, cpu *api.LinuxCPU) 
 	if lim < 0 {
 		qos, lim = policy.Burstable, -lim
 	}
-	var podReq int64
-	if r := pod.GetLinux().GetPodResources(); cpuOf(r) != nil {
-		podReq, _ = requestFromCPU(cpuOf(r))
-	} else if r := pod.GetLinux().GetResources(); cpuOf(r) != nil {
-		podReq, _ = requestFromCPU(cpuOf(r))
-	}
+	// Only PodResources is the pod's: pod.Linux.Resources is the sandbox
+	// (pause) container's own cgroup values (cpu.shares 2 from containerd
+	// 2.4 and CRI-O 1.37 under a real kubelet), never the pod's sum.
+	podReq, _ := requestFromCPU(cpuOf(pod.GetLinux().GetPodResources()))
 	return policy.Request{
 		Pod:                podKey(pod),
 		Container:          ctr.GetName(),

@@ -132,10 +132,26 @@ func TestRequestFor(t *testing.T) {
 	if got.Pod != "sb2" || got.QoS != policy.Burstable || got.CPURequestMilli != 500 || got.CPULimitMilli != 0 || got.PodCPURequestMilli != 0 {
 		t.Errorf("requestFor without pod data = %+v", got)
 	}
-	// Legacy pod Resources are used when PodResources is absent.
+	// pod.Linux.Resources is the sandbox container's own cgroup (shares 2
+	// under a real kubelet; any value here): not the pod's request.
 	pod2.Linux = &api.LinuxPodSandbox{Resources: &api.LinuxResources{Cpu: kubeletCPU(3072, 300000)}}
-	if got := requestFor(pod2, ctr2); got.PodCPURequestMilli != 3000 {
-		t.Errorf("pod request from Resources = %d, want 3000", got.PodCPURequestMilli)
+	if got := requestFor(pod2, ctr2); got.PodCPURequestMilli != 0 {
+		t.Errorf("pod request from the sandbox container's Resources = %d, want 0 (unknown)", got.PodCPURequestMilli)
+	}
+	// What containerd 2.4 and CRI-O 1.37 sent for a pod with an init
+	// container (1 CPU), a sidecar (200m) and an app container (1 CPU):
+	// PodResources is max(1, 0.2 + 1) = 1.2 CPUs, Resources the pause's.
+	pod3 := &api.PodSandbox{Id: "sb3", Uid: "uid-3", Linux: &api.LinuxPodSandbox{
+		CgroupParent: "/kubepods/poduid-3",
+		PodResources: &api.LinuxResources{Cpu: kubeletCPU(1228, 120000)},
+		Resources:    &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: api.UInt64(2)}},
+	}}
+	for _, name := range []string{"init", "sidecar", "app"} {
+		c := &api.Container{Name: name, Linux: &api.LinuxContainer{CgroupsPath: "/kubepods/poduid-3/" + name,
+			Resources: &api.LinuxResources{Cpu: kubeletCPU(1024, 100000)}}}
+		if got := requestFor(pod3, c); got.PodCPURequestMilli != 1199 || got.Type != allocator.App || got.CPURequestMilli != 1000 {
+			t.Errorf("requestFor(%s) = %+v, want an app container of 1000m in a pod of 1199m", name, got)
+		}
 	}
 	if podName(pod) != "ns/web" || podName(pod2) != "x" {
 		t.Errorf("podName: %q %q", podName(pod), podName(pod2))
