@@ -265,7 +265,7 @@ func (p *Plugin) Start(ctx context.Context, args ...string) {
 	recordPID(proc.Pid())
 	p.proc = proc
 	Eventually(func(g Gomega) {
-		g.Expect(proc.Running()).To(BeTrue(), "plugin exited: %v", proc.ExitErr)
+		g.Expect(proc.Running()).To(BeTrue(), "plugin exited")
 		_, err := httpGet(ctx, "http://"+PluginMetricsAddr+"/healthz")
 		g.Expect(err).NotTo(HaveOccurred())
 	}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(),
