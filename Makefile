@@ -96,7 +96,7 @@ churn:
 ## fuzz: every fuzz target for FUZZTIME each (default 30s), one at a time
 ## (fuzzing uses every core); fuzz-short (part of make test) runs 4s each
 FUZZTIME ?= 30s
-FUZZ_TARGETS := pkg/config:FuzzLoad pkg/checkpoint:FuzzLoad \
+FUZZ_TARGETS := pkg/config:FuzzLoad pkg/checkpoint:FuzzLoad pkg/checkpoint:FuzzReplayJournal \
 	pkg/sysfs:FuzzParseList pkg/sysfs:FuzzParseInt pkg/sysfs:FuzzParseMemTotal \
 	pkg/sysfs:FuzzParseDistances pkg/sysfs:FuzzReadFS pkg/sysfs:FuzzDeviceNUMANode \
 	internal/daemon:FuzzKubeletState internal/daemon:FuzzRequestFor internal/daemon:FuzzRestore \

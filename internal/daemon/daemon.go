@@ -72,6 +72,7 @@ type options struct {
 	stubOpts    []stub.Option
 	fromRuntime bool
 	clock       clock
+	store       Store
 }
 
 // WithTopology uses topo instead of reading sysfs_root.
@@ -127,6 +128,7 @@ type Daemon struct {
 	unlockState func() error
 	ctrs        map[string]ctrRecord // by container ID
 	enc         payloadEncoder       // the checkpoint's encoding of ctrs
+	jnl         journalStore         // the journal and the state on disk (journal.go)
 	fp          string               // fingerprint() of fpEngine
 	fpEngine    *policy.Engine
 	gen         uint64        // bumped on every committed change
@@ -199,6 +201,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		clock:       o.clock,
 		starting:    map[string]startWait{},
 		gaveUp:      map[string]string{},
+		jnl:         journalStore{mode: o.store},
 	}
 	if d.clock == nil {
 		d.clock = wallClock{}
@@ -347,6 +350,7 @@ func (d *Daemon) releaseStateDir() {
 	d.mu.Lock()
 	unlock := d.unlockState
 	d.unlockState = nil
+	d.jnl.reset()
 	d.mu.Unlock()
 	if unlock != nil {
 		_ = unlock()

@@ -815,10 +815,16 @@ func TestCheckpointFromAnotherConfig(t *testing.T) {
 // A decision that cannot be written is not made: the container is refused
 // with PersistError and the state stays as it was.
 func TestPersistFailureRefusesAndKeepsState(t *testing.T) {
+	for _, store := range []Store{StoreSnapshot, StoreJournal} {
+		t.Run(string(store), func(t *testing.T) { testPersistFailure(t, store) })
+	}
+}
+
+func testPersistFailure(t *testing.T, store Store) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
 	stateDir := t.TempDir()
-	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo)
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo, WithStore(store))
 	// A directory in the checkpoint's place makes the rename fail (as root,
 	// permissions would not).
 	path := filepath.Join(stateDir, CheckpointName)
@@ -827,6 +833,13 @@ func TestPersistFailureRefusesAndKeepsState(t *testing.T) {
 	}
 	if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
 		t.Fatal(err)
+	}
+	if store == StoreJournal {
+		// An append that fails (its file closed under it); the snapshot
+		// written instead cannot be renamed either.
+		r.d.mu.Lock()
+		r.d.jnl.j.Close()
+		r.d.mu.Unlock()
 	}
 	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
 	_, _, err := rt.create(g1, "c2", 2000, 2000)

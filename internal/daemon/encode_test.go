@@ -95,7 +95,7 @@ func TestPayloadEncoderMatchesJSON(t *testing.T) {
 func TestSnapshotFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
 		reflect.TypeOf(policy.Snapshot{}): "shared reserved assignments reusable_pod,omitempty reusable,omitempty pod_affinity,omitempty",
-		reflect.TypeOf(payload{}):         "fingerprint engine containers",
+		reflect.TypeOf(payload{}):         "fingerprint engine containers journal,omitempty", // the journal mark: compact's
 	} {
 		var tags []string
 		for i := 0; i < typ.NumField(); i++ {

@@ -43,6 +43,10 @@ type payload struct {
 	Fingerprint string               `json:"fingerprint"`
 	Engine      policy.Snapshot      `json:"engine"`
 	Containers  map[string]ctrRecord `json:"containers"`
+	// Journal names the journal whose later records complete the
+	// snapshot (StoreJournal); absent, there are none. Older versions
+	// ignore it and read the snapshot alone.
+	Journal *journalMark `json:"journal,omitempty"`
 }
 
 // fingerprint hashes what makes a state valid: the CPUs of the machine,
@@ -76,9 +80,15 @@ func (d *Daemon) fingerprint() string {
 // persist writes the checkpoint for (st, ctrs). The caller commits them to
 // the daemon only when persist succeeds.
 func (d *Daemon) persist(st policy.State, ctrs map[string]ctrRecord) error {
-	data, err := d.enc.encode(d.fingerprint(), d.engine, st, ctrs)
-	if err == nil {
-		err = d.ckpt.SaveCompact(data)
+	var err error
+	if d.jnl.mode == StoreSnapshot {
+		var data []byte
+		data, err = d.enc.encode(d.fingerprint(), d.engine, st, ctrs)
+		if err == nil {
+			err = d.ckpt.SaveCompact(data)
+		}
+	} else {
+		err = d.persistJournal(st, ctrs)
 	}
 	if err != nil {
 		d.metrics.checkpointErrors.Inc()
@@ -101,8 +111,12 @@ func (d *Daemon) restore() error {
 // restoreLocked is restore with d.mu held.
 func (d *Daemon) restoreLocked() error {
 	d.restored = true
+	d.jnl.reset()
 	var p payload
 	err := d.ckpt.Load(&p)
+	if err == nil && p.Journal != nil {
+		err = d.replayJournal(&p)
+	}
 	var corrupt *checkpoint.CorruptError
 	switch {
 	case err == nil:
@@ -113,8 +127,9 @@ func (d *Daemon) restoreLocked() error {
 		fp := d.fingerprint()
 		st, notes, ferr := d.engine.FromSnapshot(p.Engine)
 		if ferr != nil {
+			d.jnl.reset()
 			aside, serr := d.ckpt.SetAside()
-			d.log.WithError(ferr).WithFields(logrus.Fields{"file": d.ckpt.Path(), "set_aside_as": aside, "set_aside_error": serr}).
+			d.setAsideJournal(d.log.WithError(ferr).WithFields(logrus.Fields{"file": d.ckpt.Path(), "set_aside_as": aside, "set_aside_error": serr})).
 				Error("checkpoint state is unusable; set aside, state will be rebuilt from the runtime")
 			d.st, d.ctrs = d.engine.NewState(), map[string]ctrRecord{}
 			return nil
@@ -137,7 +152,7 @@ func (d *Daemon) restoreLocked() error {
 		return nil
 	case errors.As(err, &corrupt):
 		aside, serr := d.ckpt.SetAside()
-		entry := d.log.WithError(err).WithField("file", corrupt.Path)
+		entry := d.setAsideJournal(d.log.WithError(err).WithField("file", corrupt.Path))
 		if serr != nil {
 			entry = entry.WithField("set_aside_error", serr.Error())
 		} else {

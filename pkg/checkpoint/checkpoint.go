@@ -255,6 +255,9 @@ func (f *File) RemoveStaleTemps() error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	// CreateJournal's temporary file.
+	journals, _ := filepath.Glob(filepath.Join(f.dir, "."+f.name+".journal.tmp-*"))
+	matches = append(matches, journals...)
 	var errs []error
 	for _, m := range matches {
 		if err := os.Remove(m); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -14,6 +14,7 @@ package churn
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"maps"
@@ -919,7 +920,13 @@ func (c *churn) corrupt() string {
 			c.fail("corrupt checkpoint: %v", err)
 		}
 	}
-	switch c.rng.Intn(7) {
+	switch k := c.rng.Intn(10); k {
+	case 7, 8, 9:
+		if kind := c.corruptJournal(k); kind != "" {
+			return kind
+		}
+		write(raw[:c.rng.Intn(len(raw))])
+		return "truncated"
 	case 0:
 		write(raw[:c.rng.Intn(len(raw))])
 		return "truncated"
@@ -977,6 +984,58 @@ func (c *churn) corrupt() string {
 		}
 		return "bogus-entries"
 	}
+}
+
+// corruptJournal damages the journal the snapshot names: a torn record
+// after the last one (an append cut short: dropped, nothing lost), garbage
+// there (ignored), or a damaged record with later ones intact (an answered
+// decision lost: the state is rebuilt from the runtime). "" when there is
+// no journal or no record to damage.
+func (c *churn) corruptJournal(k int) string {
+	var p struct {
+		Journal *struct {
+			ID  string `json:"id"`
+			Seq uint64 `json:"seq"`
+		} `json:"journal"`
+	}
+	if err := checkpoint.New(c.stateDir, daemon.CheckpointName).Load(&p); err != nil || p.Journal == nil {
+		return ""
+	}
+	j, recs, _, err := checkpoint.OpenJournal(c.stateDir, daemon.CheckpointName, p.Journal.ID, p.Journal.Seq)
+	if err != nil {
+		c.fail("open journal: %v", err)
+	}
+	defer j.Close()
+	f, err := os.OpenFile(j.Path(), os.O_RDWR, 0)
+	if err != nil {
+		c.fail("%v", err)
+	}
+	defer f.Close()
+	at, b, kind := j.Offset(), make([]byte, 20+c.rng.Intn(200)), ""
+	switch {
+	case k == 7:
+		copy(b, "NCJ1")
+		binary.LittleEndian.PutUint32(b[4:], uint32(len(b)+c.rng.Intn(500)))
+		binary.LittleEndian.PutUint64(b[8:], j.Next())
+		c.rng.Read(b[16:])
+		kind = "journal-torn-tail"
+	case k == 8 || len(recs) < 2:
+		c.rng.Read(b)
+		b[0] = 'x' // not a record header
+		kind = "journal-garbage-tail"
+	default:
+		// The first record's payload, the next one intact.
+		i := c.rng.Intn(len(recs[0].Payload))
+		at, b = 512+20+int64(i), []byte{recs[0].Payload[i] ^ 0x55}
+		kind = "journal-damaged-record"
+	}
+	if at+int64(len(b)) > j.Size() {
+		return ""
+	}
+	if _, err := f.WriteAt(b, at); err != nil {
+		c.fail("%v", err)
+	}
+	return kind
 }
 
 func (c *churn) opRuntimeReconnect() {

@@ -13,8 +13,6 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
-	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
-	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
@@ -151,15 +149,13 @@ func TestConcurrentHandlers(t *testing.T) {
 	}
 	// What is on disk is what is in memory: persist and commit stayed in
 	// step under concurrency.
-	var p struct {
-		Engine policy.Snapshot `json:"engine"`
-	}
-	if err := checkpoint.New(c.stateDir, daemon.CheckpointName).Load(&p); err != nil {
+	disk, err := daemon.ReadState(c.stateDir) // snapshot and journal
+	if err != nil {
 		t.Fatal(err)
 	}
 	mem := e.Snapshot(st)
-	if fmt.Sprint(p.Engine.Assignments) != fmt.Sprint(mem.Assignments) || p.Engine.Shared != mem.Shared {
-		t.Errorf("checkpoint differs from the state:\n disk %v shared %s\n  mem %v shared %s", p.Engine.Assignments, p.Engine.Shared, mem.Assignments, mem.Shared)
+	if fmt.Sprint(disk.Assignments) != fmt.Sprint(mem.Assignments) || disk.Shared != mem.Shared {
+		t.Errorf("checkpoint differs from the state:\n disk %v shared %s\n  mem %v shared %s", disk.Assignments, disk.Shared, mem.Assignments, mem.Shared)
 	}
 	t.Logf("%d workers x %d operations; %d containers alive, %d exclusive", workers, perWorkerOps, len(survivors), want)
 }

@@ -1,0 +1,261 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
+)
+
+// journalDaemon is a daemon on dir, restored from it, driven by steps
+// rather than NRI events: the journal is what is tested.
+type journalDaemon struct {
+	*Daemon
+	logs *test.Hook
+	rng  *rand.Rand
+	n    int
+}
+
+func newJournalDaemon(t *testing.T, dir string, store Store, size int64) *journalDaemon {
+	t.Helper()
+	cfg, err := config.Load([]byte(fuzzConfig + fmt.Sprintf("state_dir = %q\n", dir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, hook := test.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	d, err := New(cfg, WithTopology(sysfstest.Load(t, "ht-2s-6c")), WithLogger(log), WithStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.jnl.size = size
+	if err := d.restore(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.jnl.reset() })
+	return &journalDaemon{Daemon: d, logs: hook, rng: rand.New(rand.NewSource(int64(len(dir))))}
+}
+
+// step admits a container (exclusive or shared, in a new pod or one of
+// the pods there) or removes one, persists and commits, as the handlers
+// do.
+func (d *journalDaemon) step(t *testing.T) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, recs := d.st, cloneRecords(d.ctrs)
+	if ids := sortedKeys(recs); len(ids) > 0 && d.rng.Intn(3) == 0 {
+		r := recs[ids[d.rng.Intn(len(ids))]]
+		st = d.engine.Remove(st, r.Pod, r.Name)
+		delete(recs, r.ID)
+	} else {
+		d.n++
+		pod := fmt.Sprintf("pod-%d", d.rng.Intn(8))
+		req := policy.Request{Pod: pod, Container: fmt.Sprintf("c%d", d.n), QoS: policy.Guaranteed,
+			CPURequestMilli: 1000 * int64(1+d.rng.Intn(2)), CPULimitMilli: 0}
+		req.CPULimitMilli = req.CPURequestMilli
+		if d.rng.Intn(3) == 0 {
+			req.QoS, req.CPURequestMilli, req.CPULimitMilli = policy.Burstable, 500, 0
+		}
+		next, dec, err := d.engine.Add(st, req)
+		if err != nil {
+			return // full: a refusal changes nothing
+		}
+		st = next
+		id := fmt.Sprintf("id-%d", d.n)
+		recs[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: req.Container, Exclusive: !dec.CPUs.IsEmpty() && req.QoS == policy.Guaranteed}
+	}
+	if err := d.persist(st, recs); err != nil {
+		t.Fatal(err)
+	}
+	d.st, d.ctrs = st, recs
+}
+
+func sortedKeys(m map[string]ctrRecord) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	// Sorted for a reproducible choice.
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}
+
+// sameState fails unless b restored exactly a's committed state.
+func sameState(t *testing.T, when string, a, b *journalDaemon) {
+	t.Helper()
+	sa, sb := a.engine.Snapshot(a.st), b.engine.Snapshot(b.st)
+	if !reflect.DeepEqual(sa, sb) {
+		t.Fatalf("%s: restored engine state\n %+v\nwant\n %+v", when, sb, sa)
+	}
+	if !maps.Equal(a.ctrs, b.ctrs) {
+		t.Fatalf("%s: restored containers\n %v\nwant\n %v", when, b.ctrs, a.ctrs)
+	}
+}
+
+// Decisions go to the journal (the snapshot is left alone) and a restart
+// finds them all, through journal files filling up, being rewound after a
+// snapshot and reopened after restarts.
+func TestJournalRestoresEveryDecision(t *testing.T) {
+	dir := t.TempDir()
+	size := int64(12 * 512) // full after a few records: many rewinds
+	d := newJournalDaemon(t, dir, StoreJournal, size)
+	snap := filepath.Join(dir, CheckpointName)
+	compactions := 0
+	for round := 0; round < 12; round++ {
+		for i := 0; i < 15; i++ {
+			before, _ := os.ReadFile(snap)
+			d.step(t)
+			after, _ := os.ReadFile(snap)
+			if !bytes.Equal(before, after) {
+				compactions++
+			}
+		}
+		d.jnl.reset() // a kill: nothing written on the way out
+		d2 := newJournalDaemon(t, dir, StoreJournal, size)
+		sameState(t, fmt.Sprintf("restart %d", round), d, d2)
+		d2.rng, d2.n = d.rng, d.n
+		d = d2
+	}
+	// One snapshot per restart (the first decision after it) and one per
+	// full journal; most decisions were one record each.
+	if steps := 12 * 15; compactions == 0 || compactions > steps/2 {
+		t.Errorf("%d snapshots written in %d decisions; want some (full journal, restarts), far fewer than decisions", compactions, steps)
+	}
+	if _, err := os.Stat(checkpoint.JournalPath(dir, CheckpointName)); err != nil {
+		t.Errorf("no journal file: %v", err)
+	}
+}
+
+// Either store reads what the other wrote: switching is a restart.
+func TestJournalAndSnapshotStoresReadEachOther(t *testing.T) {
+	dir := t.TempDir()
+	d := newJournalDaemon(t, dir, StoreJournal, 0)
+	for i := 0; i < 20; i++ {
+		d.step(t)
+	}
+	d.jnl.reset()
+	s := newJournalDaemon(t, dir, StoreSnapshot, 0)
+	sameState(t, "journal -> snapshot", d, s)
+	s.rng, s.n = d.rng, d.n
+	for i := 0; i < 10; i++ {
+		s.step(t)
+	}
+	j := newJournalDaemon(t, dir, StoreJournal, 0)
+	sameState(t, "snapshot -> journal", s, j)
+	// The snapshot-only store's snapshot names no journal: the stale
+	// journal file is ignored, not replayed.
+	raw, _ := os.ReadFile(filepath.Join(dir, CheckpointName))
+	if bytes.Contains(raw, []byte(`"journal"`)) {
+		t.Errorf("the snapshot store wrote a journal mark: %s", raw)
+	}
+}
+
+// An append cut short (a crash in the middle of the write, before the
+// answer) is dropped with a warning; every decision before it is kept.
+func TestJournalTornTailDropped(t *testing.T) {
+	dir := t.TempDir()
+	d := newJournalDaemon(t, dir, StoreJournal, 0)
+	for i := 0; i < 10; i++ {
+		d.step(t)
+	}
+	// The next record's header and half its payload.
+	hdr := make([]byte, 40)
+	copy(hdr, "NCJ1")
+	binary.LittleEndian.PutUint32(hdr[4:], 300)
+	binary.LittleEndian.PutUint64(hdr[8:], d.jnl.j.Next())
+	copy(hdr[20:], `{"shared":"0-3","res`)
+	writeAt(t, checkpoint.JournalPath(dir, CheckpointName), d.jnl.j, hdr)
+	d.jnl.reset()
+	d2 := newJournalDaemon(t, dir, StoreJournal, 0)
+	sameState(t, "torn tail", d, d2)
+	if !loggedAt(d2.logs, logrus.WarnLevel, "torn record") {
+		t.Error("no warning about the torn record")
+	}
+}
+
+// writeAt writes b where j's next record goes.
+func writeAt(t *testing.T, path string, j *checkpoint.Journal, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, j.Offset()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func loggedAt(h *test.Hook, level logrus.Level, text string) bool {
+	for _, e := range h.AllEntries() {
+		if e.Level == level && strings.Contains(e.Message, text) {
+			return true
+		}
+	}
+	return false
+}
+
+// A damaged record before the tail (an answered decision lost, later
+// ones intact) is a corrupt checkpoint: snapshot and journal are set
+// aside and the state is rebuilt from the runtime (here: empty).
+func TestJournalDamagedRecordSetAside(t *testing.T) {
+	dir := t.TempDir()
+	d := newJournalDaemon(t, dir, StoreJournal, 0)
+	for i := 0; i < 10; i++ {
+		d.step(t)
+	}
+	path := checkpoint.JournalPath(dir, CheckpointName)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first record after the snapshot taken at the first decision.
+	first := bytes.Index(raw[512:], []byte("NCJ1")) + 512
+	raw[first+30] ^= 0x20
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.jnl.reset()
+	d2 := newJournalDaemon(t, dir, StoreJournal, 0)
+	if len(d2.ctrs) != 0 || len(d2.st.Alloc.Assignments) != 0 {
+		t.Errorf("state restored from a damaged journal: %d containers", len(d2.ctrs))
+	}
+	for _, f := range []string{CheckpointName + ".corrupt-1", CheckpointName + ".journal.corrupt-1"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s not set aside: %v", f, err)
+		}
+	}
+	if !loggedAt(d2.logs, logrus.ErrorLevel, "corrupt") {
+		t.Error("no error logged")
+	}
+	// A snapshot naming a journal that is gone is the same.
+	d2.step(t)
+	d2.step(t)
+	d2.jnl.reset()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	d3 := newJournalDaemon(t, dir, StoreJournal, 0)
+	if len(d3.ctrs) != 0 || !loggedAt(d3.logs, logrus.ErrorLevel, "corrupt") {
+		t.Errorf("missing journal: %d containers restored, error logged %v", len(d3.ctrs), loggedAt(d3.logs, logrus.ErrorLevel, "corrupt"))
+	}
+}
