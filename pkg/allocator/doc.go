@@ -85,6 +85,12 @@
 //     state check takes an empty default set with assignments for a
 //     corrupt file and will not start until the node is drained.
 //
+// strict-align-cpus-by-uncorecache is not a kubelet option but this
+// project's extension of KEP-4800 (uncore_strict.go): under it exclusive
+// CPUs are chosen by the strict uncore rules instead of takeByTopology,
+// and a container they cannot place is refused (UncoreCacheAlignmentError).
+// Off, it changes nothing.
+//
 // Everything else, including what looks accidental (the partial uncore
 // step's exact-match and need%2 quirks, full-pcpus-only checks running
 // before the existing-assignment return, the reuse set of only the most

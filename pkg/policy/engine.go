@@ -453,7 +453,9 @@ func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err 
 //     still applies the full-pcpus-only checks first, as the kubelet does);
 //  3. the topology manager's hint (see affinity) and admission: the only
 //     topology check, on the merged hint alone (restricted and
-//     single-numa-node admit a preferred hint), as the kubelet's scopes do;
+//     single-numa-node admit a preferred hint), as the kubelet's scopes do
+//     (under strict-align-cpus-by-uncorecache, this project's own option,
+//     a container no uncore cache can take is refused before it);
 //  4. exclusive containers get CPUs from the allocator: as many as fit
 //     from the hint's NUMA nodes (under align-by-socket from their whole
 //     sockets) and the rest from all other assignable CPUs, as the
