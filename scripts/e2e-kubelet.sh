@@ -47,6 +47,7 @@ cleanup() {
 	kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
 	[ -n "$current" ] && runtime_teardown "$current"
 	hugetlb_umount
+	unmount_under "$WORK"
 	if [ "$status" = 0 ] && [ "${E2E_KEEP:-0}" != 1 ]; then
 		rm -rf "$WORK"
 	else

@@ -55,7 +55,9 @@ HUGETLB_MOUNTED=0
 
 hugetlb_mount() {
 	mountpoint -q "$HUGETLB_MNT" 2>/dev/null && return 0
-	awk '$1 == "hugetlb" && $2 == 0 && $4 == 1 {found = 1} END {exit !found}' /proc/cgroups || return 0
+	# Enabled (4th column); the hierarchy id may be set from an earlier
+	# mount, as the kernel keeps an unmounted v1 hierarchy around.
+	awk '$1 == "hugetlb" && $4 == 1 {found = 1} END {exit !found}' /proc/cgroups || return 0
 	log "mounting the hugetlb cgroup hierarchy at $HUGETLB_MNT for CRI-O (unmounted at the end)"
 	mkdir -p "$HUGETLB_MNT" && mount -t cgroup -o hugetlb hugetlb "$HUGETLB_MNT" || die "cannot mount the hugetlb cgroup hierarchy"
 	HUGETLB_MOUNTED=1
@@ -70,4 +72,14 @@ hugetlb_umount() {
 	fi
 	umount "$HUGETLB_MNT" && rmdir "$HUGETLB_MNT" || log "cannot unmount $HUGETLB_MNT"
 	HUGETLB_MOUNTED=0
+}
+
+# unmount_under DIR: unmounts everything mounted below DIR, deepest first
+# (the kubelet makes its --root-dir a shared bind mount of itself).
+unmount_under() {
+	local dir m
+	dir=$(readlink -f "$1")
+	awk -v d="$dir" '$5 == d || index($5, d "/") == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
+		umount -l "$m" || log "cannot unmount $m"
+	done
 }

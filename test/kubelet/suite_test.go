@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -395,6 +397,7 @@ func NewKubelet(name string, cfg KubeletConfig) *Kubelet {
 			k.DeleteAll(ctx)
 		}
 		k.Stop()
+		Expect(unmountUnder(k.RootDir)).To(Succeed())
 	}, NodeTimeout(3*time.Minute))
 	return k
 }
@@ -451,6 +454,32 @@ func (k *Kubelet) Configure(cfg KubeletConfig) {
 		lines = append(lines, `reservedSystemCPUs: "`+Reserved().String()+`"`)
 	}
 	Expect(os.WriteFile(k.ConfigPath, []byte(strings.Join(lines, "\n")+"\n"), 0o644)).To(Succeed())
+}
+
+// unmountUnder unmounts everything mounted at or below dir, deepest first:
+// the kubelet makes its --root-dir a shared bind mount of itself and does
+// not undo it when it stops.
+func unmountUnder(dir string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var points []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		// EINVAL: no longer a mount point (a stacked duplicate went with
+		// the first).
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // Running reports whether the kubelet process runs.
