@@ -132,7 +132,8 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 	}
 	for id, c := range ctrs {
 		if old, ok := s.ctrs[id]; !ok || old != c {
-			r.Ctrs = put(r.Ctrs, id, &c)
+			changed := c // only a changed record escapes to the heap
+			r.Ctrs = put(r.Ctrs, id, &changed)
 		}
 	}
 	for id := range s.ctrs {

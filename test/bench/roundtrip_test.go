@@ -39,7 +39,10 @@ const roundTripMachine = "epyc-9754"
 // disk's. updates= is shared_pool_updates: in-answer (the default) puts
 // the shared-pool containers' updates in the answer, after-answer pushes
 // them once the answer is out (there, each iteration waits outside the
-// timer until the shared-pool containers follow the pool).
+// timer until the shared-pool containers follow the pool). store= is how
+// the decision is made durable: journal (one record appended and
+// fdatasynced, the default) or snapshot (the whole checkpoint rewritten,
+// fsynced, renamed, directory fsynced: the format before the journal).
 func BenchmarkCreateContainer(b *testing.B) {
 	for _, storage := range []string{"disk", "tmpfs"} {
 		for _, existing := range []int{0, 100, 500} {
@@ -49,16 +52,18 @@ func BenchmarkCreateContainer(b *testing.B) {
 					modes = append(modes, config.SharedUpdatesAfterAnswer)
 				}
 				for _, mode := range modes {
-					b.Run(fmt.Sprintf("%s/cpus=256/existing=%d/kind=%s/updates=%s/state=%s", roundTripMachine, existing, kind, mode, storage), func(b *testing.B) {
-						benchRoundTrip(b, existing, kind, mode, storage)
-					})
+					for _, store := range []daemon.Store{daemon.StoreJournal, daemon.StoreSnapshot} {
+						b.Run(fmt.Sprintf("%s/cpus=256/existing=%d/kind=%s/updates=%s/state=%s/store=%s", roundTripMachine, existing, kind, mode, storage, store), func(b *testing.B) {
+							benchRoundTrip(b, existing, kind, mode, storage, store)
+						})
+					}
 				}
 			}
 		}
 	}
 }
 
-func benchRoundTrip(b *testing.B, existing int, kind, updates, storage string) {
+func benchRoundTrip(b *testing.B, existing int, kind, updates, storage string, store daemon.Store) {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "nri-bench-") // short: unix socket path limit
 	if err != nil {
@@ -98,7 +103,7 @@ log_level = "info"
 	// lines are formatted and discarded.
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	d, err := daemon.New(cfg, daemon.WithTopology(sysfstest.Load(b, roundTripMachine)), daemon.WithLogger(log))
+	d, err := daemon.New(cfg, daemon.WithTopology(sysfstest.Load(b, roundTripMachine)), daemon.WithLogger(log), daemon.WithStore(store))
 	if err != nil {
 		b.Fatal(err)
 	}
