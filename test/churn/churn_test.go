@@ -38,6 +38,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -61,9 +62,9 @@ type setup struct {
 	name, fixture, toml string
 }
 
-// setups: six machines, six option sets, covering both CPU policies, every
+// setups: seven machines, seven option sets, covering both CPU policies, every
 // topology manager policy but none-with-pod-scope, both scopes, and the
-// static options that change placement or admission.
+// static options that change placement or admission (strict uncore too).
 var setups = []setup{
 	{"ht-2s-6c_static", "ht-2s-6c", `cpu_manager_policy = "static"
 reserved_cpu_count = 2
@@ -87,6 +88,12 @@ topology_manager_policy = "best-effort"
 [cpu_manager_policy_options]
 prefer-align-cpus-by-uncorecache = "true"
 strict-cpu-reservation = "true"
+`},
+	{"epyc-7702p-smt_strict-uncore-exclusive_restricted", "epyc-7702p-smt", `cpu_manager_policy = "static"
+reserved_cpu_count = 2
+topology_manager_policy = "restricted"
+[cpu_manager_policy_options]
+strict-align-cpus-by-uncorecache = "exclusive"
 `},
 	{"offline-cpu_spread-cores", "offline-cpu", `cpu_manager_policy = "static"
 reserved_system_cpus = "0"
@@ -447,7 +454,7 @@ func (c *churn) mustFail(pod, name string, n int) string {
 	return ""
 }
 
-var reasons = []string{"SMTAlignmentError", "TopologyAffinityError", "InsufficientCPUs"}
+var reasons = []string{"SMTAlignmentError", "TopologyAffinityError", "InsufficientCPUs", "UncoreCacheAlignmentError"}
 
 // reasonOf checks that a rejection's text (after the ttRPC wrapping)
 // starts with a reason word and returns it.
@@ -670,6 +677,13 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 		c.fail("%s/%s asked for %d exclusive CPUs and got %s", p.Uid, name, n, cpus)
 	case ok:
 		c.admitted[ct.Id] = cpus
+		// strict-align-cpus-by-uncorecache: up to one cache's CPUs, one
+		// cache (every fixture's caches are of one size).
+		if e.StrictUncore() != allocator.UncoreStrictOff && n <= c.topo.CPUsPerL3() {
+			if l3 := c.topo.L3GroupsOf(cpus); len(l3) != 1 {
+				c.fail("%s/%s: %d CPUs under the strict uncore option on caches %v: %s", p.Uid, name, n, l3, cpus)
+			}
+		}
 	}
 	return ct
 }
