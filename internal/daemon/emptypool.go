@@ -80,7 +80,7 @@ type strandedError struct {
 }
 
 func (e *strandedError) Error() string {
-	return fmt.Sprintf("%s: pod %q container %q: its %d exclusive CPUs are the shared pool's last and no CPUs are reserved: "+
+	return fmt.Sprintf("%s: pod %q container %q: its %d exclusive CPUs would take the shared pool's last CPU and no CPUs are reserved: "+
 		"the %d running shared-pool containers would have no CPU", e.Reason(), e.Pod, e.Container, e.CPUs, e.Shared)
 }
 
