@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# e2e.sh - the real-containerd end-to-end suite (`make e2e`, part of
-# `make test`). Starts the test containerd with ../shared/e2e/setup-containerd.sh
-# (building it on a machine that never ran it), builds bin/nri-cpualign, runs
-# the ginkgo suite in test/e2e and tears containerd down at exit. One run at a
-# time per machine: the whole run holds /tmp/nri-cpualign-e2e.lock.
+# e2e.sh - the real-runtime end-to-end suite (`make e2e`, part of
+# `make test`): the ginkgo suite in test/e2e runs once per runtime, first
+# against containerd (../shared/e2e/setup-containerd.sh, built on a machine
+# that never ran it), then against CRI-O (../shared/e2e/setup-crio.sh), each
+# runtime torn down after its run. Builds bin/nri-cpualign first. One run at
+# a time per machine: the whole run holds /tmp/nri-cpualign-e2e.lock.
 #
-# Extra arguments go to the test binary, e.g.
+# Extra arguments go to the test binary (both runs), e.g.
 #   scripts/e2e.sh -ginkgo.focus='SIGKILL'
-# Keep the work dir (plugin logs, configs, state) with E2E_KEEP=1; it is also
-# kept when the suite fails.
+# E2E_RUNTIMES="containerd" (or "crio") runs one runtime only.
+# Keep the work dir (plugin logs, configs, state, one directory and one
+# junit report per runtime) with E2E_KEEP=1; it is also kept when a run
+# fails.
 set -euo pipefail
 # shellcheck source=scripts/lib-e2e.sh
 source "$(dirname "$0")/lib-e2e.sh"
 check_prereqs
+RUNTIMES=${E2E_RUNTIMES:-containerd crio}
+for rt in $RUNTIMES; do
+	case $rt in
+	containerd) ;;
+	crio) check_crio_prereqs ;;
+	*) die "E2E_RUNTIMES: unknown runtime $rt (want containerd and/or crio)" ;;
+	esac
+done
 
 exec 9>/tmp/nri-cpualign-e2e.lock
 if ! flock -n 9; then
@@ -31,32 +42,89 @@ fi
 T0=$SECONDS
 WORK=$(mktemp -d /tmp/nri-cpualign-e2e.XXXXXX)
 PIDFILE=$WORK/plugin.pids
-status=1
+status=0
+summary=()
 cleanup() {
+	local rc=$?
+	[ "$rc" = 0 ] || status=$rc
 	kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
 	teardown_containerd
+	case " $RUNTIMES " in *" crio "*) teardown_crio ;; esac
 	if [ "$status" = 0 ] && [ "${E2E_KEEP:-0}" != 1 ]; then
 		rm -rf "$WORK"
 	else
-		log "plugin logs, configs and state kept in $WORK"
+		log "plugin logs, configs, state and junit reports kept in $WORK"
 	fi
+	local l
+	for l in "${summary[@]}"; do log "$l"; done
 	log "e2e finished in $((SECONDS - T0))s, status $status"
+	exit "$status"
 }
 trap cleanup EXIT
 
-# A clean slate: whatever an earlier run, a demo or a crash left in the test
-# containerd (pods holding CPUs) would change what the suite sees.
-teardown_containerd
-setup_containerd
 build_plugin
-
-export NRI_CPUALIGN_BIN=$PLUGIN_BIN E2E_WORK_DIR=$WORK NRI_CPUALIGN_E2E_PIDFILE=$PIDFILE
-cd "$REPO_ROOT"
+export NRI_CPUALIGN_BIN=$PLUGIN_BIN NRI_CPUALIGN_E2E_PIDFILE=$PIDFILE
 color=()
 [ -t 1 ] || color=(-ginkgo.no-color)
-set +e
-# 9>&-: the suite restarts containerd, which must not inherit the lock fd.
-go test -tags e2e -count=1 -timeout 20m -v ./test/e2e -ginkgo.v "${color[@]}" "$@" 9>&-
-status=$?
-set -e
-exit "$status"
+
+# run_suite RUNTIME: the suite against the runtime whose environment is
+# loaded; its result goes into status and summary.
+run_suite() {
+	local rt=$1 t0=$SECONDS rc out
+	out=$WORK/$rt.out
+	mkdir -p "$WORK/$rt"
+	log "running the e2e suite on $rt"
+	set +e
+	# 9>&-: the suite restarts the runtime, which must not inherit the lock fd.
+	(cd "$REPO_ROOT" && E2E_WORK_DIR=$WORK/$rt go test -tags e2e -count=1 -timeout 20m -v ./test/e2e \
+		-ginkgo.v "${color[@]}" -ginkgo.junit-report="$WORK/junit-$rt.xml" "$@") 9>&- 2>&1 | tee "$out"
+	rc=${PIPESTATUS[0]}
+	set -e
+	[ "$rc" = 0 ] || status=$rc
+	summary+=("$rt: $(grep -E '^Ran [0-9]+ of [0-9]+ Specs' "$out" | tail -1 || true) $(grep -E '^(SUCCESS|FAIL)! .*Passed' "$out" | tail -1 || true) ($((SECONDS - t0))s, exit $rc)")
+	grep -E '\[SKIPPED\]' "$out" | sed "s/^/[$rt] /" >&2 || true
+}
+
+for rt in $RUNTIMES; do
+	case $rt in
+	containerd)
+		# A clean slate: whatever an earlier run, a demo or a crash left in
+		# the test containerd (pods holding CPUs) would change what the
+		# suite sees.
+		teardown_containerd
+		setup_containerd
+		(
+			export E2E_RUNTIME=containerd
+			run_suite containerd "$@"
+			declare -p status summary >"$WORK/containerd.result"
+		)
+		# shellcheck disable=SC1091
+		source "$WORK/containerd.result"
+		kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
+		cp "$E2E_RUN/containerd.log" "$WORK/containerd/" 2>/dev/null || true
+		teardown_containerd
+		;;
+	crio)
+		teardown_crio
+		setup_crio
+		(
+			# CRI-O's environment replaces containerd's names (NRI_SOCKET,
+			# E2E_RUN, the CRI endpoint); E2E_RUNTIME=crio comes with it.
+			unset CONTAINERD_ADDRESS E2E_CTR E2E_CONTAINERD_PID E2E_CONTAINERD_LOG
+			# shellcheck disable=SC1091
+			source "$CRIO_RUN/env"
+			export E2E_CRIO_SETUP_SCRIPT=$CRIO_SETUP_SCRIPT
+			# The in-process fixture machines do not depend on the runtime:
+			# once per make e2e is enough.
+			case " $RUNTIMES " in *" containerd "*) export E2E_FIXTURES=0 ;; esac
+			run_suite crio "$@"
+			declare -p status summary >"$WORK/crio.result"
+		)
+		# shellcheck disable=SC1091
+		source "$WORK/crio.result"
+		kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
+		cp "$CRIO_RUN/crio.log" "$WORK/crio/" 2>/dev/null || true
+		teardown_crio
+		;;
+	esac
+done

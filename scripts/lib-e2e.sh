@@ -1,13 +1,17 @@
 # shellcheck shell=bash
 # Common bits of scripts/e2e.sh and scripts/demo*.sh: where the shared
-# containerd setup lives, and how to build the plugin. Sourced, not run.
+# containerd and CRI-O setups live, and how to build the plugin. Sourced,
+# not run.
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shared/ sits beside the repository (../shared from the repo root).
 SHARED_E2E=${SHARED_E2E:-$(cd "$REPO_ROOT/.." && pwd)/shared/e2e}
 SETUP_SCRIPT=$SHARED_E2E/setup-containerd.sh
 TEARDOWN_SCRIPT=$SHARED_E2E/teardown-containerd.sh
+CRIO_SETUP_SCRIPT=$SHARED_E2E/setup-crio.sh
+CRIO_TEARDOWN_SCRIPT=$SHARED_E2E/teardown-crio.sh
 E2E_RUN=${E2E_RUN:-/run/nri-e2e}
+CRIO_RUN=${CRIO_RUN:-/run/crio-e2e}
 PLUGIN_BIN=$REPO_ROOT/bin/nri-cpualign
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 
@@ -36,6 +40,25 @@ setup_containerd() {
 
 teardown_containerd() {
 	bash "$TEARDOWN_SCRIPT" >&2 9>&- || log "teardown reported errors"
+}
+
+check_crio_prereqs() {
+	[ -f "$CRIO_SETUP_SCRIPT" ] && [ -f "$CRIO_TEARDOWN_SCRIPT" ] ||
+		die "CRI-O setup not found: expected $CRIO_SETUP_SCRIPT and $CRIO_TEARDOWN_SCRIPT"
+}
+
+# setup_crio starts (or finds running) the test CRI-O. Its environment is
+# left in $CRIO_RUN/env, not loaded: it names NRI_SOCKET, E2E_RUN and the
+# CRI endpoint too, which would hide containerd's.
+setup_crio() {
+	local t0=$SECONDS
+	log "setting up CRI-O ($CRIO_SETUP_SCRIPT)"
+	bash "$CRIO_SETUP_SCRIPT" >/dev/null 9>&- || die "CRI-O setup failed"
+	log "CRI-O ready in $((SECONDS - t0))s (pid $(sed -n 's/^export E2E_CRIO_PID=//p' "$CRIO_RUN/env"))"
+}
+
+teardown_crio() {
+	bash "$CRIO_TEARDOWN_SCRIPT" >&2 9>&- || log "CRI-O teardown reported errors"
 }
 
 build_plugin() {

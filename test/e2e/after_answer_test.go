@@ -13,11 +13,11 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
-// shared_pool_updates = "after-answer" on the real containerd: the
+// shared_pool_updates = "after-answer" on the real runtime: the
 // CreateContainer and StopContainer answers carry only the container's own
 // cpuset, and the plugin pushes the shared pool to the others right after,
-// through containerd's UpdateContainers.
-var _ = Describe("shared_pool_updates after-answer on a real containerd", Ordered, Serial, func() {
+// through the runtime's UpdateContainers.
+var _ = Describe("shared_pool_updates after-answer on a real "+RuntimeName, Ordered, Serial, func() {
 	var (
 		plugin *Plugin
 		pods   = &Pods{}
@@ -33,7 +33,7 @@ var _ = Describe("shared_pool_updates after-answer on a real containerd", Ordere
 	}
 
 	BeforeAll(func(ctx SpecContext) {
-		RequireContainerd()
+		RequireRuntime()
 		if Host.CPUs.Size() < 2 {
 			Skip("the static policy needs 2 CPUs: one reserved, one to give out exclusively")
 		}

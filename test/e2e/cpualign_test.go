@@ -21,7 +21,7 @@ import (
 // reserved, every other CPU can be given out exclusively. The specs build on
 // each other (Ordered): one plugin deployment, its state dir and the shared
 // pods live through all of them, as on a node.
-var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
+var _ = Describe("static policy on a real "+RuntimeName, Ordered, Serial, func() {
 	var (
 		plugin *Plugin
 		pods   = &Pods{}
@@ -69,7 +69,7 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 	}
 
 	BeforeAll(func(ctx SpecContext) {
-		RequireContainerd()
+		RequireRuntime()
 		if Host.CPUs.Size() < 2 {
 			Skip("the static policy needs 2 CPUs: one reserved, one to give out exclusively")
 		}
@@ -138,7 +138,7 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 
 	It("keeps the assignments across a plugin SIGKILL and places a container created while it was down on reconnect", func(ctx SpecContext) {
 		plugin.Kill()
-		// Created with no plugin connected: containerd runs it unadjusted.
+		// Created with no plugin connected: the runtime runs it unadjusted.
 		down := pods.RunWith(ctx, "made-while-down", framework.Resources{CPURequestMilli: 200, CPULimitMilli: 400})
 		GinkgoWriter.Printf("created while the plugin was down: %s\n", CPUsOf(ctx, down))
 		// A Guaranteed one too, where the machine has a CPU left to give.
@@ -167,10 +167,10 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 		expectAllocatable(ctx, pinnedCPUs)
 	}, SpecTimeout(3*time.Minute))
 
-	It("keeps the state across a containerd restart under the running plugin", func(ctx SpecContext) {
-		offset := framework.FileSize(Env.ContainerdLog)
-		Expect(framework.RestartContainerd(ctx, &Env)).To(Succeed())
-		// gRPC redials the new containerd with its own backoff; calls made
+	It("keeps the state across a "+RuntimeName+" restart under the running plugin", func(ctx SpecContext) {
+		offset := framework.FileSize(Env.RuntimeLog)
+		Expect(framework.RestartRuntime(ctx, &Env)).To(Succeed())
+		// gRPC redials the new runtime with its own backoff; calls made
 		// before that fail fast with Unavailable.
 		Eventually(func() error {
 			_, err := CRI.RT.Version(ctx, &cri.VersionRequest{})
@@ -179,11 +179,11 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 		// The plugin either redials by itself or exits so that its
 		// DaemonSet restarts it; play the DaemonSet.
 		Eventually(func() bool {
-			if _, ok, _ := framework.FindLine(Env.ContainerdLog, offset, PluginName, "connected and synchronized"); ok {
+			if _, ok, _ := framework.FindLine(Env.RuntimeLog, offset, PluginName, SynchronizedLine); ok {
 				return true
 			}
 			if !plugin.Proc.Running() {
-				GinkgoWriter.Printf("plugin exited after the containerd restart (%v): restarting it\n", plugin.Proc.ExitErr())
+				GinkgoWriter.Printf("plugin exited after the %s restart (%v): restarting it\n", RuntimeName, plugin.Proc.ExitErr())
 				plugin.Start(ctx)
 				return true
 			}
@@ -193,7 +193,7 @@ var _ = Describe("static policy on a real containerd", Ordered, Serial, func() {
 		Expect(CPUsOf(ctx, pinned)).To(EqualCPUs(pinnedCPUs))
 		expectShared(ctx, pool(pinnedCPUs))
 		expectAllocatable(ctx, pinnedCPUs)
-		ct := pods.RunWith(ctx, "after-containerd-restart", framework.Resources{CPURequestMilli: 100})
+		ct := pods.RunWith(ctx, "after-runtime-restart", framework.Resources{CPURequestMilli: 100})
 		Expect(CPUsOf(ctx, ct)).To(EqualCPUs(pool(pinnedCPUs)))
 		shared = append(shared, ct)
 	}, SpecTimeout(3*time.Minute))

@@ -89,6 +89,32 @@ func pluginProcesses() []int {
 	return pids
 }
 
+// crioStore is the containers-storage reference of the CRI-O instance
+// configured in conf ("overlay@<root>+<runroot>"), where skopeo puts images
+// for it.
+func crioStore(conf string) (string, error) {
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		return "", err
+	}
+	vals := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.Trim(strings.TrimSpace(v), `"`)
+		if _, seen := vals[k]; !seen {
+			vals[k] = v
+		}
+	}
+	driver, root, runroot := vals["storage_driver"], vals["root"], vals["runroot"]
+	if driver == "" || root == "" || runroot == "" {
+		return "", fmt.Errorf("%s: no storage_driver, root and runroot", conf)
+	}
+	return driver + "@" + root + "+" + runroot, nil
+}
+
 // procStatusField returns one field of /proc/<pid>/status.
 func procStatusField(pid int, field string) string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -107,7 +133,7 @@ func procStatusField(pid int, field string) string {
 // `make image` builds, run the way deploy/daemonset.yaml runs it: a
 // Guaranteed 100m pod on the host network with the DaemonSet's args,
 // mounts, security context and the ConfigMap's config.
-var _ = Describe("the image from make image, run as the DaemonSet's pod", Ordered, Serial, func() {
+var _ = Describe("the image from make image, run as the DaemonSet's pod on "+RuntimeName, Ordered, Serial, func() {
 	var (
 		dep          deployment
 		pods         = &Pods{}
@@ -140,7 +166,7 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod", Ordere
 	}
 
 	BeforeAll(func(ctx SpecContext) {
-		RequireContainerd()
+		RequireRuntime()
 		if Host.CPUs.Size() < 2 {
 			Skip("the static policy needs 2 CPUs: one reserved, one to give out exclusively")
 		}
@@ -155,11 +181,20 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod", Ordere
 		Expect(err).NotTo(HaveOccurred(), "make image:\n%s", out)
 		Expect(string(out)).To(ContainSubstring("("+imageName+")"), "make image built another name than the DaemonSet's image")
 
-		// 2. Imported into the test containerd with ctr, as on a node
-		// without a registry; CRI sees it once it labels it managed.
-		out, err = exec.CommandContext(ctx, Env.Ctr, "-a", Env.ContainerdAddress, "-n", "k8s.io", "images", "import", archive).CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "ctr images import:\n%s", out)
-		conn, err := grpc.NewClient("unix://"+Env.ContainerdAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// 2. Imported into the runtime as on a node without a registry:
+		// containerd with ctr (CRI sees it once it labels it managed),
+		// CRI-O with skopeo into its containers-storage, the way
+		// setup-crio.sh imports the test images.
+		if Env.IsCRIO() {
+			store, err := crioStore(Env.CrioConfig)
+			Expect(err).NotTo(HaveOccurred())
+			out, err = exec.CommandContext(ctx, "skopeo", "copy", "-q", "oci-archive:"+archive, "containers-storage:["+store+"]"+imageName).CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), "skopeo copy into %s:\n%s", store, out)
+		} else {
+			out, err = exec.CommandContext(ctx, Env.Ctr, "-a", Env.ContainerdAddress, "-n", "k8s.io", "images", "import", archive).CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), "ctr images import:\n%s", out)
+		}
+		conn, err := grpc.NewClient("unix://"+Env.CRIAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(conn.Close)
 		images := cri.NewImageServiceClient(conn)
@@ -270,16 +305,18 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod", Ordere
 		for _, c := range sc.Capabilities.Drop {
 			drop = append(drop, string(c))
 		}
+		ctrRes := res.CRI(q)
+		CRI.ClampOOMScoreAdj(ctrRes)
 		ctrCfg := &cri.ContainerConfig{
 			Metadata:    &cri.ContainerMetadata{Name: dep.ctr.Name},
-			Image:       &cri.ImageSpec{Image: imageName},
+			Image:       framework.ImageSpec(imageName),
 			Args:        dep.ctr.Args,
 			Labels:      map[string]string{"io.kubernetes.container.name": dep.ctr.Name},
 			Annotations: map[string]string{},
 			Mounts:      mounts,
 			LogPath:     "nri-cpualign.log",
 			Linux: &cri.LinuxContainerConfig{
-				Resources: res.CRI(q),
+				Resources: ctrRes,
 				SecurityContext: &cri.LinuxContainerSecurityContext{
 					NamespaceOptions: podCfg.Linux.SecurityContext.NamespaceOptions,
 					RunAsUser:        &cri.Int64Value{Value: *sc.RunAsUser},
@@ -291,14 +328,14 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod", Ordere
 				},
 			},
 		}
-		offset := framework.FileSize(Env.ContainerdLog)
+		offset := framework.FileSize(Env.RuntimeLog)
 		cr, err := CRI.RT.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: pod.ID, Config: ctrCfg, SandboxConfig: podCfg})
 		Expect(err).NotTo(HaveOccurred())
-		plugin = &framework.Container{ID: cr.ContainerId, Name: dep.ctr.Name, Pod: pod}
+		plugin = CRI.NewContainer(cr.ContainerId, dep.ctr.Name, pod)
 		Expect(CRI.StartContainer(ctx, plugin)).To(Succeed())
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		_, err = framework.WaitForLine(wctx, Env.ContainerdLog, offset, PluginName, "connected and synchronized")
+		_, err = framework.WaitForLine(wctx, Env.RuntimeLog, offset, PluginName, SynchronizedLine)
 		Expect(err).NotTo(HaveOccurred(), "the plugin pod did not connect; its log:\n%s", pluginLog())
 
 		// The liveness probe's target, as the kubelet reaches it.
@@ -381,9 +418,19 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod", Ordere
 			}
 			g.Expect(found).To(BeTrue(), "/state does not list %s: %s", pinned.ID, body)
 		}).WithContext(ctx).WithTimeout(5 * time.Second).Should(Succeed())
-		ckpt, err := os.ReadFile(filepath.Join(stateDir, daemon.CheckpointName))
+		_, err = os.Stat(filepath.Join(stateDir, daemon.CheckpointName))
 		Expect(err).NotTo(HaveOccurred(), "no checkpoint in the state directory mount")
-		Expect(string(ckpt)).To(ContainSubstring(pinned.Pod.Config.Metadata.Uid))
+		// The assignment is in the checkpoint or in a file written beside
+		// it (the checkpoint may be written incrementally).
+		files, err := os.ReadDir(stateDir)
+		Expect(err).NotTo(HaveOccurred())
+		var onDisk []string
+		for _, f := range files {
+			if b, err := os.ReadFile(filepath.Join(stateDir, f.Name())); err == nil && strings.Contains(string(b), pinned.Pod.Config.Metadata.Uid) {
+				onDisk = append(onDisk, f.Name())
+			}
+		}
+		Expect(onDisk).NotTo(BeEmpty(), "no file in the state directory mount %s names pod %s", stateDir, pinned.Pod.Config.Metadata.Uid)
 
 		if peak, err := framework.CgroupFile("memory", plugin.CgroupsPath(), "memory.max_usage_in_bytes"); err == nil {
 			GinkgoWriter.Printf("plugin container memory peak: %s bytes (limit %s)\n", peak, dep.ctr.Resources.Limits.Memory())

@@ -24,7 +24,8 @@ import (
 // Suite-wide state, set up once in BeforeSuite and shared by every spec file
 // of the package.
 var (
-	// Env describes the test containerd (setup-containerd.sh's environment).
+	// Env describes the test runtime (setup-containerd.sh's or
+	// setup-crio.sh's environment).
 	Env framework.Env
 	// CRI is the CRI client to it.
 	CRI *framework.Client
@@ -42,23 +43,33 @@ var (
 // as containerd logs it.
 const PluginName = daemon.PluginIdx + "-" + daemon.PluginName
 
+// RuntimeName is the runtime this run of the suite is for, from
+// E2E_RUNTIME (the suite runs once per runtime): "containerd" or "CRI-O".
+// It is known before the specs are built, so their texts carry it.
+var RuntimeName = func() string {
+	if os.Getenv("E2E_RUNTIME") == framework.CRIO {
+		return "CRI-O"
+	}
+	return "containerd"
+}()
+
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "nri-cpualign e2e")
+	RunSpecs(t, "nri-cpualign e2e on "+RuntimeName)
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
 	var err error
 	Host, err = framework.ReadHost("/sys")
 	Expect(err).NotTo(HaveOccurred())
-	// Specs that need the real containerd call RequireContainerd; the
+	// Specs that need the real runtime call RequireRuntime; the
 	// in-process ones run without it.
 	Env, err = framework.LoadEnv()
 	if err != nil {
-		containerdMissing = err.Error()
+		runtimeMissing = err.Error()
 		return
 	}
-	CRI, err = framework.Dial(ctx, Env.ContainerdAddress, Env.TestImage)
+	CRI, err = framework.DialEnv(ctx, Env)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(CRI.Close)
 
@@ -74,19 +85,30 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		out, err := exec.CommandContext(ctx, "go", "build", "-o", PluginBin, "github.com/nri-cpualign/nri-cpualign/cmd/nri-cpualign").CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "go build nri-cpualign:\n%s", out)
 	}
-	GinkgoWriter.Printf("containerd pid %d, NRI socket %s, %d CPUs %s, plugin %s, work dir %s\n",
-		Env.ContainerdPID, Env.NRISocket, Host.CPUs.Size(), Host.CPUs, PluginBin, WorkDir)
+	By(fmt.Sprintf("runtime %s (pid %d, CRI %s, NRI socket %s, log %s); %d CPUs %s; plugin %s; work dir %s",
+		RuntimeName, Env.RuntimePID, Env.CRIAddress, Env.NRISocket, Env.RuntimeLog, Host.CPUs.Size(), Host.CPUs, PluginBin, WorkDir))
 }, NodeTimeout(5*time.Minute))
 
-// containerdMissing says why the real-containerd specs cannot run ("" = they
+// runtimeMissing says why the real-runtime specs cannot run ("" = they
 // can).
-var containerdMissing string
+var runtimeMissing string
 
-// RequireContainerd skips the current spec (or Ordered container, from
-// BeforeAll) when the test containerd's environment is not loaded.
-func RequireContainerd() {
-	if containerdMissing != "" {
-		Skip(containerdMissing)
+// RequireRuntime skips the current spec (or Ordered container, from
+// BeforeAll) when the test runtime's environment is not loaded.
+func RequireRuntime() {
+	if runtimeMissing != "" {
+		Skip(runtimeMissing)
+	}
+}
+
+// RequireContainerd is RequireRuntime, for specs written before the suite
+// ran on CRI-O too.
+func RequireContainerd() { RequireRuntime() }
+
+// SkipOnCRIO skips the current spec on CRI-O, saying why.
+func SkipOnCRIO(why string) {
+	if Env.IsCRIO() {
+		Skip("not on CRI-O: " + why)
 	}
 }
 
@@ -146,7 +168,8 @@ func CPUsOfG(g Gomega, ctx context.Context, ct *framework.Container) cpuset.CPUS
 
 // PluginConfig is the TOML the suite gives nri-cpualign: the static policy
 // with CPU 0 reserved (the kubelet's reservedSystemCPUs), state in stateDir.
-// extra lines are appended (new keys or tables; TOML refuses a repeated key).
+// extra lines are appended (new keys or tables); an extra line setting one
+// of the keys above replaces that key's line (TOML refuses a repeated key).
 func PluginConfig(stateDir string, extra ...string) string {
 	lines := []string{
 		`cpu_manager_policy = "static"`,
@@ -161,7 +184,20 @@ func PluginConfig(stateDir string, extra ...string) string {
 		`reconcile_period = "0s"`,
 		`log_level = "debug"`,
 	}
-	return strings.Join(append(lines, extra...), "\n") + "\n"
+	key := func(l string) string { k, _, _ := strings.Cut(l, "="); return strings.TrimSpace(k) }
+	override := map[string]bool{}
+	for _, l := range extra {
+		if strings.Contains(l, "=") && !strings.HasPrefix(strings.TrimSpace(l), "[") {
+			override[key(l)] = true
+		}
+	}
+	kept := lines[:0]
+	for _, l := range lines {
+		if !override[key(l)] {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(append(kept, extra...), "\n") + "\n"
 }
 
 // Reserved is the reserved CPU set the suite configures: the first CPU.
@@ -195,13 +231,13 @@ func (p *Plugin) Kill() {
 	}
 }
 
-// Start starts the plugin process and waits until containerd logs it as
+// Start starts the plugin process and waits until the runtime logs it as
 // connected and synchronized. The process is killed when the node that
 // called NewPlugin ends (and by Pdeathsig if the test binary dies first).
 func (p *Plugin) Start(ctx context.Context) {
 	GinkgoHelper()
 	Expect(p.Proc == nil || !p.Proc.Running()).To(BeTrue(), "plugin already running")
-	offset := framework.FileSize(Env.ContainerdLog)
+	offset := framework.FileSize(Env.RuntimeLog)
 	proc, err := framework.StartPlugin(PluginBin, []string{"run", "--config", p.ConfigPath}, p.LogPath, os.Getenv("NRI_CPUALIGN_E2E_PIDFILE"))
 	Expect(err).NotTo(HaveOccurred())
 	p.Proc = proc
@@ -209,7 +245,7 @@ func (p *Plugin) Start(ctx context.Context) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := framework.WaitForLine(wctx, Env.ContainerdLog, offset, PluginName, "connected and synchronized")
+		_, err := framework.WaitForLine(wctx, Env.RuntimeLog, offset, PluginName, SynchronizedLine)
 		done <- err
 	}()
 	select {
@@ -220,12 +256,16 @@ func (p *Plugin) Start(ctx context.Context) {
 	}
 }
 
-// WaitSynchronized waits for containerd to log the plugin as synchronized
+// SynchronizedLine is what both runtimes log (NRI's adaptation, which
+// both embed) once a plugin is registered and synchronized, after its name.
+const SynchronizedLine = "connected and synchronized"
+
+// WaitSynchronized waits for the runtime to log the plugin as synchronized
 // again after offset (a reconnect).
 func (p *Plugin) WaitSynchronized(ctx context.Context, offset int64, timeout time.Duration) error {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := framework.WaitForLine(wctx, Env.ContainerdLog, offset, PluginName, "connected and synchronized")
+	_, err := framework.WaitForLine(wctx, Env.RuntimeLog, offset, PluginName, SynchronizedLine)
 	return err
 }
 

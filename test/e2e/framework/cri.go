@@ -16,11 +16,14 @@ import (
 	"k8s.io/utils/cpuset"
 )
 
-// Client is a CRI client for the test containerd: the calls the kubelet makes.
+// Client is a CRI client for the test runtime: the calls the kubelet makes.
 type Client struct {
 	conn  *grpc.ClientConn
 	RT    cri.RuntimeServiceClient // raw runtime service, for calls not wrapped here
 	Image string                   // image every container runs (the busybox test image)
+	// Runtime is Containerd (also when empty) or CRIO: it decides the
+	// container cgroup names.
+	Runtime string
 	// NodeMemory is the node's memory in bytes, for the kubelet's
 	// Burstable oom_score_adj.
 	NodeMemory int64
@@ -40,6 +43,16 @@ func Dial(ctx context.Context, addr, image string) (*Client, error) {
 		conn.Close()
 		return nil, fmt.Errorf("CRI Version on %s: %w", addr, err)
 	}
+	return c, nil
+}
+
+// DialEnv is Dial to e's runtime, with its image and cgroup naming.
+func DialEnv(ctx context.Context, e Env) (*Client, error) {
+	c, err := Dial(ctx, e.CRIAddress, e.TestImage)
+	if err != nil {
+		return nil, err
+	}
+	c.Runtime = e.Runtime
 	return c, nil
 }
 
@@ -106,12 +119,26 @@ func (c *Client) RunPod(ctx context.Context, s PodSpec) (*Pod, error) {
 	return &Pod{ID: r.PodSandboxId, QOS: q, Config: cfg}, nil
 }
 
-// RemovePod stops and removes a pod sandbox (with its containers) and then
-// removes the pod cgroup in every hierarchy, the kubelet's job that runc
-// leaves undone. A pod that is already gone is fine. It tries every step
-// and joins the errors.
+// RemovePod stops the pod's containers (2 s grace, as the kubelet stops
+// them before the sandbox: CRI-O's StopPodSandbox alone waits 30 s for a
+// process deaf to SIGTERM), stops and removes the sandbox and then removes
+// the pod cgroup in every hierarchy, the kubelet's job that runc leaves
+// undone. A pod that is already gone is fine. It tries every step and
+// joins the errors.
 func (c *Client) RemovePod(ctx context.Context, id, cgroupParent string) error {
 	var errs []error
+	ctrs, err := c.RT.ListContainers(ctx, &cri.ListContainersRequest{Filter: &cri.ContainerFilter{PodSandboxId: id}})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("ListContainers of pod %s: %w", id, err))
+	}
+	for _, ct := range ctrs.GetContainers() {
+		if ct.GetState() != cri.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		if _, err := c.RT.StopContainer(ctx, &cri.StopContainerRequest{ContainerId: ct.GetId(), Timeout: 2}); err != nil && status.Code(err) != codes.NotFound {
+			errs = append(errs, fmt.Errorf("StopContainer %s: %w", ct.GetId(), err))
+		}
+	}
 	if _, err := c.RT.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: id}); err != nil && status.Code(err) != codes.NotFound {
 		errs = append(errs, fmt.Errorf("StopPodSandbox %s: %w", id, err))
 	}
@@ -126,7 +153,8 @@ func (c *Client) RemovePod(ctx context.Context, id, cgroupParent string) error {
 	return errors.Join(errs...)
 }
 
-// RemovePodCgroups removes the pod cgroup directory in every v1 hierarchy.
+// RemovePodCgroups removes the pod cgroup directory in every v1 hierarchy,
+// with the empty cgroups left inside it (e.g. CRI-O's conmon cgroups).
 // Missing directories are fine; a cgroup that still has processes is an error.
 func RemovePodCgroups(cgroupParent string) error {
 	if !strings.HasPrefix(cgroupParent, "/kubepods/") {
@@ -138,9 +166,33 @@ func RemovePodCgroups(cgroupParent string) error {
 	}
 	var errs []error
 	for _, d := range dirs {
-		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removeCgroupTree(d); err != nil {
 			errs = append(errs, fmt.Errorf("remove pod cgroup: %w", err))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupTree rmdirs a cgroup directory after its child cgroups,
+// deepest first (a cgroup's files go with its directory).
+func removeCgroupTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeCgroupTree(filepath.Join(dir, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -150,19 +202,64 @@ type Container struct {
 	ID   string
 	Name string
 	Pod  *Pod
+	// CgroupName is the container's cgroup directory under the pod's
+	// ("" = ID, containerd's name; CRI-O's is "crio-<ID>").
+	CgroupName string
 }
 
 // CgroupsPath is the container's cgroup (relative to a v1 hierarchy's root),
-// as runc names it with the cgroupfs driver.
-func (ct *Container) CgroupsPath() string { return ct.Pod.CgroupParent() + "/" + ct.ID }
+// as the runtime names it with the cgroupfs driver.
+func (ct *Container) CgroupsPath() string {
+	leaf := ct.CgroupName
+	if leaf == "" {
+		leaf = ct.ID
+	}
+	return ct.Pod.CgroupParent() + "/" + leaf
+}
+
+// NewContainer describes a container created in p under id, with the
+// runtime's cgroup name.
+func (c *Client) NewContainer(id, name string, p *Pod) *Container {
+	ct := &Container{ID: id, Name: name, Pod: p}
+	if c.Runtime == CRIO {
+		ct.CgroupName = "crio-" + id
+	}
+	return ct
+}
+
+// ImageSpec is the image spec of a container running image: CRI-O wants
+// the name the user asked for again (UserSpecifiedImage) to check its
+// signature policy; containerd ignores it.
+func ImageSpec(image string) *cri.ImageSpec {
+	return &cri.ImageSpec{Image: image, UserSpecifiedImage: image}
+}
+
+// ClampOOMScoreAdj raises a negative oom_score_adj to 0 on CRI-O. This VM
+// gives no process CAP_SYS_RESOURCE, so runc cannot lower oom_score_adj
+// (Guaranteed: -997) and every such container would fail to start;
+// containerd is set up to clamp it itself (restrict_oom_score_adj), CRI-O
+// has no such setting.
+func (c *Client) ClampOOMScoreAdj(r *cri.LinuxContainerResources) {
+	if c.Runtime == CRIO && r != nil && r.OomScoreAdj < 0 {
+		r.OomScoreAdj = 0
+	}
+}
+
+// ContainerOption changes a container's configuration before creation.
+type ContainerOption func(*cri.ContainerConfig)
+
+// WithCommand runs cmd instead of the image's default command.
+func WithCommand(cmd ...string) ContainerOption {
+	return func(cfg *cri.ContainerConfig) { cfg.Command = cmd }
+}
 
 // CreateContainer creates (does not start) a container running the test
 // image's default command (sleep until SIGTERM) with the kubelet's resources
 // for r in the pod's QoS class.
-func (c *Client) CreateContainer(ctx context.Context, p *Pod, name string, r Resources) (*Container, error) {
+func (c *Client) CreateContainer(ctx context.Context, p *Pod, name string, r Resources, opts ...ContainerOption) (*Container, error) {
 	cfg := &cri.ContainerConfig{
 		Metadata:    &cri.ContainerMetadata{Name: name},
-		Image:       &cri.ImageSpec{Image: c.Image},
+		Image:       ImageSpec(c.Image),
 		Labels:      map[string]string{"io.kubernetes.container.name": name},
 		Annotations: map[string]string{},
 		Linux: &cri.LinuxContainerConfig{
@@ -175,11 +272,15 @@ func (c *Client) CreateContainer(ctx context.Context, p *Pod, name string, r Res
 			},
 		},
 	}
+	c.ClampOOMScoreAdj(cfg.Linux.Resources)
+	for _, o := range opts {
+		o(cfg)
+	}
 	resp, err := c.RT.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: p.ID, Config: cfg, SandboxConfig: p.Config})
 	if err != nil {
 		return nil, fmt.Errorf("CreateContainer %s in pod %s: %w", name, p.Config.GetMetadata().GetName(), err)
 	}
-	return &Container{ID: resp.ContainerId, Name: name, Pod: p}, nil
+	return c.NewContainer(resp.ContainerId, name, p), nil
 }
 
 // StartContainer starts a created container.
@@ -191,8 +292,8 @@ func (c *Client) StartContainer(ctx context.Context, ct *Container) error {
 }
 
 // RunContainer creates and starts a container.
-func (c *Client) RunContainer(ctx context.Context, p *Pod, name string, r Resources) (*Container, error) {
-	ct, err := c.CreateContainer(ctx, p, name, r)
+func (c *Client) RunContainer(ctx context.Context, p *Pod, name string, r Resources, opts ...ContainerOption) (*Container, error) {
+	ct, err := c.CreateContainer(ctx, p, name, r, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -184,33 +184,54 @@ func ProcessGone(pid int) bool {
 // setup-containerd.sh. It updates e (and the process environment) with the
 // new pid.
 func RestartContainerd(ctx context.Context, e *Env) error {
-	if err := syscall.Kill(e.ContainerdPID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("SIGTERM containerd %d: %w", e.ContainerdPID, err)
+	if e.Runtime == CRIO {
+		return errors.New("RestartContainerd on a CRI-O environment: use RestartRuntime")
 	}
-	for !ProcessGone(e.ContainerdPID) {
+	return RestartRuntime(ctx, e)
+}
+
+// RestartRuntime stops the test runtime with SIGTERM (containerd's shims
+// and CRI-O's conmon keep the containers running), waits for it to exit,
+// and starts it again with its setup script. It updates e (and the process
+// environment) with the new pid.
+func RestartRuntime(ctx context.Context, e *Env) error {
+	script, pidVar := e.SetupScript, "E2E_CONTAINERD_PID"
+	if e.Runtime == CRIO {
+		script, pidVar = e.CrioSetupScript, "E2E_CRIO_PID"
+	}
+	if script == "" {
+		return fmt.Errorf("no setup script known for %s", e.Runtime)
+	}
+	if err := syscall.Kill(e.RuntimePID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("SIGTERM %s %d: %w", e.Runtime, e.RuntimePID, err)
+	}
+	for !ProcessGone(e.RuntimePID) {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("containerd %d did not exit: %w", e.ContainerdPID, ctx.Err())
+			return fmt.Errorf("%s %d did not exit: %w", e.Runtime, e.RuntimePID, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	cmd := exec.CommandContext(ctx, "bash", e.SetupScript)
+	cmd := exec.CommandContext(ctx, "bash", script)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("bash %s: %w\n%s", e.SetupScript, err, stderr.String())
+		return fmt.Errorf("bash %s: %w\n%s", script, err, stderr.String())
 	}
 	for _, l := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(l, "export E2E_CONTAINERD_PID="); ok {
+		if v, ok := strings.CutPrefix(l, "export "+pidVar+"="); ok {
 			pid, err := strconv.Atoi(v)
 			if err != nil {
-				return fmt.Errorf("setup printed E2E_CONTAINERD_PID=%q", v)
+				return fmt.Errorf("setup printed %s=%q", pidVar, v)
 			}
-			e.ContainerdPID = pid
-			os.Setenv("E2E_CONTAINERD_PID", v)
+			e.RuntimePID = pid
+			if e.Runtime == Containerd {
+				e.ContainerdPID = pid
+			}
+			os.Setenv(pidVar, v)
 			return nil
 		}
 	}
-	return fmt.Errorf("setup printed no E2E_CONTAINERD_PID:\n%s", out)
+	return fmt.Errorf("setup printed no %s:\n%s", pidVar, out)
 }
