@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # e2e-cluster.sh - the DaemonSet on a real control plane (`make e2e-cluster`,
 # part of `make test`). Builds or finds the Kubernetes v1.36 binaries
-# (../shared/e2e/setup-kube.sh), starts the test containerd, then etcd,
-# kube-apiserver, kube-controller-manager, kube-scheduler and a kubelet
-# registered as a node, all on 127.0.0.1 with their data in a temporary
-# directory (scripts/lib-cluster.sh), runs the ginkgo suite in test/cluster
-# (which installs the plugin the way the README's "Install on a cluster"
-# says) and stops everything at exit, failure or not. One run at a time per
-# machine: the whole run holds /tmp/nri-cpualign-e2e.lock.
+# (../shared/e2e/setup-kube.sh); then, for containerd and then CRI-O, starts
+# the test runtime, etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler and a kubelet registered as a node, all on 127.0.0.1 with
+# their data in a temporary directory (scripts/lib-cluster.sh), runs the
+# ginkgo suite in test/cluster (which installs the plugin the way the
+# README's "Install on a cluster" says) and stops everything, failure or
+# not. One run at a time per machine: the whole run holds
+# /tmp/nri-cpualign-e2e.lock.
 #
+# E2E_CLUSTER_RUNTIMES="containerd" (or "crio") runs one runtime only.
 # Extra arguments go to the test binary, e.g.
-#   scripts/e2e-cluster.sh -ginkgo.focus='refuse'
-# Keep the work dir (component logs, certificates, kubelet and plugin state)
-# with E2E_KEEP=1; it is also kept when the suite fails.
+#   scripts/e2e-cluster.sh -ginkgo.focus='refuses'
+# Keep the work dir (component and runtime logs, certificates, kubelet and
+# plugin state) with E2E_KEEP=1; it is also kept when the suite fails.
 set -euo pipefail
 # shellcheck source=scripts/lib-e2e.sh
 source "$(dirname "$0")/lib-e2e.sh"
@@ -20,6 +22,14 @@ source "$(dirname "$0")/lib-e2e.sh"
 source "$(dirname "$0")/lib-cluster.sh"
 check_prereqs
 command -v openssl >/dev/null || die "openssl not found (it makes the cluster's certificates)"
+RUNTIMES=${E2E_CLUSTER_RUNTIMES:-containerd crio}
+for rt in $RUNTIMES; do
+	case $rt in
+	containerd) ;;
+	crio) [ -f "$SHARED_E2E/setup-crio.sh" ] || die "CRI-O setup not found: expected $SHARED_E2E/setup-crio.sh" ;;
+	*) die "E2E_CLUSTER_RUNTIMES: unknown runtime $rt (want containerd and/or crio)" ;;
+	esac
+done
 
 exec 9>/tmp/nri-cpualign-e2e.lock
 if ! flock -n 9; then
@@ -35,37 +45,57 @@ if demo_plugin_running || [ -d "$DEMO_RUN" ]; then
 fi
 
 T0=$SECONDS
-CLUSTER_DIR=$(mktemp -d /tmp/nri-cpualign-cluster.XXXXXX)
-status=1
-cleanup() {
-	local t=$SECONDS
+WORK=$(mktemp -d /tmp/nri-cpualign-cluster.XXXXXX)
+CLUSTER_DIR=
+RUNTIME=
+status=0
+summary=()
+# stop_runtime_cluster stops the cluster of the current runtime, keeps the
+# runtime's log and stops the runtime.
+stop_runtime_cluster() {
+	[ -n "$CLUSTER_DIR" ] || return 0
 	cluster_stop
-	teardown_containerd
+	[ -z "${RUNTIME_LOG:-}" ] || cp -f "$RUNTIME_LOG" "$CLUSTER_DIR/logs/$RUNTIME.log" 2>/dev/null || true
+	cluster_teardown_runtime "$RUNTIME"
+	CLUSTER_DIR=
+}
+cleanup() {
+	local rc=$? t=$SECONDS
+	[ "$rc" = 0 ] || status=1
+	stop_runtime_cluster
 	if [ "$status" = 0 ] && [ "${E2E_KEEP:-0}" != 1 ]; then
-		rm -rf "$CLUSTER_DIR"
+		rm -rf "$WORK"
 	else
-		log "component logs, certificates, kubelet and plugin state kept in $CLUSTER_DIR"
+		log "component and runtime logs, certificates, kubelet and plugin state kept in $WORK"
 	fi
+	for line in "${summary[@]}"; do log "$line"; done
 	log "teardown took $((SECONDS - t))s; e2e-cluster finished in $((SECONDS - T0))s, status $status"
 }
 trap cleanup EXIT
 
 kube_binaries
 cluster_kill_leftovers
-# A clean slate: pods an earlier run left in the test containerd would hold CPUs.
-teardown_containerd
-setup_containerd
-cluster_cni_placeholder
-cluster_certs
-cluster_start
-
-export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig E2E_KUBECTL=$E2E_KUBE_BIN/kubectl
-export E2E_CLUSTER_NODE=$CLUSTER_NODE E2E_CLUSTER_DIR=$CLUSTER_DIR
 cd "$REPO_ROOT"
 color=()
 [ -t 1 ] || color=(-ginkgo.no-color)
-set +e
-go test -tags e2e -count=1 -timeout 20m -v ./test/cluster -ginkgo.v "${color[@]}" "$@" 9>&-
-status=$?
-set -e
+for RUNTIME in $RUNTIMES; do
+	t0=$SECONDS
+	CLUSTER_DIR=$WORK/$RUNTIME
+	mkdir -p "$CLUSTER_DIR"
+	# A clean slate: pods an earlier run left in the runtime would hold CPUs.
+	cluster_teardown_runtime "$RUNTIME"
+	cluster_setup_runtime "$RUNTIME"
+	cluster_cni_placeholder
+	cluster_certs
+	cluster_start
+	export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig E2E_KUBECTL=$E2E_KUBE_BIN/kubectl
+	export E2E_CLUSTER_NODE=$CLUSTER_NODE E2E_CLUSTER_DIR=$CLUSTER_DIR
+	set +e
+	go test -tags e2e -count=1 -timeout 20m -v ./test/cluster -ginkgo.v "${color[@]}" "$@" 9>&-
+	rc=$?
+	set -e
+	[ "$rc" = 0 ] || status=1
+	summary+=("$RUNTIME: suite $( [ "$rc" = 0 ] && echo passed || echo FAILED ) in $((SECONDS - t0))s")
+	stop_runtime_cluster
+done
 exit "$status"

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # A one-node Kubernetes control plane on the loopback for scripts/e2e-cluster.sh:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler and a kubelet
-# registered as a node, against the test containerd. Sourced after
+# registered as a node, against the test containerd or CRI-O. Sourced after
 # lib-e2e.sh, not run.
 #
 # Everything listens on 127.0.0.1 and keeps its data under $CLUSTER_DIR (a
@@ -10,7 +10,10 @@
 # the next one.
 
 CLUSTER_RUN=${CLUSTER_RUN:-/run/nri-cpualign-cluster}
-CLUSTER_NODE=${CLUSTER_NODE:-nri-cpualign-e2e}
+# The node's name is its address, as hack/local-up-cluster.sh does it: the
+# kubelet refuses a loopback --node-ip but takes an IP given as the hostname
+# for the node's InternalIP, which the API server then reaches it on.
+CLUSTER_NODE=${CLUSTER_NODE:-127.0.0.1}
 ETCD_PORT=${ETCD_PORT:-12379}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
 APISERVER_PORT=${APISERVER_PORT:-16443}
@@ -86,6 +89,48 @@ wait_for() {
 	done
 }
 
+CRIO_RUN=${CRIO_RUN:-/run/crio-e2e}
+
+# cluster_setup_runtime RUNTIME starts the test containerd or CRI-O and
+# loads its environment; RUNTIME_LOG is its log, CNI_CONF_DIR the network
+# configuration directory it watches.
+cluster_setup_runtime() {
+	local t0=$SECONDS conf root runroot
+	unset E2E_RUNTIME E2E_CONTAINERD_LOG E2E_CRIO_LOG E2E_CRIO_STORE
+	case $1 in
+	containerd)
+		setup_containerd
+		RUNTIME_LOG=$E2E_CONTAINERD_LOG
+		CNI_CONF_DIR=$E2E_RUN/cni/net.d
+		;;
+	crio)
+		log "setting up CRI-O ($SHARED_E2E/setup-crio.sh)"
+		bash "$SHARED_E2E/setup-crio.sh" >/dev/null 9>&- || die "CRI-O setup failed"
+		# shellcheck disable=SC1091
+		source "$CRIO_RUN/env"
+		RUNTIME_LOG=$E2E_CRIO_LOG
+		conf=$E2E_CRIO_CONFIG
+		CNI_CONF_DIR=$(sed -n 's/^network_dir = "\(.*\)"$/\1/p' "$conf")
+		root=$(sed -n 's/^root = "\(.*\)"$/\1/p' "$conf")
+		runroot=$(sed -n 's/^runroot = "\(.*\)"$/\1/p' "$conf")
+		[ -n "$CNI_CONF_DIR" ] && [ -n "$root" ] && [ -n "$runroot" ] ||
+			die "$conf: no network_dir, root or runroot"
+		# The store skopeo imports the image into (containers-storage:[STORE]NAME).
+		export E2E_CRIO_STORE="overlay@$root+$runroot"
+		log "CRI-O ready in $((SECONDS - t0))s (pid $E2E_CRIO_PID, NRI socket $NRI_SOCKET)"
+		;;
+	esac
+}
+
+# cluster_teardown_runtime RUNTIME stops it (the shared teardown scripts kill
+# leftover containers and remove empty kubepods cgroups).
+cluster_teardown_runtime() {
+	case $1 in
+	containerd) teardown_containerd ;;
+	crio) bash "$SHARED_E2E/teardown-crio.sh" >&2 9>&- || log "CRI-O teardown reported errors" ;;
+	esac
+}
+
 # cluster_certs writes a CA, the serving and client certificates, the
 # service-account key pair and one kubeconfig per client into
 # $CLUSTER_DIR/pki (ECDSA P-256: fast to make, accepted everywhere).
@@ -111,7 +156,7 @@ cluster_certs() {
 	mkcert apiserver /CN=kube-apiserver serverAuth \
 		"IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
 	mkcert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
-	mkcert kubelet-serving "/CN=$CLUSTER_NODE" serverAuth "IP:127.0.0.1,DNS:$CLUSTER_NODE"
+	mkcert kubelet-serving "/CN=$CLUSTER_NODE" serverAuth "IP:$CLUSTER_NODE"
 	mkcert admin "/O=system:masters/CN=nri-cpualign-e2e-admin" clientAuth
 	mkcert kube-controller-manager /CN=system:kube-controller-manager clientAuth
 	mkcert kube-scheduler /CN=system:kube-scheduler clientAuth
@@ -143,13 +188,13 @@ cluster_certs() {
 	done
 }
 
-# cluster_cni_placeholder gives containerd's CRI a network configuration so
-# that it reports NetworkReady and the kubelet marks the node Ready. No CNI
+# cluster_cni_placeholder gives the runtime a network configuration so that
+# it reports NetworkReady and the kubelet marks the node Ready. No CNI
 # plugin ever runs: every pod of these tests uses the host network, for
-# which the runtime calls no CNI plugin (and its bin directory is empty).
+# which the runtime calls no CNI plugin.
 cluster_cni_placeholder() {
-	mkdir -p "$E2E_RUN/cni/net.d"
-	cat >"$E2E_RUN/cni/net.d/10-nri-cpualign-e2e.conflist" <<-'EOF'
+	mkdir -p "$CNI_CONF_DIR"
+	cat >"$CNI_CONF_DIR/10-nri-cpualign-e2e.conflist" <<-'EOF'
 		{"cniVersion": "1.0.0", "name": "nri-cpualign-e2e-host-network-only", "plugins": [{"type": "loopback"}]}
 	EOF
 }
@@ -237,7 +282,7 @@ cluster_start() {
 
 	cluster_kubelet_config
 	start_proc kubelet --config "$d/kubelet.yaml" --kubeconfig "$d/kubelet.kubeconfig" --root-dir "$d/kubelet" \
-		--hostname-override "$CLUSTER_NODE" --node-ip 127.0.0.1
+		--hostname-override "$CLUSTER_NODE"
 	wait_for kubelet 60 "$kubectl" --kubeconfig "$d/admin.kubeconfig" get node "$CLUSTER_NODE"
 	log "control plane up, node $CLUSTER_NODE registered, in $((SECONDS - t0))s (logs in $d/logs)"
 }

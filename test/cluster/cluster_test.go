@@ -3,12 +3,17 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -184,8 +189,6 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		archive := filepath.Join(Env.Dir, "nri-cpualign-image.tar")
 		out, err := exec.CommandContext(ctx, "make", "-s", "-C", repoRoot, "image", "IMAGE_ARCHIVE="+archive).CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "make image:\n%s", out)
-		out, err = exec.CommandContext(ctx, Env.Ctr, "-a", Env.ContainerdAddress, "-n", "k8s.io", "images", "import", archive).CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "ctr images import:\n%s", out)
 		var image string
 		{
 			data, err := os.ReadFile(filepath.Join(repoRoot, "deploy/daemonset.yaml"))
@@ -194,15 +197,25 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 			Expect(yaml.UnmarshalStrict(data, &ds)).To(Succeed())
 			image = ds.Spec.Template.Spec.Containers[0].Image
 		}
-		// The CRI plugin sees an imported image once it labels it managed.
-		Eventually(func(g Gomega) {
-			out, err := exec.CommandContext(ctx, Env.Ctr, "-a", Env.ContainerdAddress, "-n", "k8s.io", "images", "ls", "name=="+image).CombinedOutput()
-			g.Expect(err).NotTo(HaveOccurred(), "%s", out)
-			g.Expect(string(out)).To(ContainSubstring("io.cri-containerd.image=managed"))
-		}).WithContext(ctx).WithTimeout(20 * time.Second).Should(Succeed())
+		switch Env.Runtime {
+		case containerd:
+			out, err = exec.CommandContext(ctx, Env.Ctr, "-a", Env.ContainerdAddress, "-n", "k8s.io", "images", "import", archive).CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), "ctr images import:\n%s", out)
+			// The CRI plugin sees an imported image once it labels it managed.
+			Eventually(func(g Gomega) {
+				out, err := exec.CommandContext(ctx, Env.Ctr, "-a", Env.ContainerdAddress, "-n", "k8s.io", "images", "ls", "name=="+image).CombinedOutput()
+				g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+				g.Expect(string(out)).To(ContainSubstring("io.cri-containerd.image=managed"))
+			}).WithContext(ctx).WithTimeout(20 * time.Second).Should(Succeed())
+		case crio:
+			// The README's skopeo line, into the test instance's store.
+			out, err = exec.CommandContext(ctx, "skopeo", "copy", "-q", "oci-archive:"+archive,
+				"containers-storage:["+Env.CrioStore+"]"+image).CombinedOutput()
+			Expect(err).NotTo(HaveOccurred(), "skopeo copy:\n%s", out)
+		}
 
 		// 2. deploy/ through a kustomize overlay whose only differences are
-		// the test containerd's NRI socket directory and a fresh state
+		// the test runtime's NRI socket directory and a fresh state
 		// directory (checked: everything else renders identically).
 		overlay = filepath.Join(Env.Dir, "overlay")
 		stateDir = filepath.Join(Env.Dir, "plugin-state")
@@ -212,7 +225,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		Expect(err).NotTo(HaveOccurred())
 		rel, err := filepath.Rel(overlay, base)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(fmt.Sprintf(`# Test-only differences from deploy/: the test containerd's NRI socket
+		Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(fmt.Sprintf(`# Test-only differences from deploy/: the test runtime's NRI socket
 # directory and a state directory of this run.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -239,12 +252,25 @@ patches:
 		want := yamlDocs(Default, mustKubectl(ctx, "kustomize", base))
 		got := yamlDocs(Default, mustKubectl(ctx, "kustomize", overlay))
 		Expect(got).To(HaveLen(len(want)))
+		// The volumes as a set (the patch moves the patched ones first).
+		volumes := func(doc map[string]any) []any {
+			spec := doc["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			vols := spec["volumes"].([]any)
+			slices.SortFunc(vols, func(a, b any) int {
+				return strings.Compare(a.(map[string]any)["name"].(string), b.(map[string]any)["name"].(string))
+			})
+			return vols
+		}
+		for _, doc := range want {
+			if doc["kind"] == "DaemonSet" {
+				volumes(doc)
+			}
+		}
 		for i, doc := range got {
 			if doc["kind"] != "DaemonSet" {
 				continue
 			}
-			vols := doc["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["volumes"].([]any)
-			for _, v := range vols {
+			for _, v := range volumes(doc) {
 				v := v.(map[string]any)
 				hp, ok := v["hostPath"].(map[string]any)
 				if !ok {
@@ -263,7 +289,7 @@ patches:
 		}
 		Expect(got).To(Equal(want), "the overlay changes more than the two host paths")
 
-		offset := fileSize(Env.ContainerdLog)
+		offset := fileSize(Env.RuntimeLog)
 		out2 := mustKubectl(ctx, "apply", "-k", overlay)
 		Expect(out2).To(ContainSubstring("namespace/nri-cpualign"))
 		Expect(out2).To(ContainSubstring("configmap/nri-cpualign"))
@@ -283,12 +309,12 @@ patches:
 		Expect(pod.Spec.NodeName).To(Equal(Env.Node))
 		Expect(pod.Status.QOSClass).To(Equal(corev1.PodQOSGuaranteed))
 		Expect(mustKubectl(ctx, "-n", pluginNS, "get", "pods", "-o", "wide")).To(MatchRegexp(`nri-cpualign-\S+\s+1/1\s+Running\s+0\s`))
-		Eventually(func() string { return logSince(Env.ContainerdLog, offset) }).WithContext(ctx).WithTimeout(30*time.Second).
-			Should(ContainSubstring(fmt.Sprintf(`plugin \"%s\" connected and synchronized`, nriName)), "containerd log")
+		Eventually(func() bool { return hasLine(logSince(Env.RuntimeLog, offset), nriName, "connected and synchronized") }).
+			WithContext(ctx).WithTimeout(30*time.Second).Should(BeTrue(), "%s logs no %s connected and synchronized", Env.Runtime, nriName)
 		code, body, err := pluginGet(ctx, "/healthz")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(code).To(Equal(http.StatusOK), "/healthz: %s", body)
-		logs := pluginLogs(ctx)
+		logs := mustKubectl(ctx, "-n", pluginNS, "logs", "ds/nri-cpualign")
 		Expect(logs).To(ContainSubstring("detected CPU topology"))
 		Expect(logs).To(ContainSubstring("effective configuration"))
 		Expect(logs).To(ContainSubstring("synchronized with the runtime"))
@@ -334,6 +360,17 @@ patches:
 		}
 		Expect(found).To(BeTrue(), "/state does not list pod %s", pinned.Name)
 		Expect(st.Shared).To(Equal(pool.String()))
+		GinkgoWriter.Printf("reserved %s; pod %s exclusive on %s; shared pod %s and the plugin's own container on %s\n",
+			reserved, pinned.Name, pinnedCPUs, shared.Name, pool)
+
+		// The placement is one info line in the plugin's log...
+		Expect(mustKubectl(ctx, "-n", pluginNS, "logs", "ds/nri-cpualign")).To(MatchRegexp(
+			`msg="container admitted".* container=app cpus=%s exclusive=true .*pod=%s/%s`, pinnedCPUs, testNS, pinned.Name))
+		// ...and /state through kubectl port-forward, as the README reads it.
+		var viaForward daemon.StateView
+		Expect(json.Unmarshal([]byte(portForwardGet(ctx, plugin.Name, "/state")), &viaForward)).To(Succeed())
+		Expect(viaForward.Containers).To(ContainElement(And(
+			HaveField("PodUID", string(pinned.UID)), HaveField("Exclusive", true), HaveField("CPUs", pinnedCPUs.String()))))
 	}, SpecTimeout(4*time.Minute))
 
 	It("refuses a pod when the plugin reserves more than the kubelet, and kubectl describe shows InsufficientCPUs; the kubelet's retries leak nothing", func(ctx SpecContext) {
@@ -397,6 +434,14 @@ patches:
 		Expect(ok).To(BeTrue(), describe)
 		Expect(events).To(MatchRegexp(`Warning\s+Failed\s.*InsufficientCPUs`), "kubectl describe pod refused:\n%s", describe)
 		Expect(describe).To(ContainSubstring("CreateContainerError"))
+		for _, l := range strings.Split(events, "\n") {
+			if strings.Contains(l, "InsufficientCPUs") {
+				GinkgoWriter.Printf("kubectl describe pod refused: %s\n", strings.TrimSpace(l))
+				break
+			}
+		}
+		Expect(mustKubectl(ctx, "-n", pluginNS, "logs", "ds/nri-cpualign")).To(MatchRegexp(
+			`level=warning msg="container rejected".* pod=%s/refused reason=InsufficientCPUs`, testNS))
 		st := pluginState(Default, ctx)
 		for _, c := range st.Containers {
 			Expect(c.Exclusive).To(BeFalse(), "container %s/%s holds %s", c.Pod, c.Container, c.CPUs)
@@ -415,7 +460,7 @@ patches:
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 	}, SpecTimeout(6*time.Minute))
 
-	It("uninstalls with kubectl delete -k as the README's Uninstalling section says", func(ctx SpecContext) {
+	It("stops on a node whose label is removed, changing no container, and comes back with its assignments when it is labelled again", func(ctx SpecContext) {
 		mustKubectl(ctx, "-n", testNS, "scale", "deployment/pinned", "--replicas=1")
 		var pinned, shared corev1.Pod
 		Eventually(func(g Gomega) {
@@ -425,13 +470,57 @@ patches:
 			g.Expect(cpusOf(g, ctx, shared)).To(equalCPUs(HostCPUs.Difference(pinnedCPUs)))
 		}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
 
+		// Uninstalling, step 2 for one node.
+		offset := fileSize(Env.RuntimeLog)
+		mustKubectl(ctx, "label", "node", Env.Node, nodeLabel+"-")
+		Eventually(func(g Gomega) {
+			pods, err := podsOf(ctx, pluginNS, pluginSelector)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pods).To(BeEmpty())
+			g.Expect(pluginProcesses()).To(BeEmpty())
+		}).WithContext(ctx).WithTimeout(60*time.Second).Should(Succeed(), "the plugin still runs on the unlabelled node")
+		Expect(hasLine(logSince(Env.RuntimeLog, offset), "connection to plugin", nriName, "closed")).To(BeTrue(), "%s logs no connection to %s closed", Env.Runtime, nriName)
+		Consistently(func(g Gomega) {
+			g.Expect(cpusOf(g, ctx, pinned)).To(equalCPUs(pinnedCPUs))
+			g.Expect(cpusOf(g, ctx, shared)).To(equalCPUs(HostCPUs.Difference(pinnedCPUs)))
+		}).WithContext(ctx).WithTimeout(3 * time.Second).WithPolling(time.Second).Should(Succeed())
+
+		// Labelled again: the new pod starts from the checkpoint in the
+		// state hostPath and reports the same assignment.
+		offset = fileSize(Env.RuntimeLog)
+		mustKubectl(ctx, "label", "node", Env.Node, nodeLabel+"=true")
+		waitPluginReady(ctx)
+		Expect(hasLine(logSince(Env.RuntimeLog, offset), nriName, "connected and synchronized")).To(BeTrue(), "%s logs no %s connected and synchronized", Env.Runtime, nriName)
+		st := pluginState(Default, ctx)
+		var found bool
+		for _, c := range st.Containers {
+			if c.PodUID == string(pinned.UID) {
+				found = true
+				Expect(c.Exclusive).To(BeTrue())
+				Expect(c.CPUs).To(Equal(pinnedCPUs.String()))
+			}
+		}
+		Expect(found).To(BeTrue(), "/state does not list pod %s after the restart", pinned.Name)
+		Expect(cpusOf(Default, ctx, pinned)).To(equalCPUs(pinnedCPUs))
+		Expect(cpusOf(Default, ctx, shared)).To(equalCPUs(HostCPUs.Difference(pinnedCPUs)))
+	}, SpecTimeout(4*time.Minute))
+
+	It("uninstalls with kubectl delete -k as the README's Uninstalling section says", func(ctx SpecContext) {
+		var pinned, shared corev1.Pod
+		Eventually(func(g Gomega) {
+			pinned = runningPod(g, ctx, testNS, "app=pinned")
+			g.Expect(cpusOf(g, ctx, pinned)).To(equalCPUs(pinnedCPUs))
+			shared = runningPod(g, ctx, testNS, "app=shared")
+			g.Expect(cpusOf(g, ctx, shared)).To(equalCPUs(HostCPUs.Difference(pinnedCPUs)))
+		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+
 		// 2. "kubectl delete -k deploy/: the plugin stops".
-		offset := fileSize(Env.ContainerdLog)
+		offset := fileSize(Env.RuntimeLog)
 		mustKubectl(ctx, "delete", "-k", overlay, "--wait=true", "--timeout=90s")
 		Eventually(pluginProcesses).WithContext(ctx).WithTimeout(60*time.Second).Should(BeEmpty(), "the plugin still runs")
 		_, err := kubectl(ctx, "get", "namespace", pluginNS)
 		Expect(err).To(MatchError(ContainSubstring("NotFound")))
-		Expect(logSince(Env.ContainerdLog, offset)).NotTo(ContainSubstring(fmt.Sprintf(`plugin \"%s\" connected`, nriName)))
+		Expect(hasLine(logSince(Env.RuntimeLog, offset), "connection to plugin", nriName, "closed")).To(BeTrue(), "%s logs no connection to %s closed", Env.Runtime, nriName)
 
 		// "Nothing is changed in the containers": the pinned one keeps its
 		// CPU, the shared one stays off it...
@@ -475,4 +564,34 @@ func setConfig(ctx context.Context, doc string) {
 		ObjectMeta: metav1.ObjectMeta{Name: cm.Name, Namespace: cm.Namespace, Labels: cm.Labels},
 		Data:       map[string]string{"config.toml": doc},
 	})
+}
+
+// portForwardGet GETs a path of the plugin's metrics endpoint through
+// `kubectl port-forward POD LOCAL:9464`, the README's way from a workstation.
+func portForwardGet(ctx context.Context, pod, p string) string {
+	GinkgoHelper()
+	_, port, err := net.SplitHostPort(metricsAddress)
+	Expect(err).NotTo(HaveOccurred())
+	const local = "19464"
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(fctx, Env.Kubectl, "-n", pluginNS, "port-forward", "pod/"+pod, local+":"+port)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+Env.Kubeconfig)
+	out, err := cmd.StdoutPipe()
+	Expect(err).NotTo(HaveOccurred())
+	cmd.Stderr = GinkgoWriter
+	Expect(cmd.Start()).To(Succeed())
+	defer func() { cancel(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	Expect(err).NotTo(HaveOccurred(), "kubectl port-forward printed nothing")
+	Expect(line).To(HavePrefix("Forwarding from 127.0.0.1:" + local))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+local+p, nil)
+	Expect(err).NotTo(HaveOccurred())
+	resp, err := http.DefaultClient.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(resp.StatusCode).To(Equal(http.StatusOK), "%s through port-forward: %s", p, b)
+	return string(b)
 }

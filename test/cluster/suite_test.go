@@ -31,13 +31,24 @@ import (
 const repoRoot = "../.."
 
 // env is what scripts/e2e-cluster.sh exports: the cluster (kubectl, its
-// kubeconfig, the node, a work directory) and the test containerd
-// (setup-containerd.sh's environment).
+// kubeconfig, the node, a work directory) and the test runtime
+// (the environment setup-containerd.sh or setup-crio.sh writes).
 type env struct {
-	Kubectl, Kubeconfig, Node, Dir                 string
-	Ctr, ContainerdAddress, ContainerdLog, NRISock string
-	TestImage                                      string
+	Kubectl, Kubeconfig, Node, Dir string
+	// Runtime is "containerd" or "crio"; RuntimeLog its log file.
+	Runtime, RuntimeLog string
+	NRISock, TestImage  string
+	// containerd: ctr and its address, to import the image.
+	Ctr, ContainerdAddress string
+	// CRI-O: its containers-storage ("driver@root+runroot"), for skopeo.
+	CrioStore string
 }
+
+// The runtimes the suite runs against (setup-crio.sh sets E2E_RUNTIME=crio).
+const (
+	containerd = "containerd"
+	crio       = "crio"
+)
 
 var (
 	// Env is the cluster and runtime under test; valid when missing is "".
@@ -50,17 +61,29 @@ var (
 
 func TestCluster(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "nri-cpualign DaemonSet on a real control plane")
+	rt := os.Getenv("E2E_RUNTIME")
+	if rt == "" {
+		rt = containerd
+	}
+	RunSpecs(t, "nri-cpualign DaemonSet on a real control plane ("+rt+")")
 }
 
 var _ = BeforeSuite(func() {
-	vars := []struct {
+	type envVar struct {
 		name string
 		dst  *string
-	}{
+	}
+	vars := []envVar{
 		{"E2E_KUBECTL", &Env.Kubectl}, {"KUBECONFIG", &Env.Kubeconfig}, {"E2E_CLUSTER_NODE", &Env.Node},
-		{"E2E_CLUSTER_DIR", &Env.Dir}, {"E2E_CTR", &Env.Ctr}, {"CONTAINERD_ADDRESS", &Env.ContainerdAddress},
-		{"E2E_CONTAINERD_LOG", &Env.ContainerdLog}, {"NRI_SOCKET", &Env.NRISock}, {"E2E_TEST_IMAGE", &Env.TestImage},
+		{"E2E_CLUSTER_DIR", &Env.Dir}, {"NRI_SOCKET", &Env.NRISock}, {"E2E_TEST_IMAGE", &Env.TestImage},
+	}
+	Env.Runtime = containerd
+	if os.Getenv("E2E_RUNTIME") == crio {
+		Env.Runtime = crio
+		vars = append(vars, envVar{"E2E_CRIO_LOG", &Env.RuntimeLog}, envVar{"E2E_CRIO_STORE", &Env.CrioStore})
+	} else {
+		vars = append(vars, envVar{"E2E_CTR", &Env.Ctr}, envVar{"CONTAINERD_ADDRESS", &Env.ContainerdAddress},
+			envVar{"E2E_CONTAINERD_LOG", &Env.RuntimeLog})
 	}
 	var unset []string
 	for _, v := range vars {
@@ -192,8 +215,12 @@ func containerID(p corev1.Pod, name string) string {
 }
 
 // cgroupDir is the container's cpuset cgroup on the host, where the
-// kubelet's cgroupfs driver puts it: /kubepods[/burstable|/besteffort]/pod<uid>/<id>.
+// kubelet's cgroupfs driver puts it: /kubepods[/burstable|/besteffort]/pod<uid>/<id>
+// (CRI-O: crio-<id>).
 func cgroupDir(p corev1.Pod, id string) string {
+	if Env.Runtime == crio {
+		id = "crio-" + id
+	}
 	parent := "kubepods"
 	switch p.Status.QOSClass {
 	case corev1.PodQOSBurstable:
@@ -325,6 +352,21 @@ func fileSize(p string) int64 {
 		return 0
 	}
 	return st.Size()
+}
+
+// hasLine reports whether a line of text contains every one of substrs
+// (the runtimes quote the plugin's name differently in their logs).
+func hasLine(text string, substrs ...string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		all := true
+		for _, s := range substrs {
+			all = all && strings.Contains(l, s)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 // logSince is a log file from offset on.
