@@ -21,8 +21,8 @@ import (
 
 // cmdSimulate is `nri-cpualign simulate --sysfs-root DIR [--config
 // FILE.toml]`: the placement engine on a (fake) machine, driven by JSON
-// Lines on stdin, one JSON line out per line in, flushed after each. The
-// protocol is documented in the README ("Simulate: where would this pod
+// Lines on stdin, one JSON line out per line in, every answer flushed
+// before the command waits for more input. The protocol is documented in the README ("Simulate: where would this pod
 // land?").
 func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
@@ -45,14 +45,12 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nri-cpualign simulate: --log-level %q: %v\n", *logLevel, err)
 		return 2
 	}
-	out := bufio.NewWriter(stdout)
+	out := bufio.NewWriterSize(stdout, 64<<10)
+	defer out.Flush()
+	var buf []byte
 	emit := func(v any) {
-		b, err := json.Marshal(v)
-		if err != nil { // only plain structs and maps are marshalled
-			b, _ = json.Marshal(errorLine{Error: "internal: " + err.Error(), Reason: "InternalError"})
-		}
-		out.Write(append(b, '\n'))
-		out.Flush()
+		buf = append(appendAnswer(buf[:0], v), '\n')
+		out.Write(buf)
 	}
 
 	cfg := config.Default()
@@ -93,8 +91,13 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}).Info("simulate: ready")
 
 	sim := &simulator{engine: engine, state: engine.NewState(), log: log}
-	in := bufio.NewReader(stdin)
+	in := bufio.NewReaderSize(stdin, 64<<10)
 	for n := 1; ; n++ {
+		if in.Buffered() == 0 {
+			// The next read may wait: the answers so far go out first. A
+			// trace on a pipe or file is answered in large writes.
+			out.Flush()
+		}
 		line, err := in.ReadBytes('\n')
 		if len(line) == 0 && err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -112,6 +115,9 @@ type simulator struct {
 	engine *policy.Engine
 	state  policy.State
 	log    *logrus.Logger
+	// slow decodes every line with encoding/json (tests: the reference
+	// the fast parser is compared with).
+	slow bool
 }
 
 // hintJSON is a hint on the wire; NUMA null or [] = any node.
@@ -229,14 +235,17 @@ func (s *simulator) handle(n int, line []byte) any {
 		return errorLine{Error: "empty line: want a JSON object", Line: n}
 	}
 	var req requestLine
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return errorLine{Error: "not a valid request: " + err.Error(), Line: n}
-	}
-	// dec.More is false before a stray '}' or ']': check the rest itself.
-	if rest := bytes.TrimSpace(line[dec.InputOffset():]); len(rest) > 0 {
-		return errorLine{Error: fmt.Sprintf("not a valid request: %q after the JSON object; want one JSON object per line", rest), Line: n}
+	if s.slow || !parseFast(line, &req) {
+		req = requestLine{}
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return errorLine{Error: "not a valid request: " + err.Error(), Line: n}
+		}
+		// dec.More is false before a stray '}' or ']': check the rest itself.
+		if rest := bytes.TrimSpace(line[dec.InputOffset():]); len(rest) > 0 {
+			return errorLine{Error: fmt.Sprintf("not a valid request: %q after the JSON object; want one JSON object per line", rest), Line: n}
+		}
 	}
 	switch req.Op {
 	case "assign":
@@ -332,10 +341,12 @@ func (s *simulator) add(req requestLine) any {
 		next, d, err = s.engine.Add(s.state, r)
 		if err == nil {
 			s.state = next
-			s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "cpus": d.CPUs.String(),
-				"mems": d.Mems.String(), "exclusive": d.Exclusive, "numa": d.Affinity.Affinity.String()}).Debug("simulate: add")
-			res := addResult{Pod: req.Pod, Container: req.Container, CPUs: d.CPUs.String(), Mems: d.Mems.String(),
+			res := addResult{Pod: req.Pod, Container: req.Container, CPUs: cpuList(d.CPUs), Mems: cpuList(d.Mems),
 				Exclusive: d.Exclusive, Affinity: toAffinity(d.Affinity)}
+			if s.log.IsLevelEnabled(logrus.DebugLevel) { // the fields cost more than the decision
+				s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "cpus": res.CPUs,
+					"mems": res.Mems, "exclusive": d.Exclusive, "numa": d.Affinity.Affinity.String()}).Debug("simulate: add")
+			}
 			if d.Exclusive && s.engine.StrictUncore() != allocator.UncoreStrictOff {
 				res.L3 = s.engine.Topology().L3GroupsOf(d.CPUs)
 			}
@@ -348,7 +359,9 @@ func (s *simulator) add(req requestLine) any {
 		a := toAffinity(tae.Hint)
 		out.Affinity = &a
 	}
-	s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "reason": out.Reason}).Debug("simulate: add rejected")
+	if s.log.IsLevelEnabled(logrus.DebugLevel) {
+		s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "reason": out.Reason}).Debug("simulate: add rejected")
+	}
 	return out
 }
 
