@@ -55,10 +55,13 @@ func cmdTopology(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nri-cpualign topology: --output %q: want text or json\n", *output)
 		return 2
 	}
-	topo, err := sysfs.Read(*root)
+	topo, warns, err := sysfs.ReadWithWarnings(*root)
 	if err != nil {
 		fmt.Fprintf(stderr, "nri-cpualign topology: %v\n", err)
 		return 1
+	}
+	for _, w := range warns {
+		fmt.Fprintf(stderr, "nri-cpualign topology: warning: %s\n", w)
 	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
