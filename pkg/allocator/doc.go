@@ -81,6 +81,12 @@
 //     its policy code accepts it), so no node moving from the kubelet
 //     has this configuration; the daemon takes it only when written
 //     explicitly (reserved_cpu_count = 0) and warns at start-up.
+//   - InsufficientCPUs names the whole request and every assignable CPU
+//     (the pod's reusable ones included). With a NUMA affinity the
+//     kubelet's text gives what its second takeByTopology lacked after
+//     the aligned step took what it could (7 CPUs asked with 6 free:
+//     "requested=1, available=0"); the admission is the same, and the
+//     operator reads the numbers of the pod.
 //   - A checkpoint whose pool is empty is restored. The kubelet's own
 //     state check takes an empty default set with assignments for a
 //     corrupt file and will not start until the node is drained.
