@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
@@ -108,37 +109,63 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 	r := &s.rec
 	*r = journalRecord{Shared: head.shared, Reserved: head.reserved, ReusablePod: head.reusablePod, Reusable: head.reusable}
 	changed := head != s.head
+	// A second pass looks for removals only when the first did not meet
+	// every key on disk (a lookup is most of the cost with 500
+	// containers).
+	met := 0
 	for pod, sets := range st.Alloc.Assignments {
-		if old, ok := s.assign[pod]; !ok || !sameSets(old, sets) {
+		old, ok := s.assign[pod]
+		if ok {
+			met++
+		}
+		// The allocator copies a pod's map to change it: the same map is
+		// the same assignment, without comparing its sets.
+		if !ok || (!sameMap(old, sets) && !sameSets(old, sets)) {
 			texts := policy.AssignmentTexts(sets)
 			r.Assign = put(r.Assign, pod, &texts)
 		}
 	}
-	for pod := range s.assign {
-		if _, ok := st.Alloc.Assignments[pod]; !ok {
-			r.Assign = put(r.Assign, pod, nil)
+	if met < len(s.assign) {
+		for pod := range s.assign {
+			if _, ok := st.Alloc.Assignments[pod]; !ok {
+				r.Assign = put(r.Assign, pod, nil)
+			}
 		}
 	}
+	met = 0
 	for pod, h := range st.PodAffinity {
-		if old, ok := s.aff[pod]; !ok || old != h {
+		old, ok := s.aff[pod]
+		if ok {
+			met++
+		}
+		if !ok || old != h {
 			sh := policy.HintOf(h)
 			r.Affinity = put(r.Affinity, pod, &sh)
 		}
 	}
-	for pod := range s.aff {
-		if _, ok := st.PodAffinity[pod]; !ok {
-			r.Affinity = put(r.Affinity, pod, nil)
+	if met < len(s.aff) {
+		for pod := range s.aff {
+			if _, ok := st.PodAffinity[pod]; !ok {
+				r.Affinity = put(r.Affinity, pod, nil)
+			}
 		}
 	}
+	met = 0
 	for id, c := range ctrs {
-		if old, ok := s.ctrs[id]; !ok || old != c {
+		old, ok := s.ctrs[id]
+		if ok {
+			met++
+		}
+		if !ok || old != c {
 			changed := c // only a changed record escapes to the heap
 			r.Ctrs = put(r.Ctrs, id, &changed)
 		}
 	}
-	for id := range s.ctrs {
-		if _, ok := ctrs[id]; !ok {
-			r.Ctrs = put(r.Ctrs, id, nil)
+	if met < len(s.ctrs) {
+		for id := range s.ctrs {
+			if _, ok := ctrs[id]; !ok {
+				r.Ctrs = put(r.Ctrs, id, nil)
+			}
 		}
 	}
 	if !changed && r.Assign == nil && r.Affinity == nil && r.Ctrs == nil {
@@ -179,6 +206,10 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 		}
 	}
 	return nil
+}
+
+func sameMap(a, b map[string]cpuset.CPUSet) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func put[V any](m map[string]*V, k string, v *V) map[string]*V {

@@ -18,6 +18,10 @@ BenchmarkScaling/gen-1024/cpus=1024/numa=8/l3=64/occ=50/opts=packed/req=8-2     
 BenchmarkCreateContainer/epyc-9754/cpus=256/existing=500/kind=exclusive/state=disk-2 	time="x" level=warning msg="slow"
      100	   2500000 ns/op	   2000000 p50-ns	   9000000 p99-ns	 2600000 B/op	   14000 allocs/op
 BenchmarkCreateContainer/epyc-9754/cpus=256/existing=500/kind=exclusive/updates=after-answer/state=disk-2 	     100	    900000 ns/op	    800000 p50-ns	   3000000 p99-ns	  300000 B/op	     700 allocs/op
+BenchmarkCreateContainer/epyc-9754/cpus=256/existing=500/kind=shared/updates=in-answer/state=disk/store=journal-2 	     200	    700000 ns/op	    450000 p50-ns	   2000000 p99-ns	  200000 B/op	     255 allocs/op
+BenchmarkCreateContainer/epyc-9754/cpus=256/existing=500/kind=shared/updates=in-answer/state=disk/store=snapshot-2 	     200	   1500000 ns/op	   1200000 p50-ns	   5000000 p99-ns	  160000 B/op	     282 allocs/op
+BenchmarkSimulate/epyc-9754/cpus=256/ops=0-2         	      20	  30000000 ns/op	  26000000 cpu-ns/op	 2826970 B/op	   28678 allocs/op
+BenchmarkSimulate/epyc-9754/cpus=256/ops=4000-2      	      20	  74000000 ns/op	     16000 cpu-ns/operation	     18500 ns/operation	19685647 B/op	  131455 allocs/op
 BenchmarkNoiseFloor/work=3000-2 	    2000	      5000 ns/op	      4100 cpu-p50-ns	      9500 cpu-p99-ns	      4200 p50-ns	     10000 p99-ns	       0 B/op	       0 allocs/op
 PASS
 `
@@ -27,8 +31,8 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 7 {
-		t.Fatalf("%d rows, want 7", len(rows))
+	if len(rows) != 11 {
+		t.Fatalf("%d rows, want 11", len(rows))
 	}
 	tests := []struct {
 		name                string
@@ -60,6 +64,26 @@ func TestParseBadValue(t *testing.T) {
 	}
 }
 
+// -details: every decision row, collapsed; the main output has the
+// epyc-9754 rows only.
+func TestRenderDetails(t *testing.T) {
+	rows, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, main bytes.Buffer
+	renderDetails(&out, rows)
+	render(&main, rows)
+	// ht-1s-4c: 90% nominal, Fill stopped at 66.67% (keeps room for the request).
+	row := "| ht-1s-4c | 8 | 1 | 1 | 90 (67) | packed | 2 | 3000 | 2.50 | 9.00 | - | - | 20 | 1200 |"
+	if got := out.String(); !strings.HasPrefix(got, "<details>") || !strings.Contains(got, row) || !strings.HasSuffix(got, "</details>\n") {
+		t.Errorf("details:\n%s", got)
+	}
+	if strings.Contains(main.String(), row) {
+		t.Errorf("the main output has the ht-1s-4c row:\n%s", main.String())
+	}
+}
+
 func TestRender(t *testing.T) {
 	rows, err := parse(strings.NewReader(sample))
 	if err != nil {
@@ -69,19 +93,24 @@ func TestRender(t *testing.T) {
 	render(&out, rows)
 	got := out.String()
 	for _, want := range []string{
-		// ht-1s-4c: 90% nominal, Fill stopped at 66.67% (keeps room for the request).
-		"| ht-1s-4c | 8 | 1 | 1 | 90 (67) | packed | 2 | 3000 | 2.50 | 9.00 | - | - | 20 | 1200 |",
 		"| epyc-9754 | 256 | 1 | 16 | 0 | full-pcpus-only | 8 | 12000 | 11.0 | 25.0 | 10.5 | 19.0 | 60 | 30000 |",
-		"| epyc-9754 | 500 | exclusive | in-answer | disk | 2500 | 2000 | 9000 | 14000 | 2600000 |",
-		"| epyc-9754 | 500 | exclusive | after-answer | disk | 900 | 800 | 3000 | 700 | 300000 |",
+		"| epyc-9754 | 500 | exclusive | in-answer | disk | snapshot | 2500 | 2000 | 9000 | 14000 | 2600000 |",
+		"| epyc-9754 | 500 | exclusive | after-answer | disk | snapshot | 900 | 800 | 3000 | 700 | 300000 |",
+		"| epyc-9754 | 500 | shared | in-answer | disk | journal | 700 | 450 | 2000 | 255 | 200000 |",
+		// Issue 15: the journal row with the snapshot store's p50 beside it.
+		"  - 500 existing, shared, in-answer, journal store: p50 450 µs, p99 2000 µs (snapshot store: p50 1200 µs): met",
+		"| epyc-9754 | 4000 | 74000 | 64000 | 18.5 | 16.0 | 131455 |",
+		"| epyc-9754 | 0 | 30000 | 26000 | - | - | 28678 |",
+		// 26 ms of start-up over 4000 lines: 6.5 µs of the 16.
 		"noise floor of this machine: a fixed arithmetic loop that allocates nothing (BenchmarkNoiseFloor, work=3000) takes thread CPU time p50 4.10 µs, p99 9.50 µs (wall-clock p50 4.20 µs, p99 10.0 µs)",
-		"  - 500 existing, exclusive, after-answer: p50 800 µs, p99 3000 µs: met",
+		"  - 500 existing, exclusive, after-answer, snapshot store: p50 800 µs, p99 3000 µs: met",
+		"- simulate <= 15 µs per operation (4000-line add/remove trace on epyc-9754, start-up included), issue 15: CPU 16.0 µs per line (start-up 6.50 µs of it), wall-clock 18.5 µs per line: missed",
 		// Medians (no CPU time reported here): 1.9 µs at 16 CPUs, 120 µs
 		// at 1024; k = ln(120/1.9)/ln(64) = 0.9966.
 		"| packed | 50 | 1.90 | 120 | 1.00 | 1.00 (16→1024) |",
 		"(wall-clock): 0 of 1 rows within, median p99 25.0 µs, worst 25.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): missed",
 		"(thread CPU time): 1 of 1 rows within, median p99 19.0 µs, worst 19.0 µs (epyc-9754, full-pcpus-only, occupancy 0%): met",
-		"  - 500 existing, exclusive, in-answer: p50 2000 µs, p99 9000 µs: missed",
+		"  - 500 existing, exclusive, in-answer, snapshot store: p50 2000 µs, p99 9000 µs: missed",
 		"largest growth exponent k = 1.00 from the smallest to the largest machine (packed, occupancy 50%): met; steepest step between neighbouring sizes k = 1.00 (16→1024), packed, occupancy 50%",
 		"median µs of thread CPU time",
 	} {
