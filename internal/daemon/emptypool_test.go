@@ -215,3 +215,27 @@ func TestZeroReservation(t *testing.T) {
 	}
 	metricLines(t, r.d, "nri_cpualign_shared_pool_empty 0", "nri_cpualign_shared_cpus 1")
 }
+
+// The same rule when the plugin places containers created while it was
+// away: an exclusive container that would leave a running shared-pool
+// container no CPU stays in the shared pool, with a warning.
+func TestZeroReservationSynchronize(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	all := rt.createAway(rt.addPod(podSpec{uid: "g8", name: "g8", qos: "guaranteed"}), "all", 8000, 8000)
+	be1 := rt.createAway(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
+	log, hook := hookedLogger(t)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), "cpu_manager_policy = \"static\"\nreserved_cpu_count = 0\n"), topo, WithLogger(log))
+	// Oldest first: all 8 CPUs would strand be1, so "all" stays shared.
+	if got, got2 := rt.cpus(all), rt.cpus(be1); got != "0-7" || got2 != "0-7" {
+		t.Fatalf("all on %q, be1 on %q; want both on 0-7", got, got2)
+	}
+	for _, c := range r.d.State().Containers {
+		if c.Exclusive {
+			t.Errorf("%s/%s exclusive on %s, want every container shared", c.Pod, c.Container, c.CPUs)
+		}
+	}
+	if !logged(hook, logrus.WarnLevel, "cannot be admitted now") {
+		t.Error("no warning for the container left in the shared pool")
+	}
+}
