@@ -15,8 +15,8 @@ build:
 
 ## test: everything — gofmt, tidy modules, vet, unit tests with -race (the
 ## churn test's 10000 operations included), brief fuzzing of every target, the
-## e2e suite
-test: fmt-check tidy-check vet unit fuzz-short e2e
+## e2e suite, the real-kubelet suite (containerd and CRI-O)
+test: fmt-check tidy-check vet unit fuzz-short e2e e2e-kubelet
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
