@@ -384,8 +384,7 @@ func (s *simulator) hints(req requestLine) any {
 		}
 		hs := make([]hintJSON, 0, len(list))
 		for _, h := range list {
-			a := toAffinity(h)
-			hs = append(hs, hintJSON{NUMA: a.NUMA, Preferred: a.Preferred})
+			hs = append(hs, hintJSON(toAffinity(h)))
 		}
 		out.Hints[name] = hs
 	}
