@@ -104,6 +104,7 @@ cluster_setup_runtime() {
 		CNI_CONF_DIR=$E2E_RUN/cni/net.d
 		;;
 	crio)
+		cluster_hugetlb_mount
 		log "setting up CRI-O ($SHARED_E2E/setup-crio.sh)"
 		bash "$SHARED_E2E/setup-crio.sh" >/dev/null 9>&- || die "CRI-O setup failed"
 		# shellcheck disable=SC1091
@@ -127,8 +128,42 @@ cluster_setup_runtime() {
 cluster_teardown_runtime() {
 	case $1 in
 	containerd) teardown_containerd ;;
-	crio) bash "$SHARED_E2E/teardown-crio.sh" >&2 9>&- || log "CRI-O teardown reported errors" ;;
+	crio)
+		bash "$SHARED_E2E/teardown-crio.sh" >&2 9>&- || log "CRI-O teardown reported errors"
+		cluster_hugetlb_umount
+		;;
 	esac
+}
+
+# CRI-O sets the kubelet's hugepage limits on every container when
+# /proc/cgroups lists the hugetlb controller as enabled; on a cgroup v1 host
+# that does not mount its hierarchy (this VM) runc then fails every
+# container. cluster_hugetlb_mount mounts it for the run (and notes so in
+# $CLUSTER_RUN, so that an interrupted run's successor unmounts it).
+HUGETLB_MNT=/sys/fs/cgroup/hugetlb
+cluster_hugetlb_mount() {
+	[ -d /sys/fs/cgroup/cpuset ] || return 0 # cgroup v2: nothing to do
+	mountpoint -q "$HUGETLB_MNT" 2>/dev/null && return 0
+	awk '$1 == "hugetlb" && $4 == 1 {found = 1} END {exit !found}' /proc/cgroups || return 0
+	log "mounting the hugetlb cgroup hierarchy at $HUGETLB_MNT for CRI-O (unmounted at the end)"
+	mkdir -p "$CLUSTER_RUN" "$HUGETLB_MNT"
+	mount -t cgroup -o hugetlb hugetlb "$HUGETLB_MNT" || die "cannot mount the hugetlb cgroup hierarchy at $HUGETLB_MNT"
+	touch "$CLUSTER_RUN/hugetlb-mounted"
+}
+
+# cluster_hugetlb_umount removes the empty pod cgroups in the hierarchy
+# cluster_hugetlb_mount mounted, and unmounts it.
+cluster_hugetlb_umount() {
+	[ -e "$CLUSTER_RUN/hugetlb-mounted" ] || return 0
+	if [ -d "$HUGETLB_MNT/kubepods" ]; then
+		find "$HUGETLB_MNT/kubepods" -depth -type d -exec rmdir {} \; 2>/dev/null || log "some hugetlb cgroups are still in use"
+	fi
+	if umount "$HUGETLB_MNT"; then
+		rmdir "$HUGETLB_MNT" 2>/dev/null || true
+		rm -f "$CLUSTER_RUN/hugetlb-mounted"
+	else
+		log "cannot unmount $HUGETLB_MNT"
+	fi
 }
 
 # cluster_certs writes a CA, the serving and client certificates, the
@@ -302,14 +337,14 @@ cluster_stop() {
 	for name in "${CLUSTER_PROCS[@]}"; do
 		[ -n "${E2E_KUBE_BIN:-}" ] && stop_proc "$name"
 	done
-	unmount_under
+	cluster_unmount
 	rm -f "$CLUSTER_RUN/dir"
 }
 
-# unmount_under: the volumes (ConfigMaps are tmpfs mounts) of pods the
+# cluster_unmount: the volumes (ConfigMaps are tmpfs mounts) of pods the
 # kubelet did not get to tear down, under $CLUSTER_DIR; and the kubelet's
 # symlinks to their logs in the fixed /var/log/containers.
-unmount_under() {
+cluster_unmount() {
 	local m
 	[ -n "${CLUSTER_DIR:-}" ] && [ -d "$CLUSTER_DIR" ] || return 0
 	findmnt -rn -o TARGET | grep -F "$CLUSTER_DIR/" | sort -r | while read -r m; do
@@ -329,10 +364,11 @@ cluster_kill_leftovers() {
 			stop_proc "$name"
 		fi
 	done
+	cluster_hugetlb_umount
 	dir=$(cat "$CLUSTER_RUN/dir" 2>/dev/null) || return 0
 	if [ -d "$dir" ]; then
 		log "unmounting what the earlier run left in $dir (kept for its logs)"
-		(CLUSTER_DIR=$dir && unmount_under)
+		(CLUSTER_DIR=$dir && cluster_unmount)
 	fi
 	rm -f "$CLUSTER_RUN/dir"
 }

@@ -174,6 +174,13 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 			g.Expect(node.Labels).To(HaveKeyWithValue("kubernetes.io/os", "linux"))
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 
+		if Env.Runtime == crio && !canLowerOOMScore() {
+			stop, err := startZeroNegativeOOM(context.Background(), Env.NRISock)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(stop)
+			GinkgoWriter.Printf("root cannot lower oom_score_adj here (no CAP_SYS_RESOURCE): a test NRI plugin makes CRI-O's negative scores 0, as containerd's restrict_oom_score_adj does\n")
+		}
+
 		mustKubectl(ctx, "create", "namespace", testNS)
 		mustKubectl(ctx, "label", "namespace", testNS, "nri-cpualign-e2e=true")
 		DeferCleanup(func(ctx SpecContext) {

@@ -1,0 +1,51 @@
+//go:build e2e
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+)
+
+// canLowerOOMScore reports whether root here may lower a process'
+// oom_score_adj (tried in a child shell); this VM withholds
+// CAP_SYS_RESOURCE even from root.
+func canLowerOOMScore() bool {
+	return exec.Command("sh", "-c", "echo -1 > /proc/self/oom_score_adj").Run() == nil
+}
+
+// zeroNegativeOOM is a test-only NRI plugin for CRI-O where root cannot
+// lower oom_score_adj: runc then fails every container the kubelet gives a
+// negative score (Guaranteed pods: -997, the DaemonSet's included) with
+// "failed to update /proc/self/oom_score_adj: Permission denied".
+// containerd clamps such scores itself (restrict_oom_score_adj, which the
+// shared setup turns on); CRI-O has no such option, so this plugin makes a
+// negative score 0 and changes nothing else. Index 95 runs it after
+// nri-cpualign (90).
+type zeroNegativeOOM struct{}
+
+func (zeroNegativeOOM) CreateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	adj := &api.ContainerAdjustment{}
+	if s := c.GetLinux().GetOomScoreAdj(); s != nil && s.GetValue() < 0 {
+		zero := 0
+		adj.SetLinuxOomScoreAdj(&zero)
+	}
+	return adj, nil, nil
+}
+
+// startZeroNegativeOOM connects the plugin to the runtime's NRI socket and
+// returns its stop function.
+func startZeroNegativeOOM(ctx context.Context, socket string) (func(), error) {
+	s, err := stub.New(zeroNegativeOOM{}, stub.WithSocketPath(socket), stub.WithPluginName("e2e-zero-negative-oom"), stub.WithPluginIdx("95"))
+	if err != nil {
+		return nil, fmt.Errorf("oom_score_adj plugin: %w", err)
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, fmt.Errorf("oom_score_adj plugin: %w", err)
+	}
+	return s.Stop, nil
+}
