@@ -1,0 +1,378 @@
+package daemon
+
+import (
+	"maps"
+	"slices"
+	"sort"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
+
+// Reconciling with the runtime (Synchronize) is one decision: given the
+// state, the container index and what the runtime reports, which
+// assignments to release, which containers to adopt or admit, and which
+// updates to send. planSync makes it without the daemon's lock, logging,
+// metrics or NRI types, so that the cases a restart, a corrupt checkpoint
+// or an imported kubelet state lead to can be tested as plain tables; the
+// handler translates NRI into syncInput and applies the plan.
+
+// ctrPhase is what the runtime says of a container's life.
+type ctrPhase int
+
+const (
+	// phaseRunning is a container that holds CPUs and has started
+	// (running, paused, or a state the runtime does not name).
+	phaseRunning ctrPhase = iota
+	// phaseCreated is a container created and not started yet.
+	phaseCreated
+	// phaseStopped is a container that holds no CPUs any more.
+	phaseStopped
+)
+
+// syncPod is a pod sandbox as the runtime reports it.
+type syncPod struct {
+	ID   string // sandbox ID, what containers name
+	Key  string // engine pod key (podKey)
+	Name string // namespace/name, for logs
+}
+
+// syncCtr is a container as the runtime reports it.
+type syncCtr struct {
+	ID, SandboxID, Name string
+	Phase               ctrPhase
+	CreatedAt           int64
+	CPUs, Mems          string // cpuset.cpus and cpuset.mems the runtime reports
+	CgroupsPath         string
+	// Request is what the container asks for (requestFor), without the
+	// device hint provider, which DeviceNodes and DeviceErr give: the
+	// NUMA nodes of its devices, or why they could not be read.
+	Request     policy.Request
+	DeviceNodes []int
+	DeviceErr   error
+}
+
+// syncInput is everything planSync decides from.
+type syncInput struct {
+	State   policy.State
+	Records map[string]ctrRecord // the container index before the sync
+	Pods    []syncPod
+	Ctrs    []syncCtr
+	// Static is cpu_manager_policy = static (exclusiveCountFor).
+	Static bool
+}
+
+// podContainer names an engine assignment.
+type podContainer struct{ Pod, Name string }
+
+// keptCPUs is a running exclusive container whose lost assignment is
+// rebuilt from the CPUs it runs on.
+type keptCPUs struct {
+	ID   string
+	CPUs cpuset.CPUSet
+}
+
+// admission is one container admitted at sync: Err is the refusal
+// (reasonOf gives its reason word), else Decision is what it got.
+type admission struct {
+	ID       string
+	Request  policy.Request // with the device hints it was admitted with
+	Decision policy.Decision
+	Err      error
+}
+
+// cpuUpdate moves a container to CPUs (and Mems, when not "").
+type cpuUpdate struct{ ID, CPUs, Mems string }
+
+// syncEventKind is a log line the plan asks for.
+type syncEventKind int
+
+const (
+	evKept         syncEventKind = iota // warn: kept the CPUs a container runs on
+	evNoDeviceHint                      // warn: device NUMA nodes unreadable
+	evRefused                           // warn: cannot be admitted, stays shared
+	evPlaced                            // info: the decision of an admission
+)
+
+// syncEvent is one log line as data, in the order the plan made them.
+type syncEvent struct {
+	Kind               syncEventKind
+	Pod, Container, ID string // Pod is the pod's namespace/name
+	CPUs               cpuset.CPUSet
+	Decision           policy.Decision
+	Err                error
+}
+
+// syncPlan is planSync's answer. State and Records replace the daemon's
+// once persisted; Live are the live containers, oldest first.
+type syncPlan struct {
+	State       policy.State
+	Records     map[string]ctrRecord
+	Live        []syncCtr
+	Released    []podContainer // every release, in order (one may repeat)
+	RemovedPods []string       // pods whose affinity is forgotten
+	Kept        []keptCPUs
+	Adopted     []string // IDs of containers given an assignment they hold
+	Admissions  []admission
+	Placed      int      // adopted and admitted
+	AwaitStart  []string // created, not started: a start timeout from now
+	Updates     []cpuUpdate
+	Events      []syncEvent
+}
+
+// planner carries planSync's work in progress.
+type planner struct {
+	e       *policy.Engine
+	in      syncInput
+	pods    map[string]syncPod // by sandbox ID
+	plan    syncPlan
+	liveKey map[podContainer]bool
+}
+
+// planSync reconciles in with the engine e. It is pure: e is only
+// consulted, in is not modified.
+func planSync(e *policy.Engine, in syncInput) syncPlan {
+	p := &planner{e: e, in: in, pods: make(map[string]syncPod, len(in.Pods)), liveKey: map[podContainer]bool{}}
+	p.plan.State = in.State
+	p.plan.Records = map[string]ctrRecord{}
+	for _, pod := range in.Pods {
+		p.pods[pod.ID] = pod
+	}
+	for _, c := range in.Ctrs {
+		if pod, ok := p.pods[c.SandboxID]; ok && c.Phase != phaseStopped {
+			p.plan.Live = append(p.plan.Live, c)
+			p.liveKey[podContainer{pod.Key, c.Name}] = true
+		}
+	}
+	p.releaseGone()
+	// Oldest first: those holding an assignment are adopted, the others
+	// admitted in the order they were created.
+	sort.SliceStable(p.plan.Live, func(i, j int) bool { return p.plan.Live[i].CreatedAt < p.plan.Live[j].CreatedAt })
+	p.keepLostCPUs()
+	p.placeUnknown()
+	p.finish()
+	return p.plan
+}
+
+// releaseGone forgets containers that are gone and releases their CPUs,
+// unless a live container of the same pod and name (a restart) holds
+// them. Assignments without a live container (imported from the kubelet,
+// or from a checkpoint whose index was lost) are released too, and the
+// affinity of pods that are gone forgotten.
+func (p *planner) releaseGone() {
+	live := make(map[string]bool, len(p.plan.Live))
+	for _, c := range p.plan.Live {
+		live[c.ID] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(p.in.Records)) {
+		r := p.in.Records[id]
+		if live[id] {
+			p.plan.Records[id] = r
+		} else if !p.liveKey[podContainer{r.Pod, r.Name}] {
+			p.release(r.Pod, r.Name)
+		}
+	}
+	assigned := p.plan.State.Alloc.Assignments
+	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
+		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
+			if !p.liveKey[podContainer{pod, name}] {
+				p.release(pod, name)
+			}
+		}
+	}
+	livePods := make(map[string]bool, len(p.in.Pods))
+	for _, pod := range p.in.Pods {
+		livePods[pod.Key] = true
+	}
+	for _, pod := range slices.Sorted(maps.Keys(p.plan.State.PodAffinity)) {
+		if !livePods[pod] {
+			p.plan.State = p.e.RemovePod(p.plan.State, pod)
+			p.plan.RemovedPods = append(p.plan.RemovedPods, pod)
+		}
+	}
+}
+
+func (p *planner) release(pod, name string) {
+	p.plan.State = p.e.Remove(p.plan.State, pod, name)
+	p.plan.Released = append(p.plan.Released, podContainer{pod, name})
+}
+
+// keepLostCPUs runs before any admission: a running container whose
+// exclusive assignment the state lost (corrupt checkpoint set aside,
+// entry dropped while reconciling) keeps the CPUs the runtime says it
+// runs on, when they are exactly its exclusive count and still free;
+// admitting it afresh would move a running latency-critical container.
+// CPUs another live container also runs on are not exclusive (e.g. a
+// shared-pool container whose pool happens to have that size).
+func (p *planner) keepLostCPUs() {
+	sets := make([]cpuset.CPUSet, len(p.plan.Live))
+	for i, c := range p.plan.Live {
+		sets[i], _ = cpuset.Parse(c.CPUs)
+	}
+	for i, c := range p.plan.Live {
+		pod := p.pods[c.SandboxID]
+		if _, ok := p.e.Assignment(p.plan.State, pod.Key, c.Name); ok {
+			continue
+		}
+		if r, known := p.plan.Records[c.ID]; known && !r.Exclusive {
+			continue
+		}
+		n := exclusiveCountFor(p.in.Static, c.Request)
+		have, err := cpuset.Parse(c.CPUs)
+		if n == 0 || err != nil || have.Size() != n || !alone(sets, i, have) {
+			continue
+		}
+		if next, err := p.e.Assign(p.plan.State, pod.Key, c.Name, have); err == nil {
+			p.plan.State = next
+			p.plan.Kept = append(p.plan.Kept, keptCPUs{ID: c.ID, CPUs: have})
+			p.event(syncEvent{Kind: evKept, CPUs: have}, pod, c)
+		}
+	}
+}
+
+// alone reports whether no set of sets but the i-th meets have.
+func alone(sets []cpuset.CPUSet, i int, have cpuset.CPUSet) bool {
+	for j, other := range sets {
+		if j != i && other.Intersection(have).Size() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// placeUnknown places the live containers the index does not know (or
+// knows as exclusive without an assignment any more): adopted when the
+// state holds an assignment for their pod and name, else admitted now. A
+// refusal cannot fail a running container: it stays in the shared pool.
+func (p *planner) placeUnknown() {
+	shared := 0
+	for _, c := range p.plan.Live {
+		if exclusiveCountFor(p.in.Static, c.Request) == 0 {
+			shared++
+		}
+	}
+	for _, c := range p.plan.Live {
+		if r, known := p.plan.Records[c.ID]; known {
+			// A known container keeps its record, unless the reconciled
+			// state dropped its exclusive assignment: admitted again.
+			if _, ok := p.e.Assignment(p.plan.State, r.Pod, r.Name); !r.Exclusive || ok {
+				continue
+			}
+		}
+		pod := p.pods[c.SandboxID]
+		r := ctrRecord{ID: c.ID, Pod: pod.Key, PodName: pod.Name, Name: c.Name, CgroupsPath: c.CgroupsPath}
+		if _, ok := p.e.Assignment(p.plan.State, r.Pod, r.Name); ok {
+			r.Exclusive = true
+			p.plan.Records[r.ID] = r
+			p.plan.Adopted = append(p.plan.Adopted, r.ID)
+			p.plan.Placed++
+			continue
+		}
+		p.admit(pod, c, r, shared)
+	}
+}
+
+// admit runs the engine's admission for c, which sharedOthers
+// shared-pool containers run beside, and records the result.
+func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
+	req := c.Request
+	if c.DeviceErr != nil {
+		p.event(syncEvent{Kind: evNoDeviceHint, Err: c.DeviceErr}, pod, c)
+	} else {
+		req = withNodeHints(p.e, req, c.DeviceNodes)
+	}
+	next, dec, err := p.e.Add(p.plan.State, req)
+	if err == nil {
+		err = stranding(p.e, req, next, dec, sharedOthers)
+	}
+	p.plan.Admissions = append(p.plan.Admissions, admission{ID: c.ID, Request: req, Decision: dec, Err: err})
+	if err != nil {
+		p.event(syncEvent{Kind: evRefused, Err: err}, pod, c)
+		p.plan.Records[r.ID] = r
+		return
+	}
+	p.plan.State = next
+	r.Exclusive = dec.Exclusive
+	if dec.Exclusive && !dec.Mems.IsEmpty() {
+		r.Mems = dec.Mems.String()
+	}
+	p.plan.Records[r.ID] = r
+	p.plan.Placed++
+	p.event(syncEvent{Kind: evPlaced, Decision: dec}, pod, c)
+}
+
+func (p *planner) event(ev syncEvent, pod syncPod, c syncCtr) {
+	ev.Pod, ev.Container, ev.ID = pod.Name, c.Name, c.ID
+	p.plan.Events = append(p.plan.Events, ev)
+}
+
+// finish lists the containers still waiting for their start and the
+// updates that bring every live container to its right cpuset (never an
+// empty one: see emptypool.go).
+func (p *planner) finish() {
+	for _, c := range p.plan.Live {
+		if _, ok := p.plan.Records[c.ID]; ok && c.Phase == phaseCreated {
+			p.plan.AwaitStart = append(p.plan.AwaitStart, c.ID)
+		}
+	}
+	for _, c := range p.plan.Live {
+		r := p.plan.Records[c.ID]
+		want := rightCPUsIn(p.e, p.plan.State, r)
+		if want.IsEmpty() {
+			continue
+		}
+		have, err := cpuset.Parse(c.CPUs)
+		if err == nil && have.Equals(want) && (r.Mems == "" || sameList(r.Mems, c.Mems)) {
+			continue
+		}
+		p.plan.Updates = append(p.plan.Updates, cpuUpdate{ID: c.ID, CPUs: want.String(), Mems: r.Mems})
+	}
+}
+
+// rightCPUsIn is the cpuset a known container should have in st.
+func rightCPUsIn(e *policy.Engine, st policy.State, r ctrRecord) cpuset.CPUSet {
+	if r.Exclusive {
+		if cpus, ok := e.Assignment(st, r.Pod, r.Name); ok {
+			return cpus
+		}
+	}
+	return e.SharedCPUs(st)
+}
+
+// exclusiveCountFor is how many exclusive CPUs the static policy gives
+// req: a Guaranteed container with request equal to limit in whole CPUs.
+func exclusiveCountFor(static bool, req policy.Request) int {
+	if !static || req.QoS != policy.Guaranteed {
+		return 0
+	}
+	if req.CPURequestMilli <= 0 || req.CPURequestMilli != req.CPULimitMilli || req.CPURequestMilli%milliPerCPU != 0 {
+		return 0
+	}
+	return int(req.CPURequestMilli / milliPerCPU)
+}
+
+// withNodeHints adds the device hint provider to req: the NUMA nodes of
+// the container's devices (none: no preference).
+func withNodeHints(e *policy.Engine, req policy.Request, nodes []int) policy.Request {
+	if len(nodes) == 0 {
+		return req
+	}
+	h := make(map[string][]hints.Hint, len(req.Hints)+1)
+	maps.Copy(h, req.Hints)
+	h[deviceResource] = e.DeviceHints(nodes)
+	req.Hints = h
+	return req
+}
+
+// stranding refuses dec, an admission computed as next, when it is
+// exclusive and leaves shared-pool containers nowhere to run while
+// sharedOthers of them run.
+func stranding(e *policy.Engine, req policy.Request, next policy.State, dec policy.Decision, sharedOthers int) error {
+	if !dec.Exclusive || dec.Existing || sharedOthers == 0 || !e.SharedCPUs(next).IsEmpty() {
+		return nil
+	}
+	return &strandedError{Pod: req.Pod, Container: req.Container, CPUs: dec.CPUs.Size(), Shared: sharedOthers}
+}
