@@ -13,7 +13,6 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
-	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -256,13 +255,4 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func loadFixture(t *testing.T, name string) *topology.Topology {
 	t.Helper()
 	return sysfstest.Load(t, name)
-}
-
-func mustSet(t *testing.T, s string) cpuset.CPUSet {
-	t.Helper()
-	c, err := cpuset.Parse(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
