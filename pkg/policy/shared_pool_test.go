@@ -71,6 +71,6 @@ func TestSharedPoolEmptyNoReservation(t *testing.T) {
 		t.Fatalf("shared container with no CPU: got %v, want NoSharedCPUsError", err)
 	}
 	st = e.Remove(st, "p", "a")
-	st, d = add(t, e, st, besteffort("q", "c"))
+	_, d = add(t, e, st, besteffort("q", "c"))
 	check(t, d, want{cpus: "0-7", mems: "0"})
 }
