@@ -5,8 +5,10 @@ package daemon
 // fdatasync; the snapshot (cpualign_state.json, the checkpoint format of
 // pkg/checkpoint) is rewritten only when the journal is full, after a
 // restart or a configuration change, and after a failed append. The
-// snapshot names the journal (its id) and the last record it holds; a
-// restart loads the snapshot and applies the records after that one.
+// snapshot names the journal (its id) and the last record it holds, and
+// is envelope version 2 so that builds from before the journal refuse it
+// rather than read it alone; a restart loads the snapshot and applies the
+// records after that one.
 //
 // A record holds what changed since the state on disk: the engine's
 // head (shared pool, reserved CPUs, the reusable init-container CPUs), and
@@ -249,7 +251,7 @@ func (d *Daemon) compact(st policy.State, ctrs map[string]ctrRecord) error {
 	// data ends with the payload's closing brace; the mark goes before it.
 	data = append(append(append(data[:len(data)-1], `,"journal":`...), mark...), '}')
 	d.enc.buf = data
-	if err := d.ckpt.SaveCompact(data); err != nil {
+	if err := d.ckpt.SaveCompactVersion(data, checkpoint.VersionJournal); err != nil {
 		return err
 	}
 	s.j.Rewind()

@@ -7,7 +7,8 @@
 // atomic (temporary file in the same directory, fsync, rename, fsync of the
 // directory), so a crash leaves either the old or the new document, never a
 // mix. The payload's shape is the caller's: Save and Load take any value
-// that encoding/json handles.
+// that encoding/json handles. journal.go adds an append-only journal of
+// records that completes a snapshot (one fdatasync per record).
 package checkpoint
 
 import (
@@ -25,9 +26,17 @@ import (
 	"syscall"
 )
 
-// Version is the envelope version this build writes and reads. Bump it only
-// together with a migration of the old format and a golden file for it.
+// Version is the envelope version of a snapshot that holds the whole
+// state. Bump it only together with a migration of the old format and a
+// golden file for it.
 const Version = 1
+
+// VersionJournal is the envelope of a snapshot that a journal completes
+// (the same document; its data names the journal). Builds from before
+// the journal refuse it as an unknown version, and so set it aside and
+// rebuild from the runtime, rather than read a state that lacks the
+// journal's decisions.
+const VersionJournal = 2
 
 const checksumPrefix = "sha256:"
 
@@ -89,11 +98,15 @@ func (f *File) Save(data any) error {
 // payload as Load compacts it. The envelope is written around it by hand:
 // re-encoding the payload as a RawMessage, indented, cost more than
 // marshalling it.
-func (f *File) SaveCompact(payload []byte) error {
+func (f *File) SaveCompact(payload []byte) error { return f.SaveCompactVersion(payload, Version) }
+
+// SaveCompactVersion is SaveCompact with the envelope version given
+// (Version or VersionJournal).
+func (f *File) SaveCompactVersion(payload []byte, version int) error {
 	sum := sha256.Sum256(payload)
 	// Written in three parts rather than copied into one buffer: with 500
 	// containers the payload is ~100 KB.
-	head := fmt.Appendf(nil, "{\n  \"version\": %d,\n  \"checksum\": \"%s%s\",\n  \"data\": ", Version, checksumPrefix, hex.EncodeToString(sum[:]))
+	head := fmt.Appendf(nil, "{\n  \"version\": %d,\n  \"checksum\": \"%s%s\",\n  \"data\": ", version, checksumPrefix, hex.EncodeToString(sum[:]))
 	doc := [][]byte{head, payload, []byte("\n}\n")}
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return fmt.Errorf("checkpoint: create state dir: %w", err)
@@ -185,8 +198,8 @@ func (f *File) Load(v any) error {
 	if dec.More() {
 		return &CorruptError{Path: path, Reason: "trailing data after the document"}
 	}
-	if env.Version != Version {
-		return &CorruptError{Path: path, Reason: fmt.Sprintf("unknown version %d (this build reads version %d)", env.Version, Version)}
+	if env.Version != Version && env.Version != VersionJournal {
+		return &CorruptError{Path: path, Reason: fmt.Sprintf("unknown version %d (this build reads versions %d and %d)", env.Version, Version, VersionJournal)}
 	}
 	want, ok := strings.CutPrefix(env.Checksum, checksumPrefix)
 	if !ok {

@@ -102,7 +102,7 @@ func TestCorrupt(t *testing.T) {
 		{"empty", "", "empty file"},
 		{"garbage", "\x00\x01binary", "not a valid checkpoint document"},
 		{"truncated", `{"version":1,"checksum":"` + sum(good) + `","data":{"shared":"0-3","ent`, "truncated"},
-		{"unknown version", `{"version":2,"checksum":"` + sum(good) + `","data":` + good + `}`, "unknown version 2"},
+		{"unknown version", `{"version":3,"checksum":"` + sum(good) + `","data":` + good + `}`, "unknown version 3"},
 		{"version missing", `{"checksum":"` + sum(good) + `","data":` + good + `}`, "unknown version 0"},
 		{"checksum mismatch", `{"version":1,"checksum":"` + sum(good) + `","data":{"shared":"0-7","entries":{}}}`, "checksum mismatch"},
 		{"checksum without prefix", `{"version":1,"checksum":"abc","data":` + good + `}`, `checksum "abc"`},

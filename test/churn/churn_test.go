@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -959,7 +960,7 @@ func (c *churn) corrupt() string {
 		write(nil)
 		return "empty"
 	case 4:
-		write(bytes.Replace(raw, []byte(`"version": 1`), []byte(`"version": 7`), 1))
+		write(regexp.MustCompile(`"version": [0-9]+`).ReplaceAll(raw, []byte(`"version": 7`)))
 		return "unknown-version"
 	case 5:
 		// A symbolic link in place of the file: refused, never followed.
