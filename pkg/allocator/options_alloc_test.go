@@ -344,6 +344,35 @@ func TestAssign(t *testing.T) {
 	}
 }
 
+// An Assign over CPUs of several containers names every holder, in the same
+// order on every call (the state's maps iterate in random order).
+func TestAssignHeldByNamesEveryHolder(t *testing.T) {
+	topo := build(t, specHT1S4C)
+	s := newStatic(t, topo, Options{}, "0,4")
+	st := s.NewState()
+	for _, a := range []struct{ pod, container, cpus string }{
+		{"p", "a", "1"}, {"q", "b", "2"}, {"r", "c", "3"}, {"r", "d", "5"},
+	} {
+		var err error
+		if st, err = s.Assign(st, a.pod, a.container, mustParse(t, a.cpus)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := `CPUs 1 are held by pod "p" container "a"; ` +
+		`CPUs 2 are held by pod "q" container "b"; ` +
+		`CPUs 3 are held by pod "r" container "c"`
+	for range 20 {
+		_, err := s.Assign(st, "x", "y", mustParse(t, "1-3,6"))
+		var ise *InvalidStateError
+		if !errors.As(err, &ise) {
+			t.Fatalf("got %v, want InvalidStateError", err)
+		}
+		if ise.Pod != "x" || ise.Container != "y" || ise.Msg != want {
+			t.Fatalf("got %q %q %q,\nwant \"x\" \"y\" %q", ise.Pod, ise.Container, ise.Msg, want)
+		}
+	}
+}
+
 func TestValidateFindsViolations(t *testing.T) {
 	topo := build(t, specHT1S4C)
 	s := newStatic(t, topo, Options{}, "0,4")

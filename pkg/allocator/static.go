@@ -375,6 +375,9 @@ func (s *Static) assign(st State, pod, container string, cpus cpuset.CPUSet, sam
 	if r := cpus.Intersection(s.reserved); !r.IsEmpty() {
 		return bad("CPUs %s are reserved", r)
 	}
+	// Every holder is named, in sorted order: the message must not depend on
+	// map iteration (simulate's output and the logs are compared across runs).
+	var held []string
 	for p, cs := range st.Assignments {
 		if p == pod && samePodOK {
 			continue
@@ -384,9 +387,13 @@ func (s *Static) assign(st State, pod, container string, cpus cpuset.CPUSet, sam
 				continue
 			}
 			if o := cpus.Intersection(set); !o.IsEmpty() {
-				return bad("CPUs %s are held by pod %q container %q", o, p, c)
+				held = append(held, fmt.Sprintf("CPUs %s are held by pod %q container %q", o, p, c))
 			}
 		}
+	}
+	if len(held) > 0 {
+		slices.Sort(held)
+		return bad("%s", strings.Join(held, "; "))
 	}
 	next := s.Release(st, pod, container)
 	next = withAssignment(next, pod, container, cpus)
