@@ -3,7 +3,6 @@ package daemon
 import (
 	"fmt"
 
-	"github.com/containerd/nri/pkg/api"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 
@@ -91,10 +90,7 @@ func (e *strandedError) Reason() string { return allocator.ReasonInsufficientCPU
 // and leaves shared-pool containers nowhere to run while sharedOthers of
 // them run.
 func (d *Daemon) strands(req policy.Request, next policy.State, dec policy.Decision, sharedOthers int) error {
-	if !dec.Exclusive || dec.Existing || sharedOthers == 0 || !d.engine.SharedCPUs(next).IsEmpty() {
-		return nil
-	}
-	return &strandedError{Pod: req.Pod, Container: req.Container, CPUs: dec.CPUs.Size(), Shared: sharedOthers}
+	return stranding(d.engine, req, next, dec, sharedOthers)
 }
 
 // sharedRecords counts the shared-pool containers of recs but skip.
@@ -102,19 +98,6 @@ func sharedRecords(recs map[string]ctrRecord, skip string) int {
 	n := 0
 	for id, r := range recs {
 		if id != skip && !r.Exclusive {
-			n++
-		}
-	}
-	return n
-}
-
-// sharedLive counts the live containers that run in the shared pool by
-// their request (Synchronize places them after the exclusive ones that
-// come first).
-func (d *Daemon) sharedLive(podByID map[string]*api.PodSandbox, ctrs []*api.Container) int {
-	n := 0
-	for _, c := range ctrs {
-		if pod := podByID[c.GetPodSandboxId()]; pod != nil && d.exclusiveCount(requestFor(pod, c)) == 0 {
 			n++
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -77,16 +76,12 @@ func (p *plugin) Shutdown(context.Context) {
 	p.d.log.Info("runtime is shutting down")
 }
 
-// live reports whether a container the runtime lists still holds CPUs.
-func live(c *api.Container) bool {
-	return c.GetState() != api.ContainerState_CONTAINER_STOPPED
-}
-
 // Synchronize rebuilds the state against the runtime: containers that are
 // gone are released, containers created while the plugin was away are
 // placed now (a rejection cannot fail a running container: it stays in the
 // shared pool and the rejection is logged), and the answer carries the
-// updates that bring every container to its right cpuset.
+// updates that bring every container to its right cpuset. planSync makes
+// the decision; this applies it.
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	d := p.d
 	d.mu.Lock()
@@ -94,154 +89,16 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	if d.engine == nil {
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", d.pendingErr)
 	}
-
-	podByID := make(map[string]*api.PodSandbox, len(pods))
-	for _, pod := range pods {
-		podByID[pod.GetId()] = pod
+	plan := planSync(d.engine, d.syncInput(pods, ctrs))
+	d.logSyncEvents(plan.Events)
+	for _, a := range plan.Admissions {
+		d.metrics.observeAdmission(a.Request, a.Err, 0)
 	}
-	type key struct{ pod, name string }
-	liveCtrs := make([]*api.Container, 0, len(ctrs))
-	liveKeys := map[key]bool{}
-	livePods := map[string]bool{}
-	for _, pod := range pods {
-		livePods[podKey(pod)] = true
-	}
-	for _, c := range ctrs {
-		pod := podByID[c.GetPodSandboxId()]
-		if pod == nil || !live(c) {
-			continue
-		}
-		liveCtrs = append(liveCtrs, c)
-		liveKeys[key{podKey(pod), c.GetName()}] = true
-	}
-
-	st := d.st
-	recs := map[string]ctrRecord{}
-	released := 0
-	// Step 1: forget containers that are gone; release their CPUs unless a
-	// live container of the same pod and name (a restart) holds them.
-	liveIDs := make(map[string]bool, len(liveCtrs))
-	for _, c := range liveCtrs {
-		liveIDs[c.GetId()] = true
-	}
-	for id, r := range d.ctrs {
-		if liveIDs[id] {
-			recs[id] = r
-			continue
-		}
-		if !liveKeys[key{r.Pod, r.Name}] {
-			st = d.engine.Remove(st, r.Pod, r.Name)
-			released++
-		}
-	}
-	// Assignments without a live container (e.g. imported from the
-	// kubelet, or from a checkpoint whose index was lost) are released too.
-	for pod, byName := range st.Alloc.Assignments {
-		for name := range byName {
-			if !liveKeys[key{pod, name}] {
-				st = d.engine.Remove(st, pod, name)
-				released++
-			}
-		}
-	}
-	for pod := range st.PodAffinity {
-		if !livePods[pod] {
-			st = d.engine.RemovePod(st, pod)
-		}
-	}
-
-	// Step 2: place containers the index does not know, oldest first:
-	// those holding an assignment are adopted, the others admitted now.
-	sort.SliceStable(liveCtrs, func(i, j int) bool { return liveCtrs[i].GetCreatedAt() < liveCtrs[j].GetCreatedAt() })
-	// Step 2a, before any admission: a running container whose exclusive
-	// assignment the state lost (corrupt checkpoint set aside, entry
-	// dropped while reconciling) keeps the CPUs the runtime says it runs
-	// on, when they are exactly its exclusive count and still free;
-	// admitting it afresh would move a running latency-critical container.
-	// CPUs another live container also runs on are not exclusive (e.g. a
-	// shared-pool container whose pool happens to have that size).
-	liveSets := make([]cpuset.CPUSet, len(liveCtrs))
-	for i, c := range liveCtrs {
-		liveSets[i], _ = cpuset.Parse(c.GetLinux().GetResources().GetCpu().GetCpus())
-	}
-	for i, c := range liveCtrs {
-		pod := podByID[c.GetPodSandboxId()]
-		if _, ok := d.engine.Assignment(st, podKey(pod), c.GetName()); ok {
-			continue
-		}
-		if r, known := recs[c.GetId()]; known && !r.Exclusive {
-			continue
-		}
-		n := d.exclusiveCount(requestFor(pod, c))
-		have, err := cpuset.Parse(c.GetLinux().GetResources().GetCpu().GetCpus())
-		if n == 0 || err != nil || have.Size() != n {
-			continue
-		}
-		alone := true
-		for j, other := range liveSets {
-			if j != i && other.Intersection(have).Size() > 0 {
-				alone = false
-				break
-			}
-		}
-		if !alone {
-			continue
-		}
-		if next, err := d.engine.Assign(st, podKey(pod), c.GetName(), have); err == nil {
-			st = next
-			d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": c.GetName(), "id": c.GetId(), "cpus": have.String()}).
-				Warn("state had no assignment for a running exclusive container; kept the CPUs it runs on")
-		}
-	}
-	placed := 0
-	sharedN := d.sharedLive(podByID, liveCtrs)
-	for _, c := range liveCtrs {
-		pod := podByID[c.GetPodSandboxId()]
-		r, known := recs[c.GetId()]
-		if known {
-			if _, ok := d.engine.Assignment(st, r.Pod, r.Name); r.Exclusive && !ok {
-				// The reconciled state dropped its assignment: admit again.
-				known = false
-			}
-		}
-		if known {
-			continue
-		}
-		r = ctrRecord{ID: c.GetId(), Pod: podKey(pod), PodName: podName(pod), Name: c.GetName(), CgroupsPath: c.GetLinux().GetCgroupsPath()}
-		if _, ok := d.engine.Assignment(st, r.Pod, r.Name); ok {
-			r.Exclusive = true
-			recs[r.ID] = r
-			placed++
-			continue
-		}
-		entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
-		req := d.withDeviceHints(requestFor(pod, c), c, entry)
-		next, dec, err := d.engine.Add(st, req)
-		if err == nil {
-			err = d.strands(req, next, dec, sharedN)
-		}
-		d.metrics.observeAdmission(req, err, 0)
-		if err != nil {
-			entry.WithError(err).WithField("reason", reasonOf(err)).
-				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
-			recs[r.ID] = r
-			continue
-		}
-		st = next
-		r.Exclusive = dec.Exclusive
-		if dec.Exclusive && !dec.Mems.IsEmpty() {
-			r.Mems = dec.Mems.String()
-		}
-		recs[r.ID] = r
-		placed++
-		d.logDecision(entry, dec, "placed at synchronize")
-	}
-
-	if err := d.persist(st, recs); err != nil {
+	if err := d.persist(plan.State, plan.Records); err != nil {
 		d.log.WithError(err).Error("synchronize: cannot write the checkpoint")
 		return nil, err
 	}
-	d.st, d.ctrs = st, recs
+	d.st, d.ctrs = plan.State, plan.Records
 	d.gen++
 	d.syncs++
 	d.metrics.updateGauges()
@@ -253,46 +110,89 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		d.started(id)
 	}
 	clear(d.gaveUp)
-	for _, c := range liveCtrs {
-		if c.GetState() == api.ContainerState_CONTAINER_CREATED {
-			if _, ok := d.ctrs[c.GetId()]; ok {
-				d.awaitStart(c.GetId())
-			}
-		}
+	for _, id := range plan.AwaitStart {
+		d.awaitStart(id)
 	}
-
-	// Step 3: bring every live container to its right cpuset.
-	var updates []*api.ContainerUpdate
-	for _, c := range liveCtrs {
-		r := d.ctrs[c.GetId()]
-		want := d.rightCPUs(r)
-		if want.IsEmpty() {
-			continue // no CPU for it: never an empty cpuset (see emptypool.go)
-		}
-		have, err := cpuset.Parse(c.GetLinux().GetResources().GetCpu().GetCpus())
-		wantMems := r.Mems
-		haveMems := c.GetLinux().GetResources().GetCpu().GetMems()
-		if err == nil && have.Equals(want) && (wantMems == "" || sameList(wantMems, haveMems)) {
-			continue
-		}
-		u := &api.ContainerUpdate{}
-		u.SetContainerId(c.GetId())
-		u.SetLinuxCPUSetCPUs(want.String())
-		if wantMems != "" {
-			u.SetLinuxCPUSetMems(wantMems)
-		}
-		u.SetIgnoreFailure()
-		updates = append(updates, u)
-	}
+	updates := nriUpdates(plan.Updates)
 	d.log.WithFields(logrus.Fields{
-		"pods": len(pods), "containers": len(liveCtrs), "released": released, "placed": placed, "updates": len(updates),
-		"shared": d.engine.SharedMask(d.st).String(),
+		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
+		"updates": len(updates), "shared": d.engine.SharedMask(d.st).String(),
 	}).Info("synchronized with the runtime")
 	if d.syncs == 1 {
 		close(d.syncedC)
 	}
 	d.connected.Store(true)
 	return updates, nil
+}
+
+// syncInput is what Synchronize decides from, as plain data: the state,
+// the index, and the runtime's pods and containers. Device NUMA nodes are
+// read for every live container (planSync uses them for those it admits).
+func (d *Daemon) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncInput {
+	in := syncInput{State: d.st, Records: d.ctrs, Static: d.cfg.CPUManagerPolicy == policy.CPUPolicyStatic,
+		Pods: make([]syncPod, 0, len(pods)), Ctrs: make([]syncCtr, 0, len(ctrs))}
+	podByID := make(map[string]*api.PodSandbox, len(pods))
+	for _, pod := range pods {
+		podByID[pod.GetId()] = pod
+		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: podKey(pod), Name: podName(pod)})
+	}
+	for _, c := range ctrs {
+		cpu := c.GetLinux().GetResources().GetCpu()
+		sc := syncCtr{ID: c.GetId(), SandboxID: c.GetPodSandboxId(), Name: c.GetName(), Phase: phaseOf(c),
+			CreatedAt: c.GetCreatedAt(), CPUs: cpu.GetCpus(), Mems: cpu.GetMems(), CgroupsPath: c.GetLinux().GetCgroupsPath()}
+		if pod := podByID[sc.SandboxID]; pod != nil && sc.Phase != phaseStopped {
+			sc.Request = requestFor(pod, c)
+			sc.DeviceNodes, sc.DeviceErr = d.deviceNodes(c)
+		}
+		in.Ctrs = append(in.Ctrs, sc)
+	}
+	return in
+}
+
+// phaseOf is the container's phase as planSync knows it.
+func phaseOf(c *api.Container) ctrPhase {
+	switch c.GetState() {
+	case api.ContainerState_CONTAINER_STOPPED:
+		return phaseStopped
+	case api.ContainerState_CONTAINER_CREATED:
+		return phaseCreated
+	}
+	return phaseRunning
+}
+
+// logSyncEvents writes the log lines a sync plan asks for, in order.
+func (d *Daemon) logSyncEvents(events []syncEvent) {
+	for _, ev := range events {
+		entry := d.log.WithFields(logrus.Fields{"pod": ev.Pod, "container": ev.Container, "id": ev.ID})
+		switch ev.Kind {
+		case evKept:
+			entry.WithField("cpus", ev.CPUs.String()).
+				Warn("state had no assignment for a running exclusive container; kept the CPUs it runs on")
+		case evNoDeviceHint:
+			entry.WithError(ev.Err).Warn(noDeviceHintMsg)
+		case evRefused:
+			entry.WithError(ev.Err).WithField("reason", reasonOf(ev.Err)).
+				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
+		case evPlaced:
+			d.logDecision(entry, ev.Decision, "placed at synchronize")
+		}
+	}
+}
+
+// nriUpdates are a plan's updates as the runtime takes them.
+func nriUpdates(planned []cpuUpdate) []*api.ContainerUpdate {
+	var updates []*api.ContainerUpdate
+	for _, pu := range planned {
+		u := &api.ContainerUpdate{}
+		u.SetContainerId(pu.ID)
+		u.SetLinuxCPUSetCPUs(pu.CPUs)
+		if pu.Mems != "" {
+			u.SetLinuxCPUSetMems(pu.Mems)
+		}
+		u.SetIgnoreFailure()
+		updates = append(updates, u)
+	}
+	return updates
 }
 
 func sameList(a, b string) bool {
@@ -567,11 +467,5 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // exclusiveCount is how many exclusive CPUs the static policy gives req:
 // a Guaranteed container with request equal to limit in whole CPUs.
 func (d *Daemon) exclusiveCount(req policy.Request) int {
-	if d.cfg.CPUManagerPolicy != policy.CPUPolicyStatic || req.QoS != policy.Guaranteed {
-		return 0
-	}
-	if req.CPURequestMilli <= 0 || req.CPURequestMilli != req.CPULimitMilli || req.CPURequestMilli%milliPerCPU != 0 {
-		return 0
-	}
-	return int(req.CPURequestMilli / milliPerCPU)
+	return exclusiveCountFor(d.cfg.CPUManagerPolicy == policy.CPUPolicyStatic, req)
 }

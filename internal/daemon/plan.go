@@ -248,6 +248,9 @@ func alone(sets []cpuset.CPUSet, i int, have cpuset.CPUSet) bool {
 // state holds an assignment for their pod and name, else admitted now. A
 // refusal cannot fail a running container: it stays in the shared pool.
 func (p *planner) placeUnknown() {
+	// The live shared-pool containers, by their request: an exclusive
+	// admission must not leave them without a CPU (stranding), though
+	// those after it in this loop are not placed yet.
 	shared := 0
 	for _, c := range p.plan.Live {
 		if exclusiveCountFor(p.in.Static, c.Request) == 0 {
