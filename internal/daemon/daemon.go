@@ -484,82 +484,10 @@ func (d *Daemon) configure(doc string) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	next := d.cfg
-	set := func(key string) bool { return in.Line(key) > 0 }
-	if set(config.KeyCPUManagerPolicy) {
-		next.CPUManagerPolicy = in.CPUManagerPolicy
-	}
-	if set(config.KeyCPUManagerPolicyOptions) {
-		next.CPUManagerPolicyOptions = in.CPUManagerPolicyOptions
-	}
-	if set(config.KeyReservedSystemCPUs) {
-		next.ReservedSystemCPUs = in.ReservedSystemCPUs
-	}
-	if set(config.KeyReservedCPUCount) {
-		next.ReservedCPUCount = in.ReservedCPUCount
-	}
-	if set(config.KeyTopologyManagerPolicy) {
-		next.TopologyManagerPolicy = in.TopologyManagerPolicy
-	}
-	if set(config.KeyTopologyManagerScope) {
-		next.TopologyManagerScope = in.TopologyManagerScope
-	}
-	if set(config.KeyTopologyManagerPolicyOptions) {
-		next.TopologyManagerPolicyOptions = in.TopologyManagerPolicyOptions
-	}
-	if set(config.KeyReconcilePeriod) {
-		next.ReconcilePeriod = in.ReconcilePeriod
-	}
-	if set(config.KeySharedPoolUpdates) {
-		next.SharedPoolUpdates = in.SharedPoolUpdates
-	}
-	if set(config.KeyContainerStartTimeout) {
-		next.ContainerStartTimeout = in.ContainerStartTimeout
-	}
-	if set(config.KeyLogLevel) {
-		next.LogLevel = in.LogLevel
-	}
-	if set(config.KeyLogFormat) {
-		next.LogFormat = in.LogFormat
-	}
-	topo := d.topo
-	if d.engine == nil {
-		// Nothing has started yet (pre-registered plugin without
-		// --config): the runtime's configuration is the whole one.
-		for _, k := range []struct {
-			key      string
-			dst, src *string
-		}{
-			{config.KeyStateDir, &next.StateDir, &in.StateDir},
-			{config.KeySysfsRoot, &next.SysfsRoot, &in.SysfsRoot},
-			{config.KeyCgroupRoot, &next.CgroupRoot, &in.CgroupRoot},
-			{config.KeyMetricsAddress, &next.MetricsAddress, &in.MetricsAddress},
-		} {
-			if set(k.key) {
-				*k.dst = *k.src
-			}
-		}
-		if next.SysfsRoot != d.cfg.SysfsRoot && !d.fixedTopo {
-			t, warns, err := sysfs.ReadWithWarnings(next.SysfsRoot)
-			if err != nil {
-				return fmt.Errorf("configuration from the runtime: read topology from %s: %w", next.SysfsRoot, err)
-			}
-			logDiscoveryWarnings(d.log, warns)
-			topo = t
-		}
-	} else {
-		for _, k := range []struct{ key, got, have string }{
-			{config.KeyStateDir, in.StateDir, d.cfg.StateDir},
-			{config.KeySocketPath, in.SocketPath, d.cfg.SocketPath},
-			{config.KeySysfsRoot, in.SysfsRoot, d.cfg.SysfsRoot},
-			{config.KeyCgroupRoot, in.CgroupRoot, d.cfg.CgroupRoot},
-			{config.KeyMetricsAddress, in.MetricsAddress, d.cfg.MetricsAddress},
-		} {
-			if set(k.key) && k.got != k.have {
-				d.log.WithFields(logrus.Fields{"key": k.key, "runtime_value": k.got, "value": k.have}).
-					Warn("ignoring a process-level key from the runtime's configuration; set it with a flag or --config")
-			}
-		}
+	next := withRuntimeKeys(d.cfg, in)
+	topo, err := d.processKeys(&next, in)
+	if err != nil {
+		return err
 	}
 	engine, err := buildEngine(topo, next, in.Line(config.KeyReservedCPUCount) > 0 || d.cfg.Line(config.KeyReservedCPUCount) > 0)
 	if err != nil {
@@ -594,4 +522,94 @@ func (d *Daemon) configure(doc string) error {
 	d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String()}).
 		Info("configuration from the runtime applied")
 	return nil
+}
+
+// withRuntimeKeys is cfg with the keys the runtime's configuration in
+// sets that take effect at any time: policy, reconcile, log settings.
+func withRuntimeKeys(cfg config.Config, in config.Config) config.Config {
+	set := func(key string) bool { return in.Line(key) > 0 }
+	if set(config.KeyCPUManagerPolicy) {
+		cfg.CPUManagerPolicy = in.CPUManagerPolicy
+	}
+	if set(config.KeyCPUManagerPolicyOptions) {
+		cfg.CPUManagerPolicyOptions = in.CPUManagerPolicyOptions
+	}
+	if set(config.KeyReservedSystemCPUs) {
+		cfg.ReservedSystemCPUs = in.ReservedSystemCPUs
+	}
+	if set(config.KeyReservedCPUCount) {
+		cfg.ReservedCPUCount = in.ReservedCPUCount
+	}
+	if set(config.KeyTopologyManagerPolicy) {
+		cfg.TopologyManagerPolicy = in.TopologyManagerPolicy
+	}
+	if set(config.KeyTopologyManagerScope) {
+		cfg.TopologyManagerScope = in.TopologyManagerScope
+	}
+	if set(config.KeyTopologyManagerPolicyOptions) {
+		cfg.TopologyManagerPolicyOptions = in.TopologyManagerPolicyOptions
+	}
+	if set(config.KeyReconcilePeriod) {
+		cfg.ReconcilePeriod = in.ReconcilePeriod
+	}
+	if set(config.KeySharedPoolUpdates) {
+		cfg.SharedPoolUpdates = in.SharedPoolUpdates
+	}
+	if set(config.KeyContainerStartTimeout) {
+		cfg.ContainerStartTimeout = in.ContainerStartTimeout
+	}
+	if set(config.KeyLogLevel) {
+		cfg.LogLevel = in.LogLevel
+	}
+	if set(config.KeyLogFormat) {
+		cfg.LogFormat = in.LogFormat
+	}
+	return cfg
+}
+
+// processKeys handles the process-level keys of the runtime's
+// configuration in: before anything started they complete next (a new
+// sysfs_root gives the topology returned), afterwards they are fixed and
+// only logged when they differ. d.mu is held.
+func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.Topology, error) {
+	set := func(key string) bool { return in.Line(key) > 0 }
+	if d.engine != nil {
+		for _, k := range []struct{ key, got, have string }{
+			{config.KeyStateDir, in.StateDir, d.cfg.StateDir},
+			{config.KeySocketPath, in.SocketPath, d.cfg.SocketPath},
+			{config.KeySysfsRoot, in.SysfsRoot, d.cfg.SysfsRoot},
+			{config.KeyCgroupRoot, in.CgroupRoot, d.cfg.CgroupRoot},
+			{config.KeyMetricsAddress, in.MetricsAddress, d.cfg.MetricsAddress},
+		} {
+			if set(k.key) && k.got != k.have {
+				d.log.WithFields(logrus.Fields{"key": k.key, "runtime_value": k.got, "value": k.have}).
+					Warn("ignoring a process-level key from the runtime's configuration; set it with a flag or --config")
+			}
+		}
+		return d.topo, nil
+	}
+	// Nothing has started yet (pre-registered plugin without --config):
+	// the runtime's configuration is the whole one.
+	for _, k := range []struct {
+		key      string
+		dst, src *string
+	}{
+		{config.KeyStateDir, &next.StateDir, &in.StateDir},
+		{config.KeySysfsRoot, &next.SysfsRoot, &in.SysfsRoot},
+		{config.KeyCgroupRoot, &next.CgroupRoot, &in.CgroupRoot},
+		{config.KeyMetricsAddress, &next.MetricsAddress, &in.MetricsAddress},
+	} {
+		if set(k.key) {
+			*k.dst = *k.src
+		}
+	}
+	if next.SysfsRoot == d.cfg.SysfsRoot || d.fixedTopo {
+		return d.topo, nil
+	}
+	t, warns, err := sysfs.ReadWithWarnings(next.SysfsRoot)
+	if err != nil {
+		return nil, fmt.Errorf("configuration from the runtime: read topology from %s: %w", next.SysfsRoot, err)
+	}
+	logDiscoveryWarnings(d.log, warns)
+	return t, nil
 }

@@ -232,21 +232,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if dec.Exclusive && !dec.Mems.IsEmpty() {
 		rec.Mems = dec.Mems.String()
 	}
-	recs := cloneRecords(d.ctrs)
-	// A container re-created under the same pod and name (a restart)
-	// replaces the old record; the engine already gave it the old CPUs.
-	// An old one that never started is a dead attempt (the kubelet
-	// retries a failed creation with a new ID).
-	var superseded []ctrRecord
-	for id, r := range recs {
-		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
-			if d.awaitingStart(id) {
-				superseded = append(superseded, r)
-			}
-			delete(recs, id)
-		}
-	}
-	recs[rec.ID] = rec
+	recs, superseded := d.withRecord(rec)
 	if err := d.persist(next, recs); err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
 		return nil, nil, err
@@ -263,17 +249,43 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	d.metrics.observeDecision(dec, d.topo)
 	d.metrics.updateGauges()
 
-	adj := &api.ContainerAdjustment{}
-	adj.SetLinuxCPUSetCPUs(dec.CPUs.String())
-	if !dec.Mems.IsEmpty() {
-		adj.SetLinuxCPUSetMems(dec.Mems.String())
-	}
+	adj := adjustmentOf(dec)
 	var updates []*api.ContainerUpdate
 	if !prevShared.Equals(d.engine.SharedMask(d.st)) {
 		updates = d.sharedPoolChanged(rec.ID)
 	}
 	d.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
 	return adj, updates, nil
+}
+
+// withRecord is a copy of the index with rec in it. A container
+// re-created under the same pod and name (a restart) replaces the old
+// record; the engine already gave it the old CPUs. An old one that never
+// started is a dead attempt (the kubelet retries a failed creation with a
+// new ID): it is returned as superseded. d.mu is held.
+func (d *Daemon) withRecord(rec ctrRecord) (recs map[string]ctrRecord, superseded []ctrRecord) {
+	recs = cloneRecords(d.ctrs)
+	for id, r := range recs {
+		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
+			if d.awaitingStart(id) {
+				superseded = append(superseded, r)
+			}
+			delete(recs, id)
+		}
+	}
+	recs[rec.ID] = rec
+	return recs, superseded
+}
+
+// adjustmentOf is the CreateContainer answer of a decision: cpuset.cpus
+// and, when it names them, cpuset.mems.
+func adjustmentOf(dec policy.Decision) *api.ContainerAdjustment {
+	adj := &api.ContainerAdjustment{}
+	adj.SetLinuxCPUSetCPUs(dec.CPUs.String())
+	if !dec.Mems.IsEmpty() {
+		adj.SetLinuxCPUSetMems(dec.Mems.String())
+	}
+	return adj
 }
 
 // logDecision writes the one info line per decision.

@@ -217,17 +217,40 @@ func (d *Daemon) reconcile(reader cgroupReader) int {
 		return 0
 	}
 	gen := d.gen
-	type item struct {
-		rec  ctrRecord
-		cpus cpuset.CPUSet
-	}
-	items := make([]item, 0, len(d.ctrs))
+	items := make([]wantedCPUs, 0, len(d.ctrs))
 	for _, r := range d.ctrs {
-		items = append(items, item{r, d.rightCPUs(r)})
+		items = append(items, wantedCPUs{r, d.rightCPUs(r)})
 	}
 	d.mu.Unlock()
 	sort.Slice(items, func(i, j int) bool { return items[i].rec.ID < items[j].rec.ID })
 
+	found := d.findDrift(reader, items)
+	if len(found) == 0 {
+		return 0
+	}
+	// A handler committed a change while the cgroups were read: what was
+	// read may predate it. Leave it to the next round.
+	d.mu.Lock()
+	stale := d.gen != gen || d.stub != s
+	d.mu.Unlock()
+	if stale {
+		return 0
+	}
+	updates := d.driftUpdates(found)
+	d.metrics.drift.Add(float64(len(updates)))
+	d.send(s, updates, gen, "reconcile: restoring cpusets failed; retrying next period")
+	return len(updates)
+}
+
+// wantedCPUs is a known container and the cpuset it should have.
+type wantedCPUs struct {
+	rec  ctrRecord
+	cpus cpuset.CPUSet
+}
+
+// findDrift reads the cgroups of items and returns those that differ
+// from what they should have. A cgroup that is gone is skipped.
+func (d *Daemon) findDrift(reader cgroupReader, items []wantedCPUs) []drifted {
 	var found []drifted
 	for _, it := range items {
 		if it.rec.CgroupsPath == "" || it.cpus.IsEmpty() {
@@ -250,17 +273,12 @@ func (d *Daemon) reconcile(reader cgroupReader) int {
 		}
 		found = append(found, dr)
 	}
-	if len(found) == 0 {
-		return 0
-	}
-	// A handler committed a change while the cgroups were read: what was
-	// read may predate it. Leave it to the next round.
-	d.mu.Lock()
-	stale := d.gen != gen || d.stub != s
-	d.mu.Unlock()
-	if stale {
-		return 0
-	}
+	return found
+}
+
+// driftUpdates logs each drifted container and returns the updates that
+// restore them.
+func (d *Daemon) driftUpdates(found []drifted) []*api.ContainerUpdate {
 	updates := make([]*api.ContainerUpdate, 0, len(found))
 	for _, dr := range found {
 		d.log.WithFields(logrus.Fields{
@@ -276,7 +294,5 @@ func (d *Daemon) reconcile(reader cgroupReader) int {
 		u.SetIgnoreFailure()
 		updates = append(updates, u)
 	}
-	d.metrics.drift.Add(float64(len(updates)))
-	d.send(s, updates, gen, "reconcile: restoring cpusets failed; retrying next period")
-	return len(updates)
+	return updates
 }
