@@ -379,6 +379,59 @@ func TestUnsolicitedUpdates(t *testing.T) {
 	}
 }
 
+// TestSnapshotsStayAsHandedOut: the plugin's pushes arrive on NRI's
+// goroutines, so a container the runtime handed out (the one given to
+// CreateContainer, Containers' list) is never changed afterwards; the
+// store has the new values. Reading the old ones while a push is applied
+// is no data race (this test runs under -race in make test).
+func TestSnapshotsStayAsHandedOut(t *testing.T) {
+	var errs []string
+	rt := start(t, &errs)
+	ctx := context.Background()
+	p := &plugin{onCreate: func(c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+		return adjust("1-2", "0"), nil, nil
+	}}
+	s := connect(t, rt, p, 1)
+	pod := NewPod("p", "p", "ns", framework.Guaranteed)
+	if err := rt.RunPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	x := rt.NewContainer(pod, "x", framework.GuaranteedCPUs(2))
+	if _, err := rt.CreateContainer(ctx, pod, x); err != nil {
+		t.Fatal(err)
+	}
+	listed, ok := rt.ContainerNamed("x")
+	if !ok {
+		t.Fatal("x not stored")
+	}
+	pushed := make(chan error, 1)
+	go func() {
+		_, err := s.UpdateContainers([]*api.ContainerUpdate{update(x.Id, "3-4", "1")})
+		pushed <- err
+	}()
+	// Read while the push may be applied.
+	before := x.Linux.Resources.Cpu.Cpus + "/" + listed.Linux.Resources.Cpu.Cpus
+	if err := <-pushed; err != nil {
+		t.Fatal(err)
+	}
+	rt.StopContainerAway(x)
+	if got := x.Linux.Resources.Cpu.Cpus + "/" + listed.Linux.Resources.Cpu.Mems; before != "1-2/1-2" || got != "1-2/0" {
+		t.Errorf("handed-out containers changed: cpus %q before the push, %q (cpus/mems) after, want 1-2/1-2 and 1-2/0", before, got)
+	}
+	if x.State != api.ContainerState_CONTAINER_RUNNING || listed.State != api.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("handed-out containers stopped: %s, %s", x.State, listed.State)
+	}
+	if got := cpusOf(t, rt, x); got != "3-4/1" {
+		t.Errorf("stored x: %q, want 3-4/1", got)
+	}
+	if now, _ := rt.ContainerNamed("x"); now.State != api.ContainerState_CONTAINER_STOPPED {
+		t.Errorf("stored x: %s, want stopped", now.State)
+	}
+	if len(errs) != 0 {
+		t.Errorf("runtime errors: %v", errs)
+	}
+}
+
 // TestRestartAndAnswerLost: a stopped runtime keeps its store, changes
 // made meanwhile reach the next plugin in Synchronize, and only plugin
 // connections count; a create whose answer is lost runs unpinned.
