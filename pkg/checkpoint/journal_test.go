@@ -8,6 +8,10 @@ import (
 	"testing"
 )
 
+// buffered makes writeJournal's journals write through the page cache
+// and fdatasync (the fallback where O_DIRECT is refused).
+var buffered bool
+
 // writeJournal creates a journal of size bytes in dir holding payloads
 // numbered from next, and returns it with the file's bytes.
 func writeJournal(t testing.TB, dir string, size int64, next uint64, payloads ...string) (*Journal, []byte) {
@@ -15,6 +19,10 @@ func writeJournal(t testing.TB, dir string, size int64, next uint64, payloads ..
 	j, err := CreateJournal(dir, "state.json", size, next)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if buffered && j.direct != nil {
+		j.direct.Close()
+		j.direct = nil
 	}
 	for _, p := range payloads {
 		if err := j.Append([]byte(p)); err != nil {
@@ -36,11 +44,28 @@ func texts(recs []JournalRecord) string {
 	return b.String()
 }
 
+// Both ways of writing a record: direct and synchronous where the file
+// system has it (ext4 here), written and fdatasynced where it has not
+// (tmpfs).
 func TestJournalAppendReplay(t *testing.T) {
-	dir := t.TempDir()
+	dirs := map[string]string{"temp dir": t.TempDir()}
+	if shm, err := os.MkdirTemp("/dev/shm", "journal-"); err == nil {
+		t.Cleanup(func() { os.RemoveAll(shm) })
+		dirs["tmpfs"] = shm
+	}
+	for name, dir := range dirs {
+		t.Run(name, func(t *testing.T) { testJournalAppendReplay(t, dir) })
+	}
+	buffered = true
+	defer func() { buffered = false }()
+	t.Run("buffered", func(t *testing.T) { testJournalAppendReplay(t, t.TempDir()) })
+}
+
+func testJournalAppendReplay(t *testing.T, dir string) {
 	big := strings.Repeat("x", 700) // two blocks
 	j, _ := writeJournal(t, dir, 8*journalBlock, 5, "a", big, "c")
 	defer j.Close()
+	t.Logf("direct writes: %v", j.direct != nil)
 	fi, err := os.Stat(j.Path())
 	if err != nil {
 		t.Fatal(err)
