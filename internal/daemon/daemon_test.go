@@ -116,7 +116,10 @@ func TestCreateStopMoveSharedContainers(t *testing.T) {
 	// containers.
 	rt.removePod(g2)
 	rt.removePod(g2) // idempotent
-	waitFor(t, "shared containers on 0-7", func() bool { return rt.cpus(be1) == "0-7" && rt.cpus(bu) == "0-7" })
+	settle(t, r.d)
+	if be, b := rt.cpus(be1), rt.cpus(bu); be != "0-7" || b != "0-7" {
+		t.Errorf("shared containers on %q and %q after the push, want 0-7", be, b)
+	}
 
 	v := r.d.State()
 	if v.Shared != "0-7" || v.Reserved != "0,4" || len(v.Containers) != 2 {
@@ -151,7 +154,7 @@ func TestCreateStopMoveSharedContainers(t *testing.T) {
 func TestSharedUpdatesAfterAnswer(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
-	startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0+"shared_pool_updates = \"after-answer\"\n"), topo)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0+"shared_pool_updates = \"after-answer\"\n"), topo)
 
 	be1, _, err := rt.create(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
 	if err != nil {
@@ -166,11 +169,17 @@ func TestSharedUpdatesAfterAnswer(t *testing.T) {
 	if got := rt.cpus(c2); got != "1,5" || len(ups) != 0 {
 		t.Errorf("c2 cpus %q, updates %q; want 1,5 and none", got, rt.describe(ups))
 	}
-	waitFor(t, "be1 on 0,2-4,6-7", func() bool { return rt.cpus(be1) == "0,2-4,6-7" })
+	settle(t, r.d)
+	if got := rt.cpus(be1); got != "0,2-4,6-7" {
+		t.Errorf("be1 on %q after the push, want 0,2-4,6-7", got)
+	}
 	if ups := rt.stop(c2); len(ups) != 0 {
 		t.Errorf("stop answered with updates %q, want none", rt.describe(ups))
 	}
-	waitFor(t, "be1 on 0-7", func() bool { return rt.cpus(be1) == "0-7" })
+	settle(t, r.d)
+	if got := rt.cpus(be1); got != "0-7" {
+		t.Errorf("be1 on %q after the push, want 0-7", got)
+	}
 }
 
 func TestRestartKeepsAssignments(t *testing.T) {

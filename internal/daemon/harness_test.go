@@ -240,6 +240,18 @@ func (r *running) stop(t *testing.T) {
 	}
 }
 
+// settle waits until the update worker has pushed the shared pool for
+// every kick so far and the runtime has answered (the bound only keeps a
+// hung worker from hanging the test).
+func settle(t *testing.T, d *Daemon) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.kicks.wait(ctx); err != nil {
+		t.Fatalf("the update worker did not settle: %v", err)
+	}
+}
+
 // waitFor polls cond for up to 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
