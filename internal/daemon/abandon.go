@@ -5,7 +5,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
-	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
 // A container the plugin placed in CreateContainer can die before it ever
@@ -133,27 +134,14 @@ func (d *Daemon) startedLate(pod *api.PodSandbox, ctr *api.Container) bool {
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": id})
 	req := d.withDeviceHints(requestFor(pod, ctr), ctr, entry)
 	rec := ctrRecord{ID: id, Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(), CgroupsPath: ctr.GetLinux().GetCgroupsPath()}
-	st := d.st
-	kept := false
-	if n := d.exclusiveCount(req); n > 0 {
-		if have, err := cpuset.Parse(ctr.GetLinux().GetResources().GetCpu().GetCpus()); err == nil && have.Size() == n {
-			if next, err := d.engine.Assign(st, req.Pod, rec.Name, have); err == nil {
-				st, rec.Exclusive, kept = next, true, true
-			}
-		}
+	late := planLateStart(d.engine, d.st, d.cfg.CPUManagerPolicy == policy.CPUPolicyStatic, req, ctr.GetLinux().GetResources().GetCpu().GetCpus())
+	if err := late.Err; err != nil {
+		entry.WithError(err).WithField("reason", reasonOf(err)).
+			Warn("container started after its CPUs were given back and cannot be placed again; it stays in the shared pool")
+		return false
 	}
-	if !kept {
-		next, dec, err := d.engine.Add(st, req)
-		if err != nil {
-			entry.WithError(err).WithField("reason", reasonOf(err)).
-				Warn("container started after its CPUs were given back and cannot be placed again; it stays in the shared pool")
-			return false
-		}
-		st, rec.Exclusive = next, dec.Exclusive
-		if dec.Exclusive && !dec.Mems.IsEmpty() {
-			rec.Mems = dec.Mems.String()
-		}
-	}
+	st, kept := late.State, late.Kept
+	rec.Exclusive, rec.Mems = late.Exclusive, late.Mems
 	recs := cloneRecords(d.ctrs)
 	recs[id] = rec
 	if err := d.persist(st, recs); err != nil {

@@ -379,3 +379,36 @@ func stranding(e *policy.Engine, req policy.Request, next policy.State, dec poli
 	}
 	return &strandedError{Pod: req.Pod, Container: req.Container, CPUs: dec.CPUs.Size(), Shared: sharedOthers}
 }
+
+// lateStart is planLateStart's answer: the state with the container
+// placed again, or Err when it cannot be.
+type lateStart struct {
+	State     policy.State
+	Exclusive bool
+	Mems      string // cpuset.mems to set, "" when left to the runtime
+	Kept      bool   // it keeps the CPUs it runs on
+	Err       error
+}
+
+// planLateStart places again a container that starts after its start
+// timer gave its CPUs back (abandon.go): it keeps the exclusive CPUs it
+// runs on (cpus, as the runtime reports them) when they are exactly its
+// exclusive count and still free, else it is admitted afresh.
+func planLateStart(e *policy.Engine, st policy.State, static bool, req policy.Request, cpus string) lateStart {
+	if n := exclusiveCountFor(static, req); n > 0 {
+		if have, err := cpuset.Parse(cpus); err == nil && have.Size() == n {
+			if next, err := e.Assign(st, req.Pod, req.Container, have); err == nil {
+				return lateStart{State: next, Exclusive: true, Kept: true}
+			}
+		}
+	}
+	next, dec, err := e.Add(st, req)
+	if err != nil {
+		return lateStart{State: st, Err: err}
+	}
+	out := lateStart{State: next, Exclusive: dec.Exclusive}
+	if dec.Exclusive && !dec.Mems.IsEmpty() {
+		out.Mems = dec.Mems.String()
+	}
+	return out
+}
