@@ -71,6 +71,7 @@ color=()
 # loaded; its result goes into status and summary.
 run_suite() {
 	local rt=$1 t0=$SECONDS rc out
+	shift
 	out=$WORK/$rt.out
 	mkdir -p "$WORK/$rt"
 	log "running the e2e suite on $rt"

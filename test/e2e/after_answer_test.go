@@ -37,8 +37,9 @@ var _ = Describe("shared_pool_updates after-answer on a real "+RuntimeName, Orde
 		if Host.CPUs.Size() < 2 {
 			Skip("the static policy needs 2 CPUs: one reserved, one to give out exclusively")
 		}
-		DeferCleanup(pods.RemoveAll, NodeTimeout(2*time.Minute))
 		plugin = NewPlugin("after-answer", `shared_pool_updates = "after-answer"`)
+		// Registered after the plugin: the pods go first, while it runs.
+		DeferCleanup(pods.RemoveAll, NodeTimeout(2*time.Minute))
 		plugin.Start(ctx)
 		shared = []*framework.Container{
 			pods.RunWith(ctx, "burstable", framework.Resources{CPURequestMilli: 250, CPULimitMilli: 500, MemLimit: 32 << 20}),

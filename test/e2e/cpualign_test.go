@@ -73,8 +73,9 @@ var _ = Describe("static policy on a real "+RuntimeName, Ordered, Serial, func()
 		if Host.CPUs.Size() < 2 {
 			Skip("the static policy needs 2 CPUs: one reserved, one to give out exclusively")
 		}
-		DeferCleanup(pods.RemoveAll, NodeTimeout(2*time.Minute))
 		plugin = NewPlugin("static")
+		// Registered after the plugin: the pods go first, while it runs.
+		DeferCleanup(pods.RemoveAll, NodeTimeout(2*time.Minute))
 		plugin.Start(ctx)
 
 		// The shared kinds, each started before anything is exclusive:

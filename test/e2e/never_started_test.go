@@ -62,10 +62,11 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 		if Host.CPUs.Size() < 2 {
 			Skip("the static policy needs 2 CPUs: one reserved, one to give out exclusively")
 		}
-		DeferCleanup(pods.RemoveAll, NodeTimeout(2*time.Minute))
 		plugin = NewPlugin("never-started",
 			fmt.Sprintf("container_start_timeout = %q", startTimeout.String()),
 			`metrics_address = "127.0.0.1:0"`)
+		// Registered after the plugin: the pods go first, while it runs.
+		DeferCleanup(pods.RemoveAll, NodeTimeout(2*time.Minute))
 		plugin.Start(ctx)
 		line, ok, err := framework.FindLine(plugin.LogPath, 0, "serving /metrics")
 		Expect(err).NotTo(HaveOccurred())
@@ -77,31 +78,52 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 		Expect(CPUsOf(ctx, shared)).To(EqualCPUs(Host.CPUs))
 	}, NodeTimeout(3*time.Minute))
 
-	It("gives the CPU of a Guaranteed container whose command is missing back within container_start_timeout, with a log line and a metric", func(ctx SpecContext) {
+	It("gives the CPU of a Guaranteed container whose command is missing back within container_start_timeout, with a log line and a metric; a retry takes the dead attempt's place at once", func(ctx SpecContext) {
 		logOffset := framework.FileSize(plugin.LogPath)
 		r := framework.GuaranteedCPUs(1)
 		p := pods.Run(ctx, "never-starts", r)
-		ct, err := CRI.CreateContainer(ctx, p, "app", r, framework.WithCommand("/no/such/command"))
-		if Env.IsCRIO() {
-			By("CRI-O: runc create fails inside CreateContainer, after the plugin's answer")
-			Expect(err).To(MatchError(ContainSubstring("/no/such/command")))
-		} else {
-			By("containerd: CreateContainer succeeds, runc create fails at StartContainer")
-			Expect(err).NotTo(HaveOccurred())
-			Expect(CRI.StartContainer(ctx, ct)).To(MatchError(ContainSubstring("/no/such/command")))
+		// tryRun creates and starts the container as the kubelet does; runc
+		// fails after the plugin's answer either way.
+		tryRun := func(attempt uint32) {
+			GinkgoHelper()
+			ct, err := CRI.CreateContainer(ctx, p, "app", r, framework.WithCommand("/no/such/command"), framework.WithAttempt(attempt))
+			if Env.IsCRIO() {
+				By(fmt.Sprintf("attempt %d: CRI-O's runc create fails inside CreateContainer, after the plugin's answer", attempt))
+				Expect(err).To(MatchError(ContainSubstring("/no/such/command")))
+			} else {
+				By(fmt.Sprintf("attempt %d: containerd's CreateContainer succeeds, runc create fails at StartContainer", attempt))
+				Expect(err).NotTo(HaveOccurred())
+				Expect(CRI.StartContainer(ctx, ct)).To(MatchError(ContainSubstring("/no/such/command")))
+			}
 		}
-		failedAt := time.Now()
+		tryRun(0)
 
-		// The plugin answered, so it holds the CPU and the shared container
-		// was moved off it; the runtime said nothing since.
+		// The plugin answered, so it holds the CPU; the runtime said
+		// nothing since.
 		held := heldBy(Default, ctx, "never-starts")
 		Expect(held).NotTo(BeNil(), "the plugin did not place the container at all; its log:\n%s", plugin.LogTail())
 		Expect(held.Exclusive).To(BeTrue())
+
+		// The kubelet's retry (attempt 1) names the same pod and container:
+		// the first attempt is given up at once (long before its timeout)
+		// and the retry is placed on its CPU, where the machine may have no
+		// other CPU to give.
+		tryRun(1)
+		failedAt := time.Now()
 		cpus, err := cpuset.Parse(held.CPUs)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cpus).To(HaveCPUCount(1))
 		Expect(cpus).To(BeDisjointFrom(Reserved()))
-		Expect(CPUsOf(ctx, shared)).To(EqualCPUs(Host.CPUs.Difference(cpus)))
+		Expect(CPUsOf(ctx, shared)).To(EqualCPUs(Host.CPUs.Difference(cpus)), "the shared container did not leave the dead attempts' CPU")
+		line, ok, err := framework.FindLine(plugin.LogPath, logOffset, "created it again", "reason=ContainerNeverStarted", "container=app")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ok).To(BeTrue(), "the retry did not give up the first attempt; plugin log:\n%s", plugin.LogTail())
+		GinkgoWriter.Printf("plugin: %s\n", line)
+		Expect(string(get(ctx, "/metrics"))).To(ContainSubstring("\nnri_cpualign_abandoned_containers_total 1\n"))
+		retry := heldBy(Default, ctx, "never-starts")
+		Expect(retry).NotTo(BeNil(), "the retry was not placed; plugin log:\n%s", plugin.LogTail())
+		Expect(retry.ID).NotTo(Equal(held.ID))
+		Expect(retry.CPUs).To(Equal(held.CPUs))
 
 		By(fmt.Sprintf("waiting up to container_start_timeout (%s) and a margin for CPU %s to come back", startTimeout, cpus))
 		Eventually(func(g Gomega) {
@@ -111,13 +133,14 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 			Should(Succeed(), "plugin log:\n%s", plugin.LogTail())
 		GinkgoWriter.Printf("CPU %s back in the shared pool %s after the failure\n", cpus, time.Since(failedAt).Round(100*time.Millisecond))
 
-		line, ok, err := framework.FindLine(plugin.LogPath, logOffset, "container never started", "reason=ContainerNeverStarted", "container=app")
+		line, ok, err = framework.FindLine(plugin.LogPath, logOffset, "container never started: CPUs given back", "reason=ContainerNeverStarted", "container=app")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeTrue(), "no log line for the container; plugin log:\n%s", plugin.LogTail())
 		Expect(line).To(ContainSubstring("cpus="+cpus.String()), "the line names the CPUs")
 		Expect(line).To(ContainSubstring("pod=e2e/never-starts"))
 		GinkgoWriter.Printf("plugin: %s\n", line)
-		Expect(string(get(ctx, "/metrics"))).To(ContainSubstring("\nnri_cpualign_abandoned_containers_total 1\n"))
+		Expect(line).To(ContainSubstring("id=" + retry.ID))
+		Expect(string(get(ctx, "/metrics"))).To(ContainSubstring("\nnri_cpualign_abandoned_containers_total 2\n"))
 
 		// Nothing leaked: a new Guaranteed container gets an exclusive CPU.
 		again := pods.RunWith(ctx, "pinned-after", r)

@@ -253,6 +253,13 @@ func WithCommand(cmd ...string) ContainerOption {
 	return func(cfg *cri.ContainerConfig) { cfg.Command = cmd }
 }
 
+// WithAttempt sets the container's attempt number, which the kubelet
+// raises when it creates a container of the same name again (a restart,
+// or a retry after a failed start); the runtimes name containers by it.
+func WithAttempt(n uint32) ContainerOption {
+	return func(cfg *cri.ContainerConfig) { cfg.Metadata.Attempt = n }
+}
+
 // CreateContainer creates (does not start) a container running the test
 // image's default command (sleep until SIGTERM) with the kubelet's resources
 // for r in the pod's QoS class.
