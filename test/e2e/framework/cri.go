@@ -361,7 +361,7 @@ func ParseStatusCPUs(status string) (cpuset.CPUSet, error) {
 		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
 			s, err := cpuset.Parse(strings.TrimSpace(v))
 			if err != nil {
-				return cpuset.CPUSet{}, fmt.Errorf("Cpus_allowed_list %q: %w", strings.TrimSpace(v), err)
+				return cpuset.CPUSet{}, fmt.Errorf("parse Cpus_allowed_list %q: %w", strings.TrimSpace(v), err)
 			}
 			return s, nil
 		}
