@@ -7,16 +7,16 @@ BIN := bin/nri-cpualign
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test vet unit e2e fmt-check tidy-check
+.PHONY: all build test vet unit e2e fmt-check tidy-check staticcheck
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nri-cpualign
 
-## test: everything — gofmt, tidy modules, vet, unit tests with -race (the
-## churn test's 10000 operations included), brief fuzzing of every target, the
-## e2e suite, the real-kubelet suite (containerd and CRI-O)
-test: fmt-check tidy-check vet unit fuzz-short e2e e2e-kubelet
+## test: everything — gofmt, tidy modules, vet, staticcheck, unit tests with
+## -race (the churn test's 10000 operations included), brief fuzzing of every
+## target, the e2e suite, the real-kubelet suite (containerd and CRI-O)
+test: fmt-check tidy-check vet staticcheck unit fuzz-short e2e e2e-kubelet
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -32,6 +32,22 @@ vet:
 	$(GO) vet -tags e2e ./test/e2e/...
 	$(GO) vet -tags e2e ./test/kubelet/...
 	$(GO) vet -tags e2e ./test/cluster/...
+
+# staticcheck is pinned and installed into bin/ (git-ignored) by go install
+# from the module proxy when it is missing or at another version, so every
+# machine checks with the same rules: its default checks over ./... and, with
+# -tags e2e, over the real-runtime suites.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(CURDIR)/bin/staticcheck
+.PHONY: staticcheck-install
+staticcheck-install:
+	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))' || { \
+		echo "installing staticcheck $(STATICCHECK_VERSION) into bin/"; \
+		rm -f $(STATICCHECK); GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
+
+staticcheck: staticcheck-install
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags e2e ./test/e2e/... ./test/kubelet/... ./test/cluster/...
 
 # The churn test's seed is fixed in make test so CI is repeatable; make churn
 # (and CHURN_SEED=0 here) draws a new one from the clock.
