@@ -443,7 +443,7 @@ func TestConfigMapLoadsAndDocumentsEveryKey(t *testing.T) {
 		want  int // every option the parser knows
 		parse func(map[string]string) error
 	}{
-		{config.KeyCPUManagerPolicyOptions, 6, func(m map[string]string) error { _, err := allocator.ParseOptions(m); return err }},
+		{config.KeyCPUManagerPolicyOptions, 7, func(m map[string]string) error { _, err := allocator.ParseOptions(m); return err }},
 		{config.KeyTopologyManagerPolicyOptions, 2, func(m map[string]string) error { _, err := hints.ParseOptions(m); return err }},
 	} {
 		opts := commentedOptions(string(doc), sec.table)
