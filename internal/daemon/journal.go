@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"reflect"
 
 	"github.com/sirupsen/logrus"
@@ -228,7 +229,20 @@ func put[V any](m map[string]*V, k string, v *V) map[string]*V {
 func (d *Daemon) compact(st policy.State, ctrs map[string]ctrRecord) error {
 	s := &d.jnl
 	s.engine = nil // until the snapshot is known to be on disk
+	fp := d.fingerprint()
 	if s.j == nil {
+		// A journal file there may hold records the snapshot on disk
+		// needs (after a failed append): the committed state goes into a
+		// snapshot of its own before the new journal replaces that file.
+		if _, err := os.Lstat(checkpoint.JournalPath(d.ckpt.Dir(), CheckpointName)); err == nil {
+			data, err := d.enc.encode(fp, d.engine, d.st, d.ctrs)
+			if err == nil {
+				err = d.ckpt.SaveCompact(data)
+			}
+			if err != nil {
+				return err
+			}
+		}
 		size := s.size
 		if size == 0 {
 			size = checkpoint.DefaultJournalSize
@@ -239,7 +253,6 @@ func (d *Daemon) compact(st policy.State, ctrs map[string]ctrRecord) error {
 		}
 		s.j = j
 	}
-	fp := d.fingerprint()
 	data, err := d.enc.encode(fp, d.engine, st, ctrs)
 	if err != nil {
 		return err

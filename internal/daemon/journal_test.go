@@ -266,6 +266,63 @@ func TestJournalDamagedRecordSetAside(t *testing.T) {
 	}
 }
 
+// After a failed append the journal is replaced by a new one; the
+// records the old one held reach a snapshot first, so that a crash in
+// between (here: the new journal cannot be created) loses no committed
+// decision.
+func TestJournalReplacedAfterFailedAppend(t *testing.T) {
+	dir := t.TempDir()
+	d := newJournalDaemon(t, dir, StoreJournal, 0)
+	for i := 0; i < 12; i++ {
+		d.step(t)
+	}
+	d.mu.Lock()
+	id := d.jnl.j.ID()
+	d.jnl.j.Close() // the next append fails
+	d.mu.Unlock()
+	committed := func() *journalDaemon {
+		c := *d
+		return &c
+	}()
+	path := checkpoint.JournalPath(dir, CheckpointName)
+	d.mu.Lock()
+	before, recs := d.st, d.ctrs
+	next, _, err := d.engine.Add(before, policy.Request{Pod: "late", Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 1000, CPULimitMilli: 1000})
+	if err != nil {
+		d.mu.Unlock()
+		t.Fatal(err)
+	}
+	if err := d.persist(next, recs); err == nil {
+		t.Error("persist after a failed append's journal was closed succeeded")
+	}
+	// The new journal cannot be created: a symbolic link in its place.
+	if err := os.Rename(path, path+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(path+".old", path); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.persist(next, recs); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("persist with a symlink for the journal = %v", err)
+	}
+	d.mu.Unlock()
+	d.jnl.reset()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	d2 := newJournalDaemon(t, dir, StoreJournal, 0)
+	sameState(t, "after the failed replacement", committed, d2)
+	d2.rng, d2.n = d.rng, d.n
+	d2.step(t)
+	d2.step(t)
+	if d2.jnl.j.ID() == id {
+		t.Error("the journal was not replaced")
+	}
+	d2.jnl.reset()
+	d3 := newJournalDaemon(t, dir, StoreJournal, 0)
+	sameState(t, "new journal", d2, d3)
+}
+
 // BenchmarkPersist is one decision made durable with 500 containers (one
 // in five exclusive) in the state, on tmpfs when there is one: the
 // store's own work without the disk's flush.
