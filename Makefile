@@ -15,8 +15,9 @@ build:
 
 ## test: everything — gofmt, tidy modules, vet, staticcheck, unit tests with
 ## -race (the churn test's 10000 operations included), brief fuzzing of every
-## target, the e2e suite, the real-kubelet suite (containerd and CRI-O)
-test: fmt-check tidy-check vet staticcheck unit fuzz-short e2e e2e-kubelet
+## target, the e2e suite, the real-kubelet suite and the DaemonSet on a real
+## control plane (each on containerd and CRI-O)
+test: fmt-check tidy-check vet staticcheck unit fuzz-short e2e e2e-kubelet e2e-cluster
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -191,7 +191,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		}, NodeTimeout(2*time.Minute))
 	}, NodeTimeout(3*time.Minute))
 
-	It("installs with make image, ctr images import, kubectl apply -k and the node label; the pod turns Ready and the runtime logs the plugin connected and synchronized", func(ctx SpecContext) {
+	It("installs with make image, the archive imported into the runtime, kubectl apply -k and the node label; the pod turns Ready and the runtime logs the plugin connected and synchronized", func(ctx SpecContext) {
 		// 1. The image, as the README builds and imports it.
 		archive := filepath.Join(Env.Dir, "nri-cpualign-image.tar")
 		out, err := exec.CommandContext(ctx, "make", "-s", "-C", repoRoot, "image", "IMAGE_ARCHIVE="+archive).CombinedOutput()
