@@ -139,6 +139,9 @@ type Daemon struct {
 	// (see abandon.go); not checkpointed: Synchronize rebuilds it.
 	starting map[string]startWait
 	startSeq uint64
+	// pushOnStart holds the containers whose creation shrank the shared
+	// pool under after-answer: pushed at their PostStartContainer (poststart.go)
+	pushOnStart map[string]struct{}
 	// gaveUp holds the containers whose start timer gave their CPUs back
 	// (ID -> pod key), until they start, go, or Synchronize comes.
 	gaveUp map[string]string

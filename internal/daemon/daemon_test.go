@@ -165,10 +165,11 @@ func TestSharedUpdatesAfterAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The same placement as in-answer (core 1), no update in the answer;
-	// be1 shrinks to 0,2-4,6-7 right after.
+	// be1 shrinks to 0,2-4,6-7 once c2 has started.
 	if got := rt.cpus(c2); got != "1,5" || len(ups) != 0 {
 		t.Errorf("c2 cpus %q, updates %q; want 1,5 and none", got, rt.describe(ups))
 	}
+	postStart(t, r.d, c2)
 	settle(t, r.d)
 	if got := rt.cpus(be1); got != "0,2-4,6-7" {
 		t.Errorf("be1 on %q after the push, want 0,2-4,6-7", got)

@@ -84,6 +84,7 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			if got := rt.cpus(c2); got != "1,5" {
 				t.Fatalf("c2 on %q, want core 1 = 1,5", got)
 			}
+			postStart(t, r.d, c2) // after-answer pushes once it started
 			follow("be1 on 2-3,6-7", func() bool { return rt.cpus(be1) == "2-3,6-7" })
 			// The last 4 non-reserved CPUs: admitted, the pool empties
 			// and be1 moves to the reserved core.
@@ -94,6 +95,7 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			if got := rt.cpus(c4); got != "2-3,6-7" {
 				t.Fatalf("c4 on %q, want 2-3,6-7", got)
 			}
+			postStart(t, r.d, c4)
 			follow("be1 on the reserved 0,4", func() bool { return rt.cpus(be1) == "0,4" })
 			if !logged(hook, logrus.WarnLevel, "shared pool is empty: shared-pool containers run on the reserved CPUs") {
 				t.Error("no warning when the pool emptied")

@@ -252,7 +252,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	adj := adjustmentOf(dec)
 	var updates []*api.ContainerUpdate
 	if !prevShared.Equals(d.engine.SharedMask(d.st)) {
-		updates = d.sharedPoolChanged(rec.ID)
+		updates = d.sharedPoolShrunk(rec.ID)
 	}
 	d.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
 	return adj, updates, nil
@@ -373,6 +373,7 @@ func (d *Daemon) drop(id string) (bool, error) {
 		return false, err
 	}
 	d.started(id)
+	d.dropPushAfterStart(id)
 	prevShared := d.engine.SharedMask(d.st)
 	d.st, d.ctrs = next, recs
 	d.gen++
