@@ -22,17 +22,19 @@
 #   scripts/bench.sh           the above (no root needed)
 #   scripts/bench.sh --cri     also 5., the latency the plugin adds to
 #                              CreateContainer+StartContainer on the real
-#                              containerd of ../shared/e2e (root; holds
-#                              /tmp/nri-cpualign-e2e.lock; tears containerd
-#                              down at the end, as scripts/e2e.sh does)
+#                              containerd and CRI-O of ../shared/e2e with
+#                              0/20/50 shared containers running (root; holds
+#                              /tmp/nri-cpualign-e2e.lock; tears each runtime
+#                              down after its run, as scripts/e2e.sh does)
 #   scripts/bench.sh --cri-only  only 5. (replaces the real-runtime part of
 #                              docs/performance.md)
 #
 # Settings (environment): BENCHTIME (decision benchmarks, default 2000x),
 # RT_BENCHTIME (round trips, default 200x), SIM_BENCHTIME (simulate runs,
 # default 20x), BENCH_FILTER (a -bench regexp over ./test/bench replacing
-# the default; docs/performance.md is then left alone), CRI_N (containers
-# per mode, 40), BENCH_OUT (output directory, _output/bench: raw output and
+# the default; docs/performance.md is then left alone), CRI_N (samples
+# per mode and cell, 30), CRI_SHARED (running shared containers per cell,
+# 0,20,50), BENCH_OUT (output directory, _output/bench: raw output and
 # table.md). Nothing here fails on a time: the "Targets" lines give a
 # met/missed verdict per target. The machine should be otherwise idle.
 set -euo pipefail
@@ -97,15 +99,33 @@ if [ "$mode" != all ]; then
 		log "another e2e run holds /tmp/nri-cpualign-e2e.lock, waiting"
 		flock 9
 	fi
-	trap teardown_containerd EXIT
-	setup_containerd
+	check_crio_prereqs
+	trap 'teardown_containerd; teardown_crio' EXIT
 	build_plugin
-	log "plugin latency on the real containerd (${CRI_N:-40} containers per mode)"
-	go run ./test/bench/cmd/crilatency -bin "$PLUGIN_BIN" -n "${CRI_N:-40}" | tee "$OUT/cri.txt"
+	shared=${CRI_SHARED:-0,20,50}
+	log "plugin latency on the real containerd (${CRI_N:-30} samples per mode, $shared shared containers)"
+	setup_containerd
+	go run ./test/bench/cmd/crilatency -bin "$PLUGIN_BIN" -n "${CRI_N:-30}" -shared "$shared" | tee "$OUT/cri-containerd.txt"
+	teardown_containerd
+	log "plugin latency on the real CRI-O (${CRI_N:-30} samples per mode, $shared shared containers)"
+	setup_crio
+	# A subshell: CRI-O's env names NRI_SOCKET and E2E_RUN too.
+	(
+		# shellcheck disable=SC1091
+		source "$CRIO_RUN/env"
+		go run ./test/bench/cmd/crilatency -bin "$PLUGIN_BIN" -n "${CRI_N:-30}" -shared "$shared"
+	) | tee "$OUT/cri-crio.txt"
+	teardown_crio
 	{
-		echo "Real containerd (added latency of the plugin; \`make bench-cri\`, $(date -u +%Y-%m-%d), load before the run $load_before):"
+		echo "Real runtimes (added latency of the plugin on a busy node; \`make bench-cri\`, $(date -u +%Y-%m-%d), load before the run $load_before):"
+		for rt in containerd crio; do
+			echo
+			grep -v -e '^raw ' -e '^Targets:' -e '^- ' "$OUT/cri-$rt.txt" | cat -s
+		done
 		echo
-		grep -v '^raw ' "$OUT/cri.txt"
+		echo "Targets (issue 15, real runtimes, 50 shared containers):"
+		echo
+		grep -h '^- ' "$OUT/cri-containerd.txt" "$OUT/cri-crio.txt"
 	} >"$OUT/cri.md"
 	{
 		echo

@@ -1,13 +1,23 @@
 // Command crilatency measures the latency nri-cpualign adds to container
-// creation on a real containerd: CreateContainer + StartContainer through
-// the CRI API (the kubelet's calls) of a Guaranteed 1-CPU container, with
-// the plugin running and with it stopped, interleaved in blocks (on, off,
-// off, on, on, off, ...) so drift of the machine hits both sides alike.
-// Each sample's pod is created before and removed after the timed calls.
-// In the plugin's blocks every container's cgroup is checked to hold the
-// exclusive CPU the plugin gave it, in the others the whole machine.
+// creation on a real runtime (containerd, or CRI-O with E2E_RUNTIME=crio):
+// CreateContainer + StartContainer through the CRI API (the kubelet's calls)
+// of a Guaranteed 1-CPU container, on a node already running 0, 20 or 50
+// shared-pool containers (BestEffort and Burstable, alternately).
 //
-// It needs root and the test containerd of ../shared/e2e, and must hold
+// Each cell (number of shared containers) sets its shared containers up
+// once, then takes samples in blocks that rotate over the modes: plugin off,
+// shared_pool_updates = "in-answer", "after-answer" (off, in, after; in,
+// after, off; ...), so drift of the machine hits every mode alike; the k-th
+// sample of a mode is paired with the k-th sample of "off". After every
+// StartContainer returns, the cpuset.cpus files of all shared containers are
+// polled until each holds the new shared pool (every CPU but the new
+// container's): the time from StartContainer's return until the last one
+// did is the window during which the exclusive CPU was still shared (0 when
+// the runtime applied the updates before the start). Each sample's pod is
+// removed afterwards and the next sample waits until the shared containers
+// have the whole machine again.
+//
+// It needs root and the test runtime of ../shared/e2e, and must hold
 // /tmp/nri-cpualign-e2e.lock; run it through `scripts/bench.sh --cri` (or
 // `make bench-cri`), which does both. It is not part of `make test`.
 package main
@@ -17,10 +27,13 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/utils/cpuset"
@@ -28,13 +41,31 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
+// Targets of issue 15, with 50 shared containers running.
+const (
+	targetAdded  = time.Millisecond       // added to the p50 start (paired median difference)
+	targetWindow = 100 * time.Millisecond // whole shared pool updated after the start (p99)
+	targetShared = 50
+)
+
 func main() {
 	bin := flag.String("bin", "bin/nri-cpualign", "the plugin binary")
-	n := flag.Int("n", 40, "containers per mode (plugin on, plugin off)")
-	block := flag.Int("block", 5, "containers per block between plugin starts and stops")
+	n := flag.Int("n", 30, "samples per mode and cell")
+	block := flag.Int("block", 5, "samples per block between plugin starts and stops")
+	shared := flag.String("shared", "0,20,50", "numbers of running shared-pool containers, one cell each")
+	modes := flag.String("modes", "in-answer,after-answer", "shared_pool_updates values measured against the plugin off")
 	work := flag.String("work", "", "work directory (default: a new temporary one, removed on success)")
 	flag.Parse()
-	if err := run(*bin, *n, *block, *work); err != nil {
+	var cells []int
+	for _, f := range strings.Split(*shared, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 0 {
+			fmt.Fprintf(os.Stderr, "crilatency: -shared: %q is not a count\n", f)
+			os.Exit(2)
+		}
+		cells = append(cells, v)
+	}
+	if err := run(*bin, *n, *block, cells, strings.Split(*modes, ","), *work); err != nil {
 		fmt.Fprintln(os.Stderr, "crilatency:", err)
 		os.Exit(1)
 	}
@@ -43,20 +74,34 @@ func main() {
 // plugin is the nri-cpualign process of the "on" blocks.
 type plugin struct {
 	env                 framework.Env
-	bin, cfg, log, pids string
+	bin, work, log, pid string
 	proc                *framework.PluginProcess
 }
 
-func (p *plugin) start(ctx context.Context) error {
-	offset := framework.FileSize(p.env.ContainerdLog)
-	proc, err := framework.StartPlugin(p.bin, []string{"run", "--config", p.cfg}, p.log, p.pids)
+func (p *plugin) start(ctx context.Context, mode string, reserved cpuset.CPUSet) error {
+	cfg := filepath.Join(p.work, "config-"+mode+".toml")
+	text := fmt.Sprintf(`cpu_manager_policy = "static"
+reserved_system_cpus = %q
+topology_manager_policy = "best-effort"
+shared_pool_updates = %q
+state_dir = %q
+sysfs_root = "/sys"
+cgroup_root = "/sys/fs/cgroup"
+socket_path = %q
+metrics_address = ""
+`, reserved.String(), mode, filepath.Join(p.work, "state-"+mode), p.env.NRISocket)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		return err
+	}
+	offset := framework.FileSize(p.env.RuntimeLog)
+	proc, err := framework.StartPlugin(p.bin, []string{"run", "--config", cfg}, p.log, p.pid)
 	if err != nil {
 		return err
 	}
 	p.proc = proc
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if _, err := framework.WaitForLine(wctx, p.env.ContainerdLog, offset, "cpualign", "connected and synchronized"); err != nil {
+	if _, err := framework.WaitForLine(wctx, p.env.RuntimeLog, offset, "cpualign", "connected and synchronized"); err != nil {
 		return fmt.Errorf("plugin did not synchronize: %w (log %s)", err, p.log)
 	}
 	return nil
@@ -66,21 +111,38 @@ func (p *plugin) stop(ctx context.Context) error {
 	if p.proc == nil {
 		return nil
 	}
-	offset := framework.FileSize(p.env.ContainerdLog)
+	offset := framework.FileSize(p.env.RuntimeLog)
 	if err := p.proc.Terminate(5 * time.Second); err != nil {
 		return err
 	}
 	p.proc = nil
-	// containerd must have dropped the plugin before the next "off" sample.
+	// The runtime must have dropped the plugin before the next "off"
+	// sample, or that sample pays for finding out.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := framework.WaitForLine(wctx, p.env.ContainerdLog, offset, "cpualign", "closed"); err != nil {
-		return fmt.Errorf("containerd did not log the plugin's disconnection: %w", err)
+	if _, err := framework.WaitForLine(wctx, p.env.RuntimeLog, offset, "cpualign", "closed"); err != nil {
+		return fmt.Errorf("%s did not log the plugin's disconnection: %w", p.env.Runtime, err)
 	}
 	return nil
 }
 
-func run(bin string, n, block int, work string) error {
+// sample is one timed creation.
+type sample struct {
+	start  time.Duration // CreateContainer + StartContainer
+	window time.Duration // StartContainer's return until every shared container held the new pool
+}
+
+// bench is one runtime's run.
+type bench struct {
+	env      framework.Env
+	cli      *framework.Client
+	host     *framework.Host
+	reserved cpuset.CPUSet
+	p        *plugin
+	seq      int
+}
+
+func run(bin string, n, block int, cells []int, modes []string, work string) error {
 	ctx := context.Background()
 	env, err := framework.LoadEnv()
 	if err != nil {
@@ -96,7 +158,7 @@ func run(bin string, n, block int, work string) error {
 	if host.CPUs.Size() < 2 {
 		return fmt.Errorf("need at least 2 CPUs (one reserved, one exclusive), have %s", host.CPUs)
 	}
-	cli, err := framework.Dial(ctx, env.ContainerdAddress, env.TestImage)
+	cli, err := framework.DialEnv(ctx, env)
 	if err != nil {
 		return err
 	}
@@ -106,154 +168,292 @@ func run(bin string, n, block int, work string) error {
 		if work, err = os.MkdirTemp("", "nri-crilat-"); err != nil {
 			return err
 		}
-	}
-	reserved := cpuset.New(host.CPUs.List()[0])
-	cfg := fmt.Sprintf(`cpu_manager_policy = "static"
-reserved_system_cpus = %q
-topology_manager_policy = "best-effort"
-state_dir = %q
-sysfs_root = "/sys"
-cgroup_root = "/sys/fs/cgroup"
-socket_path = %q
-metrics_address = ""
-`, reserved.String(), filepath.Join(work, "state"), env.NRISocket)
-	p := &plugin{env: env, bin: bin, cfg: filepath.Join(work, "config.toml"), log: filepath.Join(work, "plugin.log"),
-		pids: os.Getenv("NRI_CPUALIGN_E2E_PIDFILE")}
-	if err := os.WriteFile(p.cfg, []byte(cfg), 0o644); err != nil {
+	} else if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
-	defer func() { _ = p.stop(ctx) }()
+	b := &bench{env: env, cli: cli, host: host, reserved: cpuset.New(host.CPUs.List()[0]),
+		p: &plugin{env: env, bin: bin, work: work, log: filepath.Join(work, "plugin.log"), pid: os.Getenv("NRI_CPUALIGN_E2E_PIDFILE")}}
+	defer func() { _ = b.p.stop(ctx) }()
 
-	r := framework.GuaranteedCPUs(1)
-	exclusive := host.CPUs.Difference(reserved) // where the plugin may place the container
-	samples := map[bool][]time.Duration{}
-	seq := 0
-	one := func(on bool) error {
-		seq++
-		name := fmt.Sprintf("lat%d", seq)
-		pod, err := cli.RunPod(ctx, framework.PodSpec{Name: name, Namespace: "bench", UID: fmt.Sprintf("bench-%d-%d", os.Getpid(), seq), Containers: []framework.Resources{r}})
+	fmt.Printf("CreateContainer+StartContainer of a Guaranteed 1-CPU container on the real %s, with running shared-pool containers; %d paired samples per mode and cell; \"pool\" = from StartContainer's return until every shared container's cpuset.cpus held the new pool:\n\n", env.Runtime, n)
+	fmt.Println("| shared | plugin | p50 | p99 | added p50 (paired median, 95% CI) | pool p50 | pool p99 |")
+	fmt.Println("|--:|---|--:|--:|--:|--:|--:|")
+	var verdicts []string
+	for _, shared := range cells {
+		res, err := b.cell(ctx, shared, n, block, modes)
 		if err != nil {
 			return err
 		}
-		defer cli.RemovePod(ctx, pod.ID, pod.CgroupParent())
-		t0 := time.Now()
-		ct, err := cli.CreateContainer(ctx, pod, name, r)
-		if err == nil {
-			err = cli.StartContainer(ctx, ct)
-		}
-		dt := time.Since(t0)
-		if err != nil {
-			return err
-		}
-		cs, err := framework.ReadCpuset(ct.CgroupsPath())
-		if err != nil {
-			return err
-		}
-		// Plugin on: one exclusive CPU outside the reserved one; off: the
-		// runtime's default, every CPU.
-		if on && (cs.CPUs.Size() != 1 || !cs.CPUs.IsSubsetOf(exclusive)) || !on && !cs.CPUs.Equals(host.CPUs) {
-			return fmt.Errorf("sample %d (plugin on: %v): container cgroup has CPUs %s (machine %s, reserved %s)", seq, on, cs.CPUs, host.CPUs, reserved)
-		}
-		samples[on] = append(samples[on], dt)
-		_ = cli.StopContainer(ctx, ct)
-		return cli.RemoveContainer(ctx, ct)
-	}
-
-	// Warm-up outside the figures: the first container after a start pays
-	// for image and shim caches.
-	if err := one(false); err != nil {
-		return err
-	}
-	samples[false] = nil
-	blocks := (n + block - 1) / block
-	for b := 0; b < blocks; b++ {
-		order := []bool{true, false}
-		if b%2 == 1 {
-			order = []bool{false, true}
-		}
-		for _, on := range order {
-			if on {
-				if err := p.start(ctx); err != nil {
-					return err
-				}
+		off := res["off"]
+		fmt.Printf("| %d | off | %s | %s | | | |\n", shared, ms(pct(starts(off), .5)), ms(pct(starts(off), .99)))
+		for _, m := range modes {
+			on := res[m]
+			diffs := paired(starts(on), starts(off))
+			med := pct(diffs, .5)
+			ci := "n/a"
+			if lo, hi, ok := medianCI(diffs); ok {
+				ci = fmt.Sprintf("[%s, %s]", ms(lo), ms(hi))
 			}
-			for i := 0; i < block && len(samples[on]) < n; i++ {
-				if err := one(on); err != nil {
-					return err
-				}
-			}
-			if on {
-				if err := p.stop(ctx); err != nil {
-					return err
-				}
+			w := windows(on)
+			fmt.Printf("| %d | %s | %s | %s | %s %s | %s | %s |\n", shared, m, ms(pct(starts(on), .5)), ms(pct(starts(on), .99)),
+				ms(med), ci, ms(pct(w, .5)), ms(pct(w, .99)))
+			if shared == targetShared {
+				verdicts = append(verdicts,
+					verdict(fmt.Sprintf("%s, %s, %d shared: added to the p50 start <= %s", env.Runtime, m, shared, ms(targetAdded)), med, targetAdded),
+					verdict(fmt.Sprintf("%s, %s, %d shared: whole shared pool updated (p99 after the start) <= %s", env.Runtime, m, shared, ms(targetWindow)), pct(w, .99), targetWindow))
 			}
 		}
-		fmt.Fprintf(os.Stderr, "crilatency: block %d/%d done\n", b+1, blocks)
+		for _, m := range append([]string{"off"}, modes...) {
+			var raw []string
+			for _, s := range res[m] {
+				raw = append(raw, fmt.Sprintf("%d/%d", s.start.Microseconds(), s.window.Microseconds()))
+			}
+			fmt.Printf("raw %s shared=%d %s start/pool µs: %s\n", env.Runtime, shared, m, strings.Join(raw, " "))
+		}
 	}
-	report(samples[true], samples[false])
+	if len(verdicts) > 0 {
+		fmt.Println()
+		fmt.Println("Targets:")
+		fmt.Println()
+		for _, v := range verdicts {
+			fmt.Println(v)
+		}
+	}
 	if !keep {
 		os.RemoveAll(work)
 	}
 	return nil
 }
 
+func verdict(what string, got, target time.Duration) string {
+	v := "met"
+	if got > target {
+		v = "missed"
+	}
+	return fmt.Sprintf("- %s: %s — %s", what, ms(got), v)
+}
+
+// cell runs shared shared-pool containers and takes n samples per mode.
+func (b *bench) cell(ctx context.Context, shared, n, block int, modes []string) (map[string][]sample, error) {
+	ctx0 := ctx
+	var pods []*framework.Pod
+	var paths []string
+	defer func() {
+		// Four at a time: one by one, 50 pods take 40 s to go.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 4)
+		for _, p := range pods {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				_ = b.cli.RemovePod(ctx0, p.ID, p.CgroupParent())
+			}()
+		}
+		wg.Wait()
+	}()
+	t0 := time.Now()
+	for i := range shared {
+		r := framework.Resources{} // BestEffort
+		if i%2 == 1 {
+			r = framework.Resources{CPURequestMilli: 100, MemRequest: 16 << 20} // Burstable
+		}
+		name := fmt.Sprintf("shared%d", i)
+		pod, err := b.cli.RunPod(ctx, framework.PodSpec{Name: name, Namespace: "bench", UID: fmt.Sprintf("bench-sh-%d-%d-%d", os.Getpid(), shared, i), Containers: []framework.Resources{r}})
+		if err != nil {
+			return nil, err
+		}
+		pods = append(pods, pod)
+		ct, err := b.cli.RunContainer(ctx, pod, name, r)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, ct.CgroupsPath())
+	}
+	fmt.Fprintf(os.Stderr, "crilatency: %s: %d shared containers running (%s)\n", b.env.Runtime, shared, time.Since(t0).Round(time.Millisecond))
+
+	res := map[string][]sample{}
+	all := append([]string{"off"}, modes...)
+	// Warm-up outside the figures: the first container after a start pays
+	// for image and shim caches.
+	if _, err := b.one(ctx, false, paths); err != nil {
+		return nil, err
+	}
+	blocks := (n + block - 1) / block
+	for k := 0; k < blocks; k++ {
+		for j := range all {
+			m := all[(j+k)%len(all)]
+			on := m != "off"
+			if on {
+				if err := b.p.start(ctx, m, b.reserved); err != nil {
+					return nil, err
+				}
+			}
+			for i := 0; i < block && len(res[m]) < n; i++ {
+				s, err := b.one(ctx, on, paths)
+				if err != nil {
+					return nil, fmt.Errorf("%d shared, %s: %w", shared, m, err)
+				}
+				res[m] = append(res[m], s)
+			}
+			if on {
+				if err := b.p.stop(ctx); err != nil {
+					return nil, err
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "crilatency: %s, %d shared: block %d/%d done\n", b.env.Runtime, shared, k+1, blocks)
+	}
+	return res, nil
+}
+
+// one creates, starts, checks and removes one Guaranteed container.
+func (b *bench) one(ctx context.Context, on bool, shared []string) (sample, error) {
+	b.seq++
+	name := fmt.Sprintf("lat%d", b.seq)
+	r := framework.GuaranteedCPUs(1)
+	pod, err := b.cli.RunPod(ctx, framework.PodSpec{Name: name, Namespace: "bench", UID: fmt.Sprintf("bench-%d-%d", os.Getpid(), b.seq), Containers: []framework.Resources{r}})
+	if err != nil {
+		return sample{}, err
+	}
+	removed := false
+	defer func() {
+		if !removed {
+			_ = b.cli.RemovePod(ctx, pod.ID, pod.CgroupParent())
+		}
+	}()
+	t0 := time.Now()
+	ct, err := b.cli.CreateContainer(ctx, pod, name, r)
+	if err == nil {
+		err = b.cli.StartContainer(ctx, ct)
+	}
+	t1 := time.Now()
+	if err != nil {
+		return sample{}, err
+	}
+	s := sample{start: t1.Sub(t0)}
+	if on {
+		// Poll first: the window starts at StartContainer's return.
+		pool := b.host.CPUs
+		cs, err := framework.ReadCpuset(ct.CgroupsPath())
+		if err == nil {
+			pool = b.host.CPUs.Difference(cs.CPUs)
+		}
+		done, werr := waitPool(shared, pool, 10*time.Second)
+		s.window = done.Sub(t1)
+		if err != nil {
+			return s, err
+		}
+		if werr != nil {
+			return s, fmt.Errorf("shared pool %s after the start: %w", pool, werr)
+		}
+		if cs.CPUs.Size() != 1 || !cs.CPUs.IsSubsetOf(b.host.CPUs.Difference(b.reserved)) {
+			return s, fmt.Errorf("container cgroup has CPUs %s (machine %s, reserved %s)", cs.CPUs, b.host.CPUs, b.reserved)
+		}
+	} else if cs, err := framework.ReadCpuset(ct.CgroupsPath()); err != nil || !cs.CPUs.Equals(b.host.CPUs) {
+		return s, fmt.Errorf("plugin off: container cgroup has CPUs %s (%v), want %s", cs.CPUs, err, b.host.CPUs)
+	}
+	removed = true
+	if err := b.cli.RemovePod(ctx, pod.ID, pod.CgroupParent()); err != nil {
+		return s, err
+	}
+	// The next sample starts from a settled node: the pool grew back.
+	if _, err := waitPool(shared, b.host.CPUs, 10*time.Second); err != nil {
+		return s, fmt.Errorf("shared pool after the removal: %w", err)
+	}
+	return s, nil
+}
+
+// waitPool polls the cpuset.cpus of every cgroup in paths until each holds
+// want, and returns when the last one was seen to.
+func waitPool(paths []string, want cpuset.CPUSet, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	left := slices.Clone(paths)
+	for {
+		var still []string
+		for _, p := range left {
+			v, err := framework.CgroupFile("cpuset", p, "cpuset.cpus")
+			if err != nil {
+				return time.Time{}, err
+			}
+			if got, err := cpuset.Parse(v); err != nil || !got.Equals(want) {
+				still = append(still, p)
+			}
+		}
+		now := time.Now()
+		if len(still) == 0 {
+			return now, nil
+		}
+		if now.After(deadline) {
+			v, _ := framework.CgroupFile("cpuset", still[0], "cpuset.cpus")
+			return now, fmt.Errorf("%d of %d shared containers still not on %s after %s (e.g. %s: %s)", len(still), len(paths), want, timeout, still[0], v)
+		}
+		left = still
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func starts(s []sample) []time.Duration {
+	out := make([]time.Duration, len(s))
+	for i, x := range s {
+		out[i] = x.start
+	}
+	return out
+}
+
+func windows(s []sample) []time.Duration {
+	out := make([]time.Duration, len(s))
+	for i, x := range s {
+		out[i] = x.window
+	}
+	return out
+}
+
+// paired is on[k] - off[k]: the same block number and position.
+func paired(on, off []time.Duration) []time.Duration {
+	m := min(len(on), len(off))
+	d := make([]time.Duration, m)
+	for i := range m {
+		d[i] = on[i] - off[i]
+	}
+	return d
+}
+
 func pct(s []time.Duration, p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
 	c := slices.Clone(s)
 	slices.Sort(c)
 	return c[int(p*float64(len(c)-1))]
 }
 
-func mean(s []time.Duration) time.Duration {
-	var sum time.Duration
-	for _, d := range s {
-		sum += d
-	}
-	return sum / time.Duration(len(s))
-}
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
-
-func report(on, off []time.Duration) {
-	fmt.Printf("CreateContainer+StartContainer on the real containerd, Guaranteed 1-CPU container, %d samples per mode:\n\n", len(on))
-	fmt.Println("| plugin | samples | p50 | p99 | mean |")
-	fmt.Println("|---|--:|--:|--:|--:|")
-	fmt.Printf("| on | %d | %s | %s | %s |\n", len(on), ms(pct(on, .5)), ms(pct(on, .99)), ms(mean(on)))
-	fmt.Printf("| off | %d | %s | %s | %s |\n", len(off), ms(pct(off, .5)), ms(pct(off, .99)), ms(mean(off)))
-	// Paired: the k-th sample of the plugin's blocks against the k-th of
-	// the others (same block number and position).
-	m := min(len(on), len(off))
-	diffs := make([]time.Duration, m)
-	for i := range m {
-		diffs[i] = on[i] - off[i]
-	}
-	fmt.Printf("\ndelta (on - off): p50 %s, p99 %s; paired differences: p50 %s, p99 %s\n",
-		ms(pct(on, .5)-pct(off, .5)), ms(pct(on, .99)-pct(off, .99)), ms(pct(diffs, .5)), ms(pct(diffs, .99)))
-	if lo, hi, ok := medianCI(diffs); ok {
-		fmt.Printf("median paired difference, distribution-free 95%% confidence interval: [%s, %s]\n", ms(lo), ms(hi))
-	}
-	var raw []string
-	for _, d := range on {
-		raw = append(raw, fmt.Sprint(d.Microseconds()))
-	}
-	fmt.Println("raw on µs:", strings.Join(raw, " "))
-	raw = raw[:0]
-	for _, d := range off {
-		raw = append(raw, fmt.Sprint(d.Microseconds()))
-	}
-	fmt.Println("raw off µs:", strings.Join(raw, " "))
-}
 
 // medianCI is the distribution-free (sign test) 95% confidence interval of
 // the median: the order statistics n/2 -+ 1.96*sqrt(n)/2 (normal
-// approximation of the binomial, fine from about 20 samples).
+// approximation of the binomial, fine from about 20 samples); below that a
+// percentile bootstrap of the median (2,000 resamples, fixed seed).
 func medianCI(d []time.Duration) (lo, hi time.Duration, ok bool) {
 	n := len(d)
-	if n < 20 {
+	if n < 5 {
 		return 0, 0, false
 	}
 	c := slices.Clone(d)
 	slices.Sort(c)
-	// k is 1-based: the k-th smallest and the k-th largest.
-	k := int(math.Floor(float64(n)/2 - 1.96*math.Sqrt(float64(n))/2))
-	return c[k-1], c[n-k], true
+	if n >= 20 {
+		// k is 1-based: the k-th smallest and the k-th largest.
+		k := int(math.Floor(float64(n)/2 - 1.96*math.Sqrt(float64(n))/2))
+		return c[k-1], c[n-k], true
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	meds := make([]time.Duration, 2000)
+	re := make([]time.Duration, n)
+	for i := range meds {
+		for j := range re {
+			re[j] = c[rng.IntN(n)]
+		}
+		meds[i] = pct(re, .5)
+	}
+	return pct(meds, .025), pct(meds, .975), true
 }
