@@ -191,7 +191,8 @@ func run(bin string, n, block int, cells []int, modes []string, work string) err
 			diffs := paired(starts(on), starts(off))
 			med := pct(diffs, .5)
 			ci := "n/a"
-			if lo, hi, ok := medianCI(diffs); ok {
+			lo, hi, ok := medianCI(diffs)
+			if ok {
 				ci = fmt.Sprintf("[%s, %s]", ms(lo), ms(hi))
 			}
 			w := windows(on)
@@ -199,7 +200,7 @@ func run(bin string, n, block int, cells []int, modes []string, work string) err
 				ms(med), ci, ms(pct(w, .5)), ms(pct(w, .99)))
 			if shared == targetShared {
 				verdicts = append(verdicts,
-					verdict(fmt.Sprintf("%s, %s, %d shared: added to the p50 start <= %s", env.Runtime, m, shared, ms(targetAdded)), med, targetAdded),
+					addedVerdict(fmt.Sprintf("%s, %s, %d shared: added to the p50 start <= %s", env.Runtime, m, shared, ms(targetAdded)), med, lo, hi, ok),
 					verdict(fmt.Sprintf("%s, %s, %d shared: whole shared pool updated (p99 after the start) <= %s", env.Runtime, m, shared, ms(targetWindow)), pct(w, .99), targetWindow))
 			}
 		}
@@ -231,6 +232,21 @@ func verdict(what string, got, target time.Duration) string {
 		v = "missed"
 	}
 	return fmt.Sprintf("- %s: %s — %s", what, ms(got), v)
+}
+
+// addedVerdict judges the paired median difference by its confidence
+// interval: met when all of it is within the target, missed when all of it
+// is above, otherwise not resolved by these samples.
+func addedVerdict(what string, med, lo, hi time.Duration, ok bool) string {
+	switch {
+	case !ok:
+		return verdict(what, med, targetAdded)
+	case hi <= targetAdded:
+		return fmt.Sprintf("- %s: %s (95%% CI [%s, %s]) — met", what, ms(med), ms(lo), ms(hi))
+	case lo > targetAdded:
+		return fmt.Sprintf("- %s: %s (95%% CI [%s, %s]) — missed", what, ms(med), ms(lo), ms(hi))
+	}
+	return fmt.Sprintf("- %s: %s (95%% CI [%s, %s]) — not resolved (the interval spans the target)", what, ms(med), ms(lo), ms(hi))
 }
 
 // cell runs shared shared-pool containers and takes n samples per mode.
