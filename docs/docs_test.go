@@ -128,7 +128,7 @@ func tomlKeys() []string {
 }
 
 // A key is documented by a table row whose first cell names it.
-var rowRE = regexp.MustCompile("(?m)^\\|([^|]*)\\|")
+var rowRE = regexp.MustCompile(`(?m)^\|([^|]*)\|`)
 
 func TestEveryConfigKeyDocumentedOnce(t *testing.T) {
 	keys := tomlKeys()
