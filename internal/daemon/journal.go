@@ -112,65 +112,19 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 	r := &s.rec
 	*r = journalRecord{Shared: head.shared, Reserved: head.reserved, ReusablePod: head.reusablePod, Reusable: head.reusable}
 	changed := head != s.head
-	// A second pass looks for removals only when the first did not meet
-	// every key on disk (a lookup is most of the cost with 500
-	// containers).
-	met := 0
-	for pod, sets := range st.Alloc.Assignments {
-		old, ok := s.assign[pod]
-		if ok {
-			met++
-		}
+	r.Assign = diffKeys(r.Assign, st.Alloc.Assignments, s.assign, func(old, sets map[string]cpuset.CPUSet) bool {
 		// The allocator copies a pod's map to change it: the same map is
 		// the same assignment, without comparing its sets.
-		if !ok || (!sameMap(old, sets) && !sameSets(old, sets)) {
-			texts := policy.AssignmentTexts(sets)
-			r.Assign = put(r.Assign, pod, &texts)
-		}
-	}
-	if met < len(s.assign) {
-		for pod := range s.assign {
-			if _, ok := st.Alloc.Assignments[pod]; !ok {
-				r.Assign = put(r.Assign, pod, nil)
-			}
-		}
-	}
-	met = 0
-	for pod, h := range st.PodAffinity {
-		old, ok := s.aff[pod]
-		if ok {
-			met++
-		}
-		if !ok || old != h {
-			sh := policy.HintOf(h)
-			r.Affinity = put(r.Affinity, pod, &sh)
-		}
-	}
-	if met < len(s.aff) {
-		for pod := range s.aff {
-			if _, ok := st.PodAffinity[pod]; !ok {
-				r.Affinity = put(r.Affinity, pod, nil)
-			}
-		}
-	}
-	met = 0
-	for id, c := range ctrs {
-		old, ok := s.ctrs[id]
-		if ok {
-			met++
-		}
-		if !ok || old != c {
-			changed := c // only a changed record escapes to the heap
-			r.Ctrs = put(r.Ctrs, id, &changed)
-		}
-	}
-	if met < len(s.ctrs) {
-		for id := range s.ctrs {
-			if _, ok := ctrs[id]; !ok {
-				r.Ctrs = put(r.Ctrs, id, nil)
-			}
-		}
-	}
+		return sameMap(old, sets) || sameSets(old, sets)
+	}, func(sets map[string]cpuset.CPUSet) *map[string]string {
+		texts := policy.AssignmentTexts(sets)
+		return &texts
+	})
+	r.Affinity = diffKeys(r.Affinity, st.PodAffinity, s.aff, func(a, b hints.Hint) bool { return a == b },
+		func(h hints.Hint) *policy.SnapshotHint { sh := policy.HintOf(h); return &sh })
+	// Only a changed record escapes to the heap.
+	r.Ctrs = diffKeys(r.Ctrs, ctrs, s.ctrs, func(a, b ctrRecord) bool { return a == b },
+		func(c ctrRecord) *ctrRecord { return &c })
 	if !changed && r.Assign == nil && r.Affinity == nil && r.Ctrs == nil {
 		return nil // the disk holds this state already
 	}
@@ -187,32 +141,50 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 		return err
 	}
 	s.head = head
-	for pod := range r.Assign {
-		if sets, ok := st.Alloc.Assignments[pod]; ok {
-			s.assign[pod] = sets
-		} else {
-			delete(s.assign, pod)
-		}
-	}
-	for pod := range r.Affinity {
-		if h, ok := st.PodAffinity[pod]; ok {
-			s.aff[pod] = h
-		} else {
-			delete(s.aff, pod)
-		}
-	}
-	for id := range r.Ctrs {
-		if c, ok := ctrs[id]; ok {
-			s.ctrs[id] = c
-		} else {
-			delete(s.ctrs, id)
-		}
-	}
+	applyKeys(s.assign, st.Alloc.Assignments, r.Assign)
+	applyKeys(s.aff, st.PodAffinity, r.Affinity)
+	applyKeys(s.ctrs, ctrs, r.Ctrs)
 	return nil
 }
 
 func sameMap(a, b map[string]cpuset.CPUSet) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// diffKeys adds to out every key of cur that disk lacks or holds
+// differently (as conv of its value) and every key of disk that cur lacks
+// (as nil). The pass for removals runs only when the first did not meet
+// every key on disk: with 500 containers a lookup is most of the cost.
+func diffKeys[V, R any](out map[string]*R, cur, disk map[string]V, same func(a, b V) bool, conv func(V) *R) map[string]*R {
+	met := 0
+	for k, v := range cur {
+		old, ok := disk[k]
+		if ok {
+			met++
+		}
+		if !ok || !same(old, v) {
+			out = put(out, k, conv(v))
+		}
+	}
+	if met < len(disk) {
+		for k := range disk {
+			if _, ok := cur[k]; !ok {
+				out = put(out, k, nil)
+			}
+		}
+	}
+	return out
+}
+
+// applyKeys brings disk to cur for the keys a record carried.
+func applyKeys[V, R any](disk, cur map[string]V, keys map[string]*R) {
+	for k := range keys {
+		if v, ok := cur[k]; ok {
+			disk[k] = v
+		} else {
+			delete(disk, k)
+		}
+	}
 }
 
 func put[V any](m map[string]*V, k string, v *V) map[string]*V {
