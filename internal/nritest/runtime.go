@@ -481,6 +481,20 @@ func (rt *Runtime) StartContainer(ctx context.Context, c *api.Container) error {
 	return err
 }
 
+// PostStartContainer sends PostStartContainer for a started container, as
+// both runtimes do once the OCI runtime started it.
+func (rt *Runtime) PostStartContainer(ctx context.Context, c *api.Container) error {
+	pod := rt.PodOf(c)
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		rt.mu.Lock()
+		cur := rt.sendableLocked(c)
+		rt.mu.Unlock()
+		err = a.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: pod, Container: cur})
+	})
+	return err
+}
+
 // StopContainer marks the container stopped and sends StopContainer,
 // applying the updates of the answer; it returns them.
 func (rt *Runtime) StopContainer(ctx context.Context, c *api.Container) ([]*api.ContainerUpdate, error) {

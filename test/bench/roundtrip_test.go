@@ -174,6 +174,10 @@ log_level = "info"
 		if err != nil {
 			b.Fatal(err)
 		}
+		// after-answer pushes a shrunk pool at the container's start.
+		if err := rt.PostStartContainer(ctx, c); err != nil {
+			b.Fatal(err)
+		}
 		wait()
 		if _, err := rt.StopContainer(ctx, c); err != nil {
 			b.Fatal(err)
