@@ -84,10 +84,12 @@ const (
 	// shared-pool containers.
 	SharedUpdatesInAnswer = "in-answer"
 	// SharedUpdatesAfterAnswer: the answers carry only the container's own
-	// cpuset; the shared-pool containers are updated right after, through
-	// the runtime's UpdateContainers, so for a few milliseconds they may
-	// still run on a new exclusive container's CPUs (the kubelet allows its
-	// reconcile period, 10 s by default).
+	// cpuset; the shared-pool containers are updated through the runtime's
+	// UpdateContainers once the new container has started (at once when
+	// CPUs are freed), so from its start until the runtime applied the last
+	// update (one OCI runtime update per container, ~10 ms each) they may
+	// still run on its exclusive CPUs (the kubelet allows its reconcile
+	// period, 10 s by default).
 	SharedUpdatesAfterAnswer = "after-answer"
 )
 
