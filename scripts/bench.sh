@@ -94,11 +94,7 @@ fi
 if [ "$mode" != all ]; then
 	[ "$mode" = cri-only ] && : >"$OUT/table.md"
 	check_prereqs
-	exec 9>/tmp/nri-cpualign-e2e.lock
-	if ! flock -n 9; then
-		log "another e2e run holds /tmp/nri-cpualign-e2e.lock, waiting"
-		flock 9
-	fi
+	take_machine
 	check_crio_prereqs
 	trap 'teardown_containerd; teardown_crio' EXIT
 	build_plugin

@@ -25,19 +25,7 @@ for rt in $RUNTIMES; do
 	esac
 done
 
-exec 9>/tmp/nri-cpualign-e2e.lock
-if ! flock -n 9; then
-	log "another e2e run holds /tmp/nri-cpualign-e2e.lock, waiting"
-	flock 9
-fi
-
-# The demo's plugin would clash with the suite's (same NRI name), and its
-# pods would hold CPUs: stop it, as make demo-down would.
-if demo_plugin_running || [ -d "$DEMO_RUN" ]; then
-	log "a demo is running: stopping it first (as make demo-down would)"
-	stop_demo_plugin
-	rm -rf "$DEMO_RUN"
-fi
+take_machine
 
 T0=$SECONDS
 WORK=$(mktemp -d /tmp/nri-cpualign-e2e.XXXXXX)

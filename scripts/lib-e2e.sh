@@ -82,6 +82,24 @@ kill_pids_of_bin() {
 	done <"$file"
 }
 
+# take_machine: one real-runtime run at a time per machine (fd 9 holds
+# /tmp/nri-cpualign-e2e.lock until the script exits; children that outlive
+# a step, like a runtime, must be started with 9>&-), and no demo beside it:
+# its plugin has the suites' NRI name and its pods would hold CPUs, so it is
+# stopped as make demo-down would.
+take_machine() {
+	exec 9>/tmp/nri-cpualign-e2e.lock
+	if ! flock -n 9; then
+		log "another e2e run holds /tmp/nri-cpualign-e2e.lock, waiting"
+		flock 9
+	fi
+	if demo_plugin_running || [ -d "$DEMO_RUN" ]; then
+		log "a demo is running: stopping it first (as make demo-down would)"
+		stop_demo_plugin
+		rm -rf "$DEMO_RUN"
+	fi
+}
+
 # The demo's plugin: run directory with its pid file, log, config and state.
 DEMO_RUN=${DEMO_RUN:-/run/nri-cpualign-demo}
 DEMO_PIDFILE=$DEMO_RUN/plugin.pid
