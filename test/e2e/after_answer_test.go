@@ -15,8 +15,10 @@ import (
 
 // shared_pool_updates = "after-answer" on the real runtime: the
 // CreateContainer and StopContainer answers carry only the container's own
-// cpuset, and the plugin pushes the shared pool to the others right after,
-// through the runtime's UpdateContainers.
+// cpuset, and the plugin pushes the shared pool to the others through the
+// runtime's UpdateContainers: once the new container started (its
+// PostStartContainer) when the pool shrinks, right after the answer when
+// it grows.
 var _ = Describe("shared_pool_updates after-answer on a real "+RuntimeName, Ordered, Serial, func() {
 	var (
 		plugin *Plugin
@@ -48,7 +50,7 @@ var _ = Describe("shared_pool_updates after-answer on a real "+RuntimeName, Orde
 		sharedOn(ctx, Host.CPUs)
 	}, NodeTimeout(3*time.Minute))
 
-	It("pins a Guaranteed container and moves the shared containers off its CPU right after, then back when it stops", func(ctx SpecContext) {
+	It("pins a Guaranteed container and moves the shared containers off its CPU once it started, then back when it stops", func(ctx SpecContext) {
 		pinned := pods.RunWith(ctx, "pinned", framework.GuaranteedCPUs(1))
 		cpus := CPUsOf(ctx, pinned)
 		Expect(cpus).To(HaveCPUCount(1))
