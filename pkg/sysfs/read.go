@@ -36,7 +36,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -103,6 +102,8 @@ type reader struct {
 	fsys   fs.FS
 	prefix string
 	warns  *[]Warning
+	// buf is the scratch space a diskFS reads files into.
+	buf *[]byte
 }
 
 // Warning is a disagreement in the tree that discovery resolved the way
@@ -137,12 +138,14 @@ func (r reader) show(p string) string {
 // readFile reads a small sysfs file; a missing or unreadable one is a
 // *FileError.
 func (r reader) readFile(p string) (string, error) {
-	f, err := r.fsys.Open(p)
-	if err != nil {
-		return "", &FileError{Path: p, Err: unwrapPathError(err)}
+	var data []byte
+	var err error
+	if d, ok := r.fsys.(diskFS); ok {
+		*r.buf, err = d.readFile(p, *r.buf, maxFileBytes+1)
+		data = *r.buf
+	} else {
+		data, err = readAll(r.fsys, p)
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
 	if err != nil {
 		return "", &FileError{Path: p, Err: unwrapPathError(err)}
 	}
@@ -150,6 +153,16 @@ func (r reader) readFile(p string) (string, error) {
 		return "", &FileError{Path: p, Content: string(data[:120]), Err: fmt.Errorf("file larger than %d bytes: %w", maxFileBytes, ErrSyntax)}
 	}
 	return string(data), nil
+}
+
+// readAll reads at most maxFileBytes+1 bytes of p in fsys.
+func readAll(fsys fs.FS, p string) ([]byte, error) {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxFileBytes+1))
 }
 
 // unwrapPathError drops the *fs.PathError layer: FileError already names the
@@ -257,7 +270,7 @@ func ReadWithWarnings(root string) (*topology.Topology, []Warning, error) {
 	if root == "" {
 		return nil, nil, fmt.Errorf("sysfs: empty sysfs root")
 	}
-	return reader{fsys: os.DirFS(root), prefix: root}.read()
+	return reader{fsys: newDiskFS(root), prefix: root}.read()
 }
 
 // ReadFS is Read on a tree held in fsys (paths relative to the /sys root,
@@ -276,6 +289,8 @@ func ReadFSWithWarnings(fsys fs.FS) (*topology.Topology, []Warning, error) {
 func (r reader) read() (*topology.Topology, []Warning, error) {
 	var warns []Warning
 	r.warns = &warns
+	buf := make([]byte, 0, 4096)
+	r.buf = &buf
 	t, err := r.discover()
 	var fe *FileError
 	if errors.As(err, &fe) {
@@ -467,17 +482,17 @@ func (r reader) readCPU(cpuDir string, cpu int, online cpuset.CPUSet) (*cpuRecor
 	if rec.socket < 0 || rec.coreID < 0 {
 		return nil, &FileError{Path: topoDir, Err: fmt.Errorf("cpu %d: negative core_id %d or physical_package_id %d", cpu, rec.coreID, rec.socket)}
 	}
+	// die_id exists since Linux 5.2; before, every package has one die.
+	// Read rather than looked up first: a stat costs as much as the read.
 	p = path.Join(topoDir, "die_id")
-	if ok, err := r.exists(p); err != nil {
-		return nil, err
-	} else if ok {
-		// die_id exists since Linux 5.2; before, every package has one die.
-		if rec.die, err = r.readInt(p); err != nil {
+	if rec.die, err = r.readInt(p); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
-		if rec.die < 0 {
-			rec.die = 0
-		}
+		rec.die = 0
+	}
+	if rec.die < 0 {
+		rec.die = 0
 	}
 	// cAdvisor does not read thread_siblings_list: an unreadable one is
 	// a warning, and groupCores compares the readable ones.
@@ -628,21 +643,22 @@ func (r reader) readL3(cacheDir string) (l3Record, error) {
 			p := path.Join(dir, "shared_cpu_list")
 			return l3Record{}, &FileError{Path: p, Err: fmt.Errorf("L3 shared by no CPU: %w", ErrSyntax)}
 		}
+		// No id file: the L3 is known by its shared_cpu_list (assignL3).
 		p := path.Join(dir, "id")
-		ok, err := r.exists(p)
+		s, err := r.readFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return l3, nil
+		}
 		if err != nil {
 			return l3Record{}, err
 		}
-		if ok {
-			if l3.id, err = r.readInt(p); err != nil {
-				return l3Record{}, err
-			}
-			if l3.id < 0 {
-				s, _ := r.readFile(p)
-				return l3Record{}, &FileError{Path: p, Content: s, Err: fmt.Errorf("negative cache id: %w", ErrSyntax)}
-			}
-			l3.hasID = true
+		if l3.id, err = ParseInt(s); err != nil {
+			return l3Record{}, &FileError{Path: p, Content: s, Err: err}
 		}
+		if l3.id < 0 {
+			return l3Record{}, &FileError{Path: p, Content: s, Err: fmt.Errorf("negative cache id: %w", ErrSyntax)}
+		}
+		l3.hasID = true
 		return l3, nil
 	}
 	return l3Record{}, nil

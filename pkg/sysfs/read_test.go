@@ -42,17 +42,21 @@ const (
 	nodeDir = "devices/system/node/"
 )
 
-// TestReadBadInput breaks one thing in a valid tree and checks the error
-// names the file, carries the content, and has the right cause.
-func TestReadBadInput(t *testing.T) {
-	tests := []struct {
-		name     string
-		fixture  string
-		mutate   func(f map[string]string)
-		wantPath string   // FileError.Path
-		wantIn   []string // substrings of Error()
-		wantErr  error    // errors.Is target, nil = don't care
-	}{
+// badInput is a valid tree with one thing broken, and the error Read
+// must return for it.
+type badInput struct {
+	name     string
+	fixture  string
+	mutate   func(f map[string]string)
+	wantPath string   // FileError.Path
+	wantIn   []string // substrings of Error()
+	wantErr  error    // errors.Is target, nil = don't care
+}
+
+// badInputs are the cases of TestReadBadInput, also read from disk by
+// TestReadDiskMatchesFS.
+func badInputs() []badInput {
+	return []badInput{
 		{
 			name: "missing online", fixture: "ht-1s-4c",
 			mutate:   func(f map[string]string) { delete(f, cpuDir+"online") },
@@ -195,7 +199,12 @@ func TestReadBadInput(t *testing.T) {
 			wantPath: cpuDir + "isolated", wantIn: []string{"larger than"}, wantErr: sysfs.ErrSyntax,
 		},
 	}
-	for _, tc := range tests {
+}
+
+// TestReadBadInput breaks one thing in a valid tree and checks the error
+// names the file, carries the content, and has the right cause.
+func TestReadBadInput(t *testing.T) {
+	for _, tc := range badInputs() {
 		t.Run(tc.name, func(t *testing.T) {
 			f := files(t, tc.fixture)
 			tc.mutate(f)
