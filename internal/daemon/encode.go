@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -76,9 +78,126 @@ func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st po
 }
 
 // appendJSON appends s as a JSON string, escaped as encoding/json does.
+// IDs, names, paths and CPU lists are plain ASCII: those are copied as
+// they are; anything else goes through encoding/json.
 func appendJSON(b []byte, s string) []byte {
-	q, _ := json.Marshal(s) // a string always encodes
-	return append(b, q...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendTo appends the record as json.Marshal would write the
+// journalRecord it stands for (TestRecordDeltaMatchesJSON), without
+// reflection or maps: encoding it was a good part of a decision.
+func (r *recordDelta) appendTo(b []byte) []byte {
+	h := r.head
+	b = append(b, `{"shared":`...)
+	b = appendJSON(b, h.shared)
+	b = append(b, `,"reserved":`...)
+	b = appendJSON(b, h.reserved)
+	if h.reusablePod != "" {
+		b = append(b, `,"reusable_pod":`...)
+		b = appendJSON(b, h.reusablePod)
+	}
+	if h.reusable != "" {
+		b = append(b, `,"reusable":`...)
+		b = appendJSON(b, h.reusable)
+	}
+	b = appendDelta(b, `,"assign":{`, r.assign, appendAssignment)
+	b = appendDelta(b, `,"affinity":{`, r.aff, appendHint)
+	b = appendDelta(b, `,"containers":{`, r.ctrs, appendRecord)
+	return append(b, '}')
+}
+
+// appendDelta appends one of the record's maps (sorted keys, null for a
+// key gone), or nothing when it is empty (omitempty).
+func appendDelta[V any](b []byte, open string, d []keyDelta[V], enc func([]byte, V) []byte) []byte {
+	if len(d) == 0 {
+		return b
+	}
+	b = append(b, open...)
+	for i, kd := range d {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSON(b, kd.key)
+		b = append(b, ':')
+		if kd.gone {
+			b = append(b, "null"...)
+		} else {
+			b = enc(b, kd.v)
+		}
+	}
+	return append(b, '}')
+}
+
+// appendAssignment is policy.AssignmentTexts(sets) as JSON.
+func appendAssignment(b []byte, sets map[string]cpuset.CPUSet) []byte {
+	names := make([]string, 0, len(sets))
+	for name := range sets {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	b = append(b, '{')
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSON(b, name)
+		b = append(b, ':')
+		b = appendJSON(b, sets[name].String())
+	}
+	return append(b, '}')
+}
+
+// appendHint is policy.HintOf(h) as JSON.
+func appendHint(b []byte, h hints.Hint) []byte {
+	sh := policy.HintOf(h)
+	b = append(b, `{"numa":`...)
+	if sh.NUMA == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, n := range sh.NUMA {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(n), 10)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"preferred":`...)
+	b = strconv.AppendBool(b, sh.Preferred)
+	return append(b, '}')
+}
+
+// appendRecord is a ctrRecord as JSON, its struct tags' rules included.
+func appendRecord(b []byte, r ctrRecord) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSON(b, r.ID)
+	b = append(b, `,"pod":`...)
+	b = appendJSON(b, r.Pod)
+	b = append(b, `,"pod_name":`...)
+	b = appendJSON(b, r.PodName)
+	b = append(b, `,"name":`...)
+	b = appendJSON(b, r.Name)
+	if r.CgroupsPath != "" {
+		b = append(b, `,"cgroups_path":`...)
+		b = appendJSON(b, r.CgroupsPath)
+	}
+	b = append(b, `,"exclusive":`...)
+	b = strconv.AppendBool(b, r.Exclusive)
+	if r.Mems != "" {
+		b = append(b, `,"mems":`...)
+		b = appendJSON(b, r.Mems)
+	}
+	return append(b, '}')
 }
 
 func sameSets(a, b map[string]cpuset.CPUSet) bool {

@@ -148,3 +148,174 @@ func BenchmarkPayloadEncoder(b *testing.B) {
 		})
 	}
 }
+
+// TestRecordDeltaMatchesJSON: through random admissions, removals and
+// record changes, under the container and the pod scope (pod affinities),
+// a journal record written by recordDelta.appendTo is the bytes
+// encoding/json writes for the journalRecord it stands for, so replay
+// (json.Unmarshal) reads it as before, names JSON must escape included.
+func TestRecordDeltaMatchesJSON(t *testing.T) {
+	for _, doc := range []string{
+		fuzzConfig,
+		"cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"restricted\"\ntopology_manager_scope = \"pod\"\n",
+	} {
+		e := engineFor(t, "ht-2s-6c", doc)
+		rng := rand.New(rand.NewSource(11))
+		names := []string{"app", "side<car>", "init&1", "quote\"d", "ünï", "bad\xffutf8", "tab\there", "back\\slash"}
+		var s journalStore
+		st, ctrs := e.NewState(), map[string]ctrRecord{}
+		var seen [3]int                   // deltas of each map
+		s.head, s.pool = s.headFor(e, st) // before s.engine is set: every text printed
+		s.engine, s.assign, s.aff, s.ctrs = e, st.Alloc.Assignments, st.PodAffinity, cloneRecords(ctrs)
+		for step := 0; step < 800; step++ {
+			next := cloneRecords(ctrs)
+			for range 1 + rng.Intn(3) {
+				pod := fmt.Sprintf("uid-%d", rng.Intn(6))
+				name := names[rng.Intn(len(names))]
+				id := pod + "/" + name
+				switch rng.Intn(4) {
+				case 0, 1:
+					qos, milli := policy.Guaranteed, int64(1000*(1+rng.Intn(3)))
+					if rng.Intn(3) == 0 {
+						qos, milli = policy.Burstable, 500
+					}
+					req := policy.Request{Pod: pod, Container: name, QoS: qos, CPURequestMilli: milli, CPULimitMilli: milli,
+						Type: allocator.ContainerType(rng.Intn(2))}
+					if ns, dec, err := e.Add(st, req); err == nil {
+						st = ns
+						next[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name,
+							CgroupsPath: []string{"", "/kubepods/" + id}[rng.Intn(2)], Exclusive: dec.Exclusive, Mems: dec.Mems.String()}
+					}
+				case 2:
+					if r, ok := next[id]; ok {
+						r.Mems = []string{"", "0", "0-1"}[rng.Intn(3)]
+						next[id] = r
+					}
+				case 3:
+					if rng.Intn(4) == 0 {
+						st = e.RemovePod(st, pod)
+						for k, r := range next {
+							if r.Pod == pod {
+								delete(next, k)
+							}
+						}
+					} else {
+						st = e.Remove(st, pod, name)
+						delete(next, id)
+					}
+				}
+			}
+			ctrs = next
+
+			head, pool := s.headFor(e, st)
+			r := &s.delta
+			r.reset(head)
+			if !sameMap(st.Alloc.Assignments, s.assign) {
+				diffAssign(&r.assign, st.Alloc.Assignments, s.assign)
+			}
+			if !sameMap(st.PodAffinity, s.aff) {
+				diffAffinity(&r.aff, st.PodAffinity, s.aff)
+			}
+			diffRecords(&r.ctrs, ctrs, s.ctrs)
+			got := string(r.appendTo(nil))
+			seen[0] += len(r.assign)
+			seen[1] += len(r.aff)
+			seen[2] += len(r.ctrs)
+
+			snap := e.Snapshot(st)
+			want := journalRecord{Shared: snap.Shared, Reserved: snap.Reserved, ReusablePod: snap.ReusablePod, Reusable: snap.Reusable}
+			for _, kd := range r.assign {
+				want.Assign = putKey(want.Assign, kd.key, (*map[string]string)(nil))
+				if !kd.gone {
+					texts := snap.Assignments[kd.key]
+					want.Assign[kd.key] = &texts
+				}
+			}
+			for _, kd := range r.aff {
+				want.Affinity = putKey(want.Affinity, kd.key, (*policy.SnapshotHint)(nil))
+				if !kd.gone {
+					sh := snap.PodAffinity[kd.key]
+					want.Affinity[kd.key] = &sh
+				}
+			}
+			for _, kd := range r.ctrs {
+				want.Ctrs = putKey(want.Ctrs, kd.key, (*ctrRecord)(nil))
+				if !kd.gone {
+					c := ctrs[kd.key]
+					want.Ctrs[kd.key] = &c
+				}
+			}
+			wantJSON, err := json.Marshal(&want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(wantJSON) {
+				t.Fatalf("step %d: appendTo wrote\n%s\nencoding/json wrote\n%s", step, got, wantJSON)
+			}
+			// Applied to the state on disk, the record gives st (both
+			// through JSON, which replaces invalid UTF-8).
+			p := roundTrip(t, payload{Engine: e.Snapshot(policy.State{Alloc: allocator.State{Assignments: s.assign}, PodAffinity: s.aff}),
+				Containers: s.ctrs})
+			var dec journalRecord
+			if err := json.Unmarshal([]byte(got), &dec); err != nil {
+				t.Fatal(err)
+			}
+			applyRecord(&p, &dec)
+			w := roundTrip(t, payload{Engine: snap, Containers: ctrs})
+			if len(p.Engine.Assignments) == 0 {
+				p.Engine.Assignments = nil
+			}
+			if len(w.Engine.Assignments) == 0 {
+				w.Engine.Assignments = nil
+			}
+			if !reflect.DeepEqual(p.Engine, w.Engine) || !reflect.DeepEqual(p.Containers, w.Containers) {
+				t.Fatalf("step %d: the record applied gives\n%+v %v\nwant\n%+v %v", step, p.Engine, p.Containers, w.Engine, w.Containers)
+			}
+			s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
+			s.assign, s.aff, s.ctrs = st.Alloc.Assignments, st.PodAffinity, cloneRecords(ctrs)
+		}
+		if seen[0] == 0 || seen[2] == 0 || (strings.Contains(doc, "pod") && seen[1] == 0) {
+			t.Errorf("%s: records with %d assignments, %d affinities, %d containers: the test missed a kind", doc, seen[0], seen[1], seen[2])
+		}
+	}
+}
+
+// TestRecordFieldsKnown guards the hand-written field lists of
+// recordDelta.appendTo: a new field of a journal record or a container
+// record must be written there too.
+func TestRecordFieldsKnown(t *testing.T) {
+	for typ, want := range map[reflect.Type]string{
+		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty",
+		reflect.TypeOf(ctrRecord{}):           "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty",
+		reflect.TypeOf(policy.SnapshotHint{}): "numa preferred",
+	} {
+		var tags []string
+		for i := 0; i < typ.NumField(); i++ {
+			tags = append(tags, typ.Field(i).Tag.Get("json"))
+		}
+		if got := strings.Join(tags, " "); got != want {
+			t.Errorf("%s has JSON fields %q; recordDelta.appendTo writes %q: update it", typ, got, want)
+		}
+	}
+}
+
+func putKey[V any](m map[string]*V, k string, v *V) map[string]*V {
+	if m == nil {
+		m = map[string]*V{}
+	}
+	m[k] = v
+	return m
+}
+
+func roundTrip(t *testing.T, p payload) payload {
+	t.Helper()
+	raw, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out payload
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

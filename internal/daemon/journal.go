@@ -20,14 +20,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"reflect"
+	"slices"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -54,7 +56,8 @@ type journalMark struct {
 	Seq uint64 `json:"seq"` // the last record the snapshot holds
 }
 
-// journalRecord is one record's payload.
+// journalRecord is one record's payload as replay decodes it;
+// recordDelta.appendTo writes the same JSON without reflection.
 type journalRecord struct {
 	Shared      string                          `json:"shared"`
 	Reserved    string                          `json:"reserved"`
@@ -73,14 +76,19 @@ type journalStore struct {
 	size int64 // of a new journal file; tests shrink it
 	j    *checkpoint.Journal
 	// The state on disk (snapshot and records), valid when engine is
-	// non-nil. The maps are the store's own.
-	engine *policy.Engine
-	fp     string
-	head   journalHead
-	assign map[string]map[string]cpuset.CPUSet
-	aff    map[string]hints.Hint
-	ctrs   map[string]ctrRecord
-	rec    journalRecord // scratch
+	// non-nil. assign and aff are the engine's own maps, which it never
+	// changes in place (a change is a new map): the same map is the same
+	// content. ctrs is the store's copy.
+	engine   *policy.Engine
+	fp       string
+	head     journalHead
+	pool     cpumask.Mask  // head.shared's set
+	reusable cpuset.CPUSet // head.reusable's set
+	assign   map[string]map[string]cpuset.CPUSet
+	aff      map[string]hints.Hint
+	ctrs     map[string]ctrRecord
+	delta    recordDelta // scratch
+	buf      []byte      // scratch: the encoded record
 }
 
 // reset forgets the state on disk and closes the journal (restore reads
@@ -92,47 +100,56 @@ func (s *journalStore) reset() {
 	s.j, s.engine = nil, nil
 }
 
-func headOf(e *policy.Engine, st policy.State) journalHead {
-	h := journalHead{shared: e.SharedPool(st).String(), reserved: e.Reserved().String()}
-	// SnapshotExceptAssignments' rule for the reusable CPUs.
-	if st.Alloc.ReusablePod != "" && st.Alloc.Reusable.Size() > 0 {
-		h.reusablePod, h.reusable = st.Alloc.ReusablePod, st.Alloc.Reusable.String()
+// headFor is st's head, reusing the texts of the head on disk for sets
+// that did not change: printing them was a good part of a decision's
+// encoding.
+func (s *journalStore) headFor(e *policy.Engine, st policy.State) (journalHead, cpumask.Mask) {
+	pool := e.SharedPool(st)
+	h := s.head
+	if s.engine != e || !pool.Equals(s.pool) {
+		h.shared = pool.String()
 	}
-	return h
+	if s.engine != e {
+		h.reserved = e.Reserved().String()
+	}
+	// SnapshotExceptAssignments' rule for the reusable CPUs.
+	h.reusablePod, h.reusable = "", ""
+	if st.Alloc.ReusablePod != "" && st.Alloc.Reusable.Size() > 0 {
+		h.reusablePod = st.Alloc.ReusablePod
+		if s.engine == e && s.head.reusable != "" && st.Alloc.Reusable.Equals(s.reusable) {
+			h.reusable = s.head.reusable
+		} else {
+			h.reusable = st.Alloc.Reusable.String()
+		}
+	}
+	return h, pool
 }
 
-// persistJournal makes (st, ctrs) durable through the journal.
+// persistJournal makes (st, ctrs) durable through the journal. The
+// record is what differs from the state on disk; finding it costs a
+// lookup per container (the index is a new map on every event) and
+// nothing for the engine's maps when they are the ones on disk.
 func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) error {
 	s := &d.jnl
 	fp := d.fingerprint()
 	if s.j == nil || s.engine != d.engine || s.fp != fp {
 		return d.compact(st, ctrs)
 	}
-	head := headOf(d.engine, st)
-	r := &s.rec
-	*r = journalRecord{Shared: head.shared, Reserved: head.reserved, ReusablePod: head.reusablePod, Reusable: head.reusable}
-	changed := head != s.head
-	r.Assign = diffKeys(r.Assign, st.Alloc.Assignments, s.assign, func(old, sets map[string]cpuset.CPUSet) bool {
-		// The allocator copies a pod's map to change it: the same map is
-		// the same assignment, without comparing its sets.
-		return sameMap(old, sets) || sameSets(old, sets)
-	}, func(sets map[string]cpuset.CPUSet) *map[string]string {
-		texts := policy.AssignmentTexts(sets)
-		return &texts
-	})
-	r.Affinity = diffKeys(r.Affinity, st.PodAffinity, s.aff, func(a, b hints.Hint) bool { return a == b },
-		func(h hints.Hint) *policy.SnapshotHint { sh := policy.HintOf(h); return &sh })
-	// Only a changed record escapes to the heap.
-	r.Ctrs = diffKeys(r.Ctrs, ctrs, s.ctrs, func(a, b ctrRecord) bool { return a == b },
-		func(c ctrRecord) *ctrRecord { return &c })
-	if !changed && r.Assign == nil && r.Affinity == nil && r.Ctrs == nil {
+	head, pool := s.headFor(d.engine, st)
+	r := &s.delta
+	r.reset(head)
+	if !sameMap(st.Alloc.Assignments, s.assign) {
+		diffAssign(&r.assign, st.Alloc.Assignments, s.assign)
+	}
+	if !sameMap(st.PodAffinity, s.aff) {
+		diffAffinity(&r.aff, st.PodAffinity, s.aff)
+	}
+	diffRecords(&r.ctrs, ctrs, s.ctrs)
+	if head == s.head && r.empty() {
 		return nil // the disk holds this state already
 	}
-	payload, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encode journal record: %w", err)
-	}
-	switch err := s.j.Append(payload); {
+	s.buf = r.appendTo(s.buf[:0])
+	switch err := s.j.Append(s.buf); {
 	case errors.Is(err, checkpoint.ErrJournalFull):
 		return d.compact(st, ctrs)
 	case err != nil:
@@ -140,59 +157,124 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 		s.reset()
 		return err
 	}
-	s.head = head
-	applyKeys(s.assign, st.Alloc.Assignments, r.Assign)
-	applyKeys(s.aff, st.PodAffinity, r.Affinity)
-	applyKeys(s.ctrs, ctrs, r.Ctrs)
+	s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
+	s.assign, s.aff = st.Alloc.Assignments, st.PodAffinity
+	for _, c := range r.ctrs {
+		if c.gone {
+			delete(s.ctrs, c.key)
+		} else {
+			s.ctrs[c.key] = c.v
+		}
+	}
 	return nil
 }
 
-func sameMap(a, b map[string]cpuset.CPUSet) bool {
+// sameMap reports whether a and b are the same map (not merely equal).
+func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
-// diffKeys adds to out every key of cur that disk lacks or holds
-// differently (as conv of its value) and every key of disk that cur lacks
-// (as nil). The pass for removals runs only when the first did not meet
-// every key on disk: with 500 containers a lookup is most of the cost.
-func diffKeys[V, R any](out map[string]*R, cur, disk map[string]V, same func(a, b V) bool, conv func(V) *R) map[string]*R {
+// keyDelta is one key of a record: its new value, or gone.
+type keyDelta[V any] struct {
+	key  string
+	v    V
+	gone bool
+}
+
+// recordDelta is a record before encoding: the head and, per map, the
+// keys that changed, sorted (encoding/json's order for map keys).
+type recordDelta struct {
+	head   journalHead
+	assign []keyDelta[map[string]cpuset.CPUSet]
+	aff    []keyDelta[hints.Hint]
+	ctrs   []keyDelta[ctrRecord]
+}
+
+func (r *recordDelta) reset(h journalHead) {
+	clear(r.assign) // drop references to old maps
+	r.head, r.assign, r.aff, r.ctrs = h, r.assign[:0], r.aff[:0], r.ctrs[:0]
+}
+
+func (r *recordDelta) empty() bool { return len(r.assign)+len(r.aff)+len(r.ctrs) == 0 }
+
+// diffAssign appends to out the pods whose assignments differ between cur
+// and disk.
+func diffAssign(out *[]keyDelta[map[string]cpuset.CPUSet], cur, disk map[string]map[string]cpuset.CPUSet) {
 	met := 0
 	for k, v := range cur {
 		old, ok := disk[k]
 		if ok {
 			met++
+			// The allocator copies a pod's map to change it: the same
+			// map is the same assignment, without comparing its sets.
+			if sameMap(old, v) || sameSets(old, v) {
+				continue
+			}
 		}
-		if !ok || !same(old, v) {
-			out = put(out, k, conv(v))
-		}
+		*out = append(*out, keyDelta[map[string]cpuset.CPUSet]{key: k, v: v})
 	}
 	if met < len(disk) {
 		for k := range disk {
 			if _, ok := cur[k]; !ok {
-				out = put(out, k, nil)
+				*out = append(*out, keyDelta[map[string]cpuset.CPUSet]{key: k, gone: true})
 			}
 		}
 	}
-	return out
+	sortDelta(*out)
 }
 
-// applyKeys brings disk to cur for the keys a record carried.
-func applyKeys[V, R any](disk, cur map[string]V, keys map[string]*R) {
-	for k := range keys {
-		if v, ok := cur[k]; ok {
-			disk[k] = v
-		} else {
-			delete(disk, k)
+// diffAffinity is diffAssign for the pod affinities.
+func diffAffinity(out *[]keyDelta[hints.Hint], cur, disk map[string]hints.Hint) {
+	met := 0
+	for k, v := range cur {
+		old, ok := disk[k]
+		if ok {
+			met++
+			if old == v {
+				continue
+			}
+		}
+		*out = append(*out, keyDelta[hints.Hint]{key: k, v: v})
+	}
+	if met < len(disk) {
+		for k := range disk {
+			if _, ok := cur[k]; !ok {
+				*out = append(*out, keyDelta[hints.Hint]{key: k, gone: true})
+			}
 		}
 	}
+	sortDelta(*out)
 }
 
-func put[V any](m map[string]*V, k string, v *V) map[string]*V {
-	if m == nil {
-		m = map[string]*V{}
+// diffRecords is diffAssign for the container index: with 500 containers
+// it is most of the store's work, so it is written out for the record
+// type rather than through a comparison function.
+func diffRecords(out *[]keyDelta[ctrRecord], cur, disk map[string]ctrRecord) {
+	met := 0
+	for k, v := range cur {
+		old, ok := disk[k]
+		if ok {
+			met++
+			if old == v {
+				continue
+			}
+		}
+		*out = append(*out, keyDelta[ctrRecord]{key: k, v: v})
 	}
-	m[k] = v
-	return m
+	if met < len(disk) {
+		for k := range disk {
+			if _, ok := cur[k]; !ok {
+				*out = append(*out, keyDelta[ctrRecord]{key: k, gone: true})
+			}
+		}
+	}
+	sortDelta(*out)
+}
+
+func sortDelta[V any](d []keyDelta[V]) {
+	if len(d) > 1 {
+		slices.SortFunc(d, func(a, b keyDelta[V]) int { return strings.Compare(a.key, b.key) })
+	}
 }
 
 // compact writes the snapshot of (st, ctrs), naming the journal and its
@@ -240,15 +322,9 @@ func (d *Daemon) compact(st policy.State, ctrs map[string]ctrRecord) error {
 		return err
 	}
 	s.j.Rewind()
-	s.engine, s.fp, s.head = d.engine, fp, headOf(d.engine, st)
-	s.assign = maps.Clone(st.Alloc.Assignments)
-	if s.assign == nil {
-		s.assign = map[string]map[string]cpuset.CPUSet{}
-	}
-	s.aff = maps.Clone(st.PodAffinity)
-	if s.aff == nil {
-		s.aff = map[string]hints.Hint{}
-	}
+	s.head, s.pool = s.headFor(d.engine, st) // s.engine is nil: every text printed
+	s.engine, s.fp, s.reusable = d.engine, fp, st.Alloc.Reusable
+	s.assign, s.aff = st.Alloc.Assignments, st.PodAffinity
 	s.ctrs = cloneRecords(ctrs)
 	return nil
 }

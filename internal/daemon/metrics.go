@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -45,6 +46,12 @@ type metrics struct {
 	drift            prometheus.Counter
 	checkpointErrors prometheus.Counter
 	abandoned        prometheus.Counter
+
+	// exclusiveCount's last assignments map and count, and its bitmap.
+	exclOf      map[string]map[string]cpuset.CPUSet
+	excl        int
+	exclCounted bool
+	exclBits    []uint64
 }
 
 func newMetrics(d *Daemon) *metrics {
@@ -148,22 +155,41 @@ func (m *metrics) updateGauges() {
 	if d.engine == nil {
 		return
 	}
-	// One set for all assignments: a running Union rebuilt the whole set
-	// once per container on every event. (Not a sum of sizes: an app
-	// container reusing its init container's CPUs overlaps it.)
-	exclusive := map[int]struct{}{}
-	for _, byName := range d.st.Alloc.Assignments {
-		for _, cpus := range byName {
-			for _, cpu := range cpus.UnsortedList() {
-				exclusive[cpu] = struct{}{}
-			}
-		}
-	}
 	m.sharedCPUs.Set(float64(d.engine.SharedPool(d.st).Size()))
-	m.exclusiveCPUs.Set(float64(len(exclusive)))
+	m.exclusiveCPUs.Set(float64(m.exclusiveCount(d.st.Alloc.Assignments)))
 	m.reservedCPUs.Set(float64(d.engine.Reserved().Size()))
 	m.containers.Set(float64(len(d.ctrs)))
 	d.notePool()
+}
+
+// exclusiveCount is how many CPUs the assignments hold. The engine
+// never changes an assignments map in place, so the same map as last
+// time has the same count: events that leave the exclusive CPUs alone
+// (shared-pool containers, half of all events on a busy node) count
+// nothing. The others count into a bitmap, one bit per CPU (not a sum of
+// sizes: an app container reusing its init container's CPUs overlaps it).
+func (m *metrics) exclusiveCount(assign map[string]map[string]cpuset.CPUSet) int {
+	if m.exclCounted && sameMap(assign, m.exclOf) {
+		return m.excl
+	}
+	clear(m.exclBits)
+	n := 0
+	for _, byName := range assign {
+		for _, cpus := range byName {
+			for _, cpu := range cpus.UnsortedList() {
+				w := cpu / 64
+				if w >= len(m.exclBits) {
+					m.exclBits = append(m.exclBits, make([]uint64, w+1-len(m.exclBits))...)
+				}
+				if bit := uint64(1) << (cpu % 64); m.exclBits[w]&bit == 0 {
+					m.exclBits[w] |= bit
+					n++
+				}
+			}
+		}
+	}
+	m.exclOf, m.excl, m.exclCounted = assign, n, true
+	return n
 }
 
 // StateView is the /state document: the podresources-style view of the

@@ -71,7 +71,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type Journal struct {
 	f      *os.File
 	direct *os.File // O_DIRECT|O_DSYNC, nil when refused
-	buf    []byte   // a block-aligned buffer for direct writes
+	buf    []byte   // where records are assembled (see block)
 	path   string
 	id     string
 	size   int64
@@ -172,18 +172,23 @@ func (j *Journal) openDirect() {
 	}
 }
 
+// block returns n bytes of the journal's buffer, starting on a
+// 512-byte boundary in memory (O_DIRECT wants the memory aligned too).
+// The record is assembled there: no copy, no allocation per append.
+func (j *Journal) block(n int) []byte {
+	if cap(j.buf) < n+journalBlock {
+		j.buf = make([]byte, 2*n+journalBlock)
+	}
+	j.buf = j.buf[:cap(j.buf)]
+	at := (journalBlock - int(uintptr(unsafe.Pointer(unsafe.SliceData(j.buf)))%journalBlock)) % journalBlock
+	return j.buf[at : at+n]
+}
+
 // writeDirect writes rec at off through the direct descriptor; false when
 // the file system refused it (alignment, no O_DIRECT): the caller falls
 // back to the page cache and stops trying.
 func (j *Journal) writeDirect(rec []byte, off int64) (bool, error) {
-	if cap(j.buf) < len(rec)+journalBlock {
-		j.buf = make([]byte, len(rec)+journalBlock, 2*len(rec)+journalBlock)
-	}
-	// O_DIRECT wants the memory aligned too.
-	at := (journalBlock - int(uintptr(unsafe.Pointer(unsafe.SliceData(j.buf)))%journalBlock)) % journalBlock
-	b := j.buf[at : at+len(rec)]
-	copy(b, rec)
-	_, err := j.direct.WriteAt(b, off)
+	_, err := j.direct.WriteAt(rec, off)
 	if errors.Is(err, syscall.EINVAL) {
 		j.direct.Close()
 		j.direct = nil
@@ -206,15 +211,14 @@ func (j *Journal) Append(payload []byte) error {
 	if len(payload) > maxRecordBytes || j.off+n > j.size {
 		return ErrJournalFull
 	}
-	rec := make([]byte, journalHdrLen, n)
+	rec := j.block(int(n))
 	copy(rec, journalMagic)
 	binary.LittleEndian.PutUint32(rec[4:], uint32(len(payload)))
 	binary.LittleEndian.PutUint64(rec[8:], j.next)
 	binary.LittleEndian.PutUint32(rec[16:], recordCRC(rec[8:16], payload))
-	rec = append(rec, payload...)
+	copy(rec[journalHdrLen:], payload)
 	// The rest of the last block is zeroed: what an earlier pass left
 	// there must not look like the start of a record to a later reader.
-	rec = rec[:n]
 	clear(rec[journalHdrLen+len(payload):])
 	if j.direct != nil {
 		done, err := j.writeDirect(rec, j.off)
