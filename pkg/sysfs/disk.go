@@ -10,7 +10,8 @@ import (
 // Discovery reads about 2,000 files on a 256-CPU machine; os.Open registers
 // each with the runtime's poller (an epoll_ctl that fails for a regular
 // file and four fcntl calls around it), so a file cost nine system calls.
-// readFile costs four: open, read, the read that sees the end, close.
+// readFile costs four: open, read, the read that sees the end, close;
+// readDirNames the same for a directory.
 type diskFS struct {
 	fs.FS
 	root string
@@ -20,24 +21,27 @@ func newDiskFS(root string) diskFS {
 	return diskFS{FS: os.DirFS(root), root: root}
 }
 
-// readFile appends the content of name (a valid fs path, slash-separated)
-// to buf[:0], reading at most limit bytes. Errors are the system call's
-// errno, as os.Open and (*os.File).Read report them inside their
-// *fs.PathError.
-func (d diskFS) readFile(name string, buf []byte, limit int) ([]byte, error) {
+// open opens name (a valid fs path, slash-separated) for reading.
+func (d diskFS) open(name string, flags int) (int, error) {
 	p := d.root
 	if p[len(p)-1] != '/' {
 		p += "/"
 	}
 	p += name
-	var fd int
-	var err error
 	for {
-		fd, err = syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC|flags, 0)
 		if err != syscall.EINTR {
-			break
+			return fd, err
 		}
 	}
+}
+
+// readFile appends the content of name (a valid fs path, slash-separated)
+// to buf[:0], reading at most limit bytes. Errors are the system call's
+// errno, as os.Open and (*os.File).Read report them inside their
+// *fs.PathError.
+func (d diskFS) readFile(name string, buf []byte, limit int) ([]byte, error) {
+	fd, err := d.open(name, 0)
 	if err != nil {
 		return buf[:0], err
 	}
@@ -61,4 +65,29 @@ func (d diskFS) readFile(name string, buf []byte, limit int) ([]byte, error) {
 		buf = buf[:len(buf)+n]
 	}
 	return buf, nil
+}
+
+// readDirNames lists the entries of directory name, unsorted, reading
+// them in buf (at least a page). Errors are the system call's errno, as
+// for readFile.
+func (d diskFS) readDirNames(name string, buf []byte) ([]string, error) {
+	fd, err := d.open(name, syscall.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	var names []string
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return nil, err
+		case n <= 0:
+			return names, nil
+		}
+		// ParseDirent leaves out "." and "..", as os.ReadDir does.
+		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
+	}
 }

@@ -110,11 +110,26 @@ func TestReadDiskMatchesFS(t *testing.T) {
 		badInput{name: "negative L3 id", fixture: "ht-2s-6c", mutate: func(f map[string]string) { f[cpuDir+"cpu8/cache/index3/id"] = "-2\n" }},
 		badInput{name: "isolated at the size limit", fixture: "ht-1s-4c", mutate: func(f map[string]string) { f[cpuDir+"isolated"] = big }},
 		badInput{name: "isolated one byte over", fixture: "ht-1s-4c", mutate: func(f map[string]string) { f[cpuDir+"isolated"] = big + " " }},
+		badInput{name: "cache directory is a file", fixture: "ht-2s-6c", wantErr: errAny, mutate: func(f map[string]string) {
+			for p := range f {
+				if strings.HasPrefix(p, cpuDir+"cpu2/cache/") {
+					delete(f, p)
+				}
+			}
+			f[cpuDir+"cpu2/cache"] = "index0\n"
+		}},
+		badInput{name: "node number out of range", fixture: "ht-2s-6c", wantErr: errAny, mutate: func(f map[string]string) {
+			f[nodeDir+"node99999999/cpulist"] = "\n"
+			f[nodeDir+"node3x/cpulist"] = "\n"
+		}},
 		badInput{name: "thread siblings disagree", fixture: "ht-2s-6c", mutate: func(f map[string]string) {
 			f[cpuDir+"cpu0/topology/thread_siblings_list"] = "0\n"
 			f[cpuDir+"cpu1/topology/thread_siblings_list"] = "1-x\n"
 		}},
 	)
+	// Where the two file systems word an error differently, what Read
+	// said before it made its own system calls (os.ReadDir's getdents).
+	diskWording := map[string]string{"cache directory is a file": "not a directory"}
 	trees := map[string]*diskTree{}
 	parent := t
 	for _, tc := range cases {
@@ -152,7 +167,11 @@ func TestReadDiskMatchesFS(t *testing.T) {
 				if want := filepath.Join(root, mfe.Path); dfe.Path != want || dfe.Content != mfe.Content {
 					t.Errorf("Read error path %q content %q, want %q %q", dfe.Path, dfe.Content, want, mfe.Content)
 				}
-				if errors.Is(mfe, fs.ErrNotExist) {
+				if want, ok := diskWording[tc.name]; ok {
+					if dfe.Err.Error() != want {
+						t.Errorf("Read error %v, want %v", dfe.Err, want)
+					}
+				} else if errors.Is(mfe, fs.ErrNotExist) {
 					if !errors.Is(dfe, fs.ErrNotExist) {
 						t.Errorf("Read error %v is not fs.ErrNotExist", dfe)
 					}

@@ -215,17 +215,20 @@ func (r reader) exists(p string) (bool, error) {
 // numberedDirs lists the entries of dir named prefix<N>, sorted by N. A
 // missing dir gives ok=false.
 func (r reader) numberedDirs(dir, prefix string) (ids []int, ok bool, err error) {
-	entries, err := fs.ReadDir(r.fsys, dir)
+	names, err := r.readDirNames(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, false, nil
 		}
 		return nil, false, &FileError{Path: dir, Err: unwrapPathError(err)}
 	}
-	for _, e := range entries {
-		n, match, err := numbered(e.Name(), prefix)
+	// The first name that does not parse is the error, in name order as
+	// fs.ReadDir lists them.
+	slices.Sort(names)
+	for _, name := range names {
+		n, match, err := numbered(name, prefix)
 		if err != nil {
-			return nil, false, &FileError{Path: path.Join(dir, e.Name()), Err: err}
+			return nil, false, &FileError{Path: path.Join(dir, name), Err: err}
 		}
 		if match {
 			ids = append(ids, n)
@@ -233,6 +236,23 @@ func (r reader) numberedDirs(dir, prefix string) (ids []int, ok bool, err error)
 	}
 	sort.Ints(ids)
 	return ids, true, nil
+}
+
+// readDirNames lists the names in dir.
+func (r reader) readDirNames(dir string) ([]string, error) {
+	if d, ok := r.fsys.(diskFS); ok {
+		*r.buf = slices.Grow((*r.buf)[:0], 4096)
+		return d.readDirNames(dir, (*r.buf)[:cap(*r.buf)])
+	}
+	entries, err := fs.ReadDir(r.fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names, nil
 }
 
 // cpuRecord is what sysfs says about one online CPU.
