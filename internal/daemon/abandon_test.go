@@ -85,6 +85,9 @@ type handlerDaemon struct {
 
 func newHandlerDaemon(t *testing.T, stateDir, extra string) *handlerDaemon {
 	t.Helper()
+	if !strings.Contains(extra, "shared_pool_updates") {
+		extra = "shared_pool_updates = \"in-answer\"\n" + extra // the answers' updates are what these tests read
+	}
 	cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + stateDir + "\"\nmetrics_address = \"\"\n" + extra))
 	if err != nil {
 		t.Fatal(err)

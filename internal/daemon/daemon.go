@@ -146,6 +146,10 @@ type Daemon struct {
 	// (ID -> pod key), until they start, go, or Synchronize comes.
 	gaveUp map[string]string
 
+	// cgw: the cgroups written under shared_pool_updates = "direct"
+	// (direct.go).
+	cgw cgroupWrites
+
 	connected atomic.Bool
 	kickC     chan struct{} // wakes the update worker
 	kicks     kickLedger    // kicks asked and served (Settle)
@@ -170,6 +174,9 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		o.log.SetOutput(os.Stderr)
 	}
 	applyLogSettings(o.log, cfg)
+	if err := checkDirect(&cfg, o.log); err != nil {
+		return nil, err
+	}
 	topo := o.topo
 	if topo == nil {
 		t, warns, err := sysfs.ReadWithWarnings(cfg.SysfsRoot)
@@ -488,6 +495,9 @@ func (d *Daemon) configure(doc string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	next := withRuntimeKeys(d.cfg, in)
+	if err := checkDirect(&next, d.log); err != nil {
+		return fmt.Errorf("configuration from the runtime: %w", err)
+	}
 	topo, err := d.processKeys(&next, in)
 	if err != nil {
 		return err

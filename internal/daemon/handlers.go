@@ -113,7 +113,15 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for _, id := range plan.AwaitStart {
 		d.awaitStart(id)
 	}
-	updates := nriUpdates(plan.Updates)
+	planned := plan.Updates
+	if d.direct() {
+		// Shared-pool containers are written by a pass, and not sent to
+		// the runtime, whose record of them is stale by design (direct.go).
+		planned = exclusiveUpdates(planned, d.ctrs)
+		clear(d.cgw.written)
+		d.kick()
+	}
+	updates := nriUpdates(planned)
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
 		"updates": len(updates), "shared": d.engine.SharedMask(d.st).String(),
@@ -136,10 +144,19 @@ func (d *Daemon) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		podByID[pod.GetId()] = pod
 		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: podKey(pod), Name: podName(pod)})
 	}
+	direct := d.direct()
 	for _, c := range ctrs {
 		cpu := c.GetLinux().GetResources().GetCpu()
 		sc := syncCtr{ID: c.GetId(), SandboxID: c.GetPodSandboxId(), Name: c.GetName(), Phase: phaseOf(c),
 			CreatedAt: c.GetCreatedAt(), CPUs: cpu.GetCpus(), Mems: cpu.GetMems(), CgroupsPath: c.GetLinux().GetCgroupsPath()}
+		if direct && sc.Phase != phaseStopped {
+			// The runtime's record of a shared-pool container is the
+			// cpuset it was created with (direct.go): what it runs on is
+			// in its cgroup.
+			if cpus, _, err := d.cgroups().read(sc.CgroupsPath); err == nil {
+				sc.CPUs = cpus.String()
+			}
+		}
 		if pod := podByID[sc.SandboxID]; pod != nil && sc.Phase != phaseStopped {
 			sc.Request = requestFor(pod, c)
 			sc.DeviceNodes, sc.DeviceErr = d.deviceNodes(c)
@@ -177,6 +194,18 @@ func (d *Daemon) logSyncEvents(events []syncEvent) {
 			d.logDecision(entry, ev.Decision, "placed at synchronize")
 		}
 	}
+}
+
+// exclusiveUpdates are the updates of planned that are for exclusive
+// containers of recs.
+func exclusiveUpdates(planned []cpuUpdate, recs map[string]ctrRecord) []cpuUpdate {
+	var out []cpuUpdate
+	for _, u := range planned {
+		if recs[u.ID].Exclusive {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // nriUpdates are a plan's updates as the runtime takes them.
@@ -250,6 +279,9 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	d.metrics.updateGauges()
 
 	adj := adjustmentOf(dec)
+	if d.direct() && !dec.Exclusive {
+		d.noteAnswered(rec.ID, dec.CPUs.String())
+	}
 	var updates []*api.ContainerUpdate
 	if !prevShared.Equals(d.engine.SharedMask(d.st)) {
 		updates = d.sharedPoolShrunk(rec.ID)
@@ -310,6 +342,7 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	if changed {
 		d.kick()
 	}
+	d.directStart(ctr.GetId())
 	return nil
 }
 
@@ -327,11 +360,12 @@ func (p *plugin) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.
 }
 
 // sharedPoolChanged is what an answer carries after the shared pool
-// changed: the updates of every shared-pool container but skip, or, under
-// shared_pool_updates = "after-answer", nothing, with the update worker
-// woken to push them once the answer is out (d.mu is held until then).
+// changed: under shared_pool_updates = "in-answer" the updates of every
+// shared-pool container but skip; otherwise nothing, with the update
+// worker woken to push them (after-answer) or write them (direct) once the
+// answer is out (d.mu is held until then).
 func (d *Daemon) sharedPoolChanged(skip string) []*api.ContainerUpdate {
-	if d.cfg.SharedPoolUpdates != config.SharedUpdatesAfterAnswer {
+	if d.cfg.SharedPoolUpdates == config.SharedUpdatesInAnswer {
 		return d.sharedUpdates(skip)
 	}
 	// Waking the worker for nothing costs the answer a goroutine handoff

@@ -165,11 +165,20 @@ type running struct {
 }
 
 // testConfig is a config for the fixture machine with a state dir and the
-// runtime's socket; extra is TOML appended to it.
+// runtime's socket; extra is TOML appended to it. Unless extra says
+// otherwise, shared-pool containers follow the pool through the runtime
+// (in-answer), whose view the tests read; the direct mode's tests set it.
 func testConfig(t *testing.T, rt *fakeRuntime, stateDir, extra string) config.Config {
 	t.Helper()
-	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\ncgroup_root = %q\nmetrics_address = \"\"\nreconcile_period = \"0\"\nlog_level = \"debug\"\n%s",
-		stateDir, rt.Socket(), rt.CgroupRoot(), extra)
+	mode := ""
+	if !strings.Contains(extra, "shared_pool_updates") {
+		mode = "shared_pool_updates = \"in-answer\"\n"
+	}
+	if err := os.MkdirAll(filepath.Join(rt.CgroupRoot(), "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\ncgroup_root = %q\nmetrics_address = \"\"\nreconcile_period = \"0\"\nlog_level = \"debug\"\n%s%s",
+		stateDir, rt.Socket(), rt.CgroupRoot(), mode, extra)
 	cfg, err := config.Load([]byte(doc))
 	if err != nil {
 		t.Fatalf("config: %v", err)

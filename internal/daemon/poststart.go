@@ -59,11 +59,17 @@ func (p *plugin) PostStartContainer(_ context.Context, _ *api.PodSandbox, ctr *a
 // sharedPoolShrunk is what id's CreateContainer answer carries after it
 // took CPUs from the shared pool: under in-answer the updates of every
 // shared-pool container, under after-answer nothing, with the push noted
-// for id's PostStartContainer when some shared-pool container must follow.
+// for id's PostStartContainer when some shared-pool container must follow,
+// under direct nothing, with the worker woken to write the cgroups.
 // d.mu is held.
 func (d *Daemon) sharedPoolShrunk(id string) []*api.ContainerUpdate {
-	if d.cfg.SharedPoolUpdates != config.SharedUpdatesAfterAnswer {
+	switch d.cfg.SharedPoolUpdates {
+	case config.SharedUpdatesInAnswer:
 		return d.sharedUpdates(id)
+	case config.SharedUpdatesDirect:
+		// Written by the worker while the OCI runtime creates id; id's
+		// StartContainer waits for it (direct.go).
+		return d.sharedPoolChanged(id)
 	}
 	for other, r := range d.ctrs {
 		if other != id && !r.Exclusive {

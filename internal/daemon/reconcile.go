@@ -151,7 +151,14 @@ func (d *Daemon) updateWorker(ctx context.Context) {
 			return
 		case <-d.kickC:
 			upTo := d.kicks.upTo()
-			d.pushShared()
+			d.mu.Lock()
+			direct := d.direct()
+			d.mu.Unlock()
+			if direct {
+				d.directPass()
+			} else {
+				d.pushShared()
+			}
 			d.kicks.serve(upTo)
 		case <-tick:
 			// cgroup_root may come with the runtime's Configure.
@@ -211,6 +218,14 @@ func (d *Daemon) ReconcileNow() int { return d.reconcile(newCgroupReader(d.Confi
 
 func (d *Daemon) reconcile(reader cgroupReader) int {
 	d.mu.Lock()
+	direct := d.direct()
+	d.mu.Unlock()
+	if direct {
+		// Read and restore with no pass in between (direct.go).
+		d.cgw.mu.Lock()
+		defer d.cgw.mu.Unlock()
+	}
+	d.mu.Lock()
 	s := d.stub
 	if s == nil || d.syncs == 0 {
 		d.mu.Unlock()
@@ -238,8 +253,40 @@ func (d *Daemon) reconcile(reader cgroupReader) int {
 	}
 	updates := d.driftUpdates(found)
 	d.metrics.drift.Add(float64(len(updates)))
+	if direct {
+		d.restoreDirect(reader, found)
+		return len(updates)
+	}
 	d.send(s, updates, gen, "reconcile: restoring cpusets failed; retrying next period")
 	return len(updates)
+}
+
+// restoreDirect writes the drifted cgroups back (shared_pool_updates =
+// "direct"); d.cgw.mu is held.
+func (d *Daemon) restoreDirect(reader cgroupReader, found []drifted) {
+	var failed []error
+	for _, dr := range found {
+		err := reader.writeCPUs(dr.rec.CgroupsPath, dr.wantCPUs.String())
+		if err == nil && dr.updateMems {
+			err = reader.writeMems(dr.rec.CgroupsPath, dr.wantMems)
+		}
+		if err != nil {
+			if !errors.Is(err, errCgroupGone) {
+				failed = append(failed, fmt.Errorf("container %s of pod %s: %w", dr.rec.Name, dr.rec.PodName, err))
+			}
+			continue
+		}
+		if !dr.rec.Exclusive {
+			d.mu.Lock()
+			if _, ok := d.ctrs[dr.rec.ID]; ok {
+				d.noteAnswered(dr.rec.ID, dr.wantCPUs.String())
+			}
+			d.mu.Unlock()
+		}
+	}
+	if len(failed) > 0 {
+		d.log.WithError(errors.Join(failed...)).Warn("reconcile: restoring cpusets failed; retrying next period")
+	}
 }
 
 // wantedCPUs is a known container and the cpuset it should have.

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +54,7 @@ type Runtime struct {
 	dir        string
 	socket     string
 	cgroupRoot string
+	unpinned   string // cpuset.cpus of a container created with none
 	errorf     func(format string, args ...any)
 
 	lock sync.Mutex // the runtime's big lock, held across plugin calls
@@ -79,6 +81,12 @@ func WithName(name string) Option { return func(rt *Runtime) { rt.name = name } 
 // root/cpuset/<cgroups path>/cpuset.{cpus,mems}, as a cgroup v1 tree for a
 // reconcile loop to read.
 func WithCgroupRoot(root string) Option { return func(rt *Runtime) { rt.cgroupRoot = root } }
+
+// WithUnpinnedCPUs gives, with a cgroup root, the cgroup of a container
+// stored without a cpuset (created while no plugin was connected, or whose
+// answer was lost) the cpuset.cpus cpus, as a real cgroup inherits the
+// machine's CPUs: a plugin that writes cgroups itself finds it there.
+func WithUnpinnedCPUs(cpus string) Option { return func(rt *Runtime) { rt.unpinned = cpus } }
 
 // WithErrorf reports what the runtime finds wrong with a plugin's answers
 // (a CreateContainer update naming the container being created) and its
@@ -444,7 +452,16 @@ func (rt *Runtime) CreateContainerAway(c *api.Container) {
 	rt.away(func() {
 		c.State = api.ContainerState_CONTAINER_RUNNING
 		rt.ctrs[c.Id] = c
+		rt.writeUnpinned(c)
 	})
+}
+
+// writeUnpinned gives the cgroup of c, stored without a cpuset, the
+// unpinned CPUs (see WithUnpinnedCPUs).
+func (rt *Runtime) writeUnpinned(c *api.Container) {
+	if rt.unpinned != "" && c.GetLinux().GetResources().GetCpu().GetCpus() == "" {
+		rt.writeCgroup(c, "cpuset.cpus", rt.unpinned)
+	}
 }
 
 // CreateContainerAnswerLost sends CreateContainer but, as containerd does
@@ -464,6 +481,7 @@ func (rt *Runtime) CreateContainerAnswerLost(ctx context.Context, pod *api.PodSa
 		defer rt.mu.Unlock()
 		c.State = api.ContainerState_CONTAINER_RUNNING
 		rt.ctrs[c.Id] = c
+		rt.writeUnpinned(c)
 	})
 	return err
 }
@@ -689,7 +707,8 @@ func (rt *Runtime) UpdatesByName(updates []*api.ContainerUpdate) map[string]stri
 }
 
 // Running is every running container's applied cpuset.cpus, by pod UID and
-// container name (an unpinned container, never updated, has an empty set).
+// container name: its cgroup's, with a cgroup root, else the one the
+// runtime applied (an unpinned container, never updated, has an empty set).
 func (rt *Runtime) Running() (map[invariant.Key]cpuset.CPUSet, error) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -704,6 +723,13 @@ func (rt *Runtime) Running() (map[invariant.Key]cpuset.CPUSet, error) {
 			return nil, fmt.Errorf("two running containers %s", k)
 		}
 		s := c.GetLinux().GetResources().GetCpu().GetCpus()
+		if rt.cgroupRoot != "" {
+			// The cgroup is what the container runs on; a plugin may
+			// write it without telling the runtime.
+			if b, err := os.ReadFile(rt.CgroupFile(c)); err == nil {
+				s = strings.TrimSpace(string(b))
+			}
+		}
 		cpus, err := cpuset.Parse(s)
 		if err != nil {
 			return nil, fmt.Errorf("container %s has cpuset %q: %w", c.Id, s, err)

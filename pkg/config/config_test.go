@@ -185,7 +185,7 @@ func TestLoadErrors(t *testing.T) {
 		{"start timeout without unit", "container_start_timeout = 30\n", "container_start_timeout", 1, "30", "no unit"},
 		{"bad log level", "log_level = \"loud\"\n", "log_level", 1, "loud", "debug"},
 		{"bad log format", "log_format = \"xml\"\n", "log_format", 1, "xml", "text, json"},
-		{"bad shared pool updates", "shared_pool_updates = \"later\"\n", "shared_pool_updates", 1, "later", "in-answer, after-answer"},
+		{"bad shared pool updates", "shared_pool_updates = \"later\"\n", "shared_pool_updates", 1, "later", "direct, in-answer, after-answer"},
 		{"empty state dir", "state_dir = \"\"\n", "state_dir", 1, "", "must not be empty"},
 		{"empty socket", "socket_path = \" \"\n", "socket_path", 1, "", "must not be empty"},
 		{"empty sysfs root", "sysfs_root = \"\"\n", "sysfs_root", 1, "", "must not be empty"},

@@ -67,7 +67,8 @@ type setup struct {
 // topology manager policy but none-with-pod-scope, both scopes, and the
 // static options that change placement or admission (strict uncore too).
 var setups = []setup{
-	{"ht-2s-6c_static", "ht-2s-6c", `cpu_manager_policy = "static"
+	{"ht-2s-6c_static_direct", "ht-2s-6c", `shared_pool_updates = "direct"
+cpu_manager_policy = "static"
 reserved_cpu_count = 2
 `},
 	{"epyc-7303-2p_full-pcpus_single-numa", "epyc-7303-2p", `cpu_manager_policy = "static"
@@ -83,7 +84,8 @@ topology_manager_scope = "pod"
 [cpu_manager_policy_options]
 distribute-cpus-across-numa = "true"
 `},
-	{"ampere-altra_uncore_strict_best-effort", "ampere-altra", `cpu_manager_policy = "static"
+	{"ampere-altra_uncore_strict_best-effort_direct", "ampere-altra", `shared_pool_updates = "direct"
+cpu_manager_policy = "static"
 reserved_cpu_count = 8
 topology_manager_policy = "best-effort"
 [cpu_manager_policy_options]
@@ -96,12 +98,14 @@ topology_manager_policy = "restricted"
 [cpu_manager_policy_options]
 strict-align-cpus-by-uncorecache = "exclusive"
 `},
-	{"offline-cpu_spread-cores", "offline-cpu", `cpu_manager_policy = "static"
+	{"offline-cpu_spread-cores_direct", "offline-cpu", `shared_pool_updates = "direct"
+cpu_manager_policy = "static"
 reserved_system_cpus = "0"
 [cpu_manager_policy_options]
 distribute-cpus-across-cores = "true"
 `},
-	{"ht-1s-4c_none", "ht-1s-4c", `cpu_manager_policy = "none"
+	{"ht-1s-4c_none_direct", "ht-1s-4c", `shared_pool_updates = "direct"
+cpu_manager_policy = "none"
 `},
 }
 
@@ -262,14 +266,28 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		res: map[string]framework.Resources{}, qos: map[string]framework.QOS{},
 		stats: stats{ops: map[string]int{}, faults: map[string]int{}},
 	}
-	c.rt = nritest.New(dir, nritest.WithName("churn-runtime"), nritest.WithErrorf(t.Errorf))
+	// Under shared_pool_updates = "direct" the plugin writes shared-pool
+	// containers' cgroups: the runtime keeps a fake cgroup tree, which is
+	// what the checker reads; the other setups follow the pool through the
+	// runtime (in-answer).
+	cgroupRoot, rtOpts := filepath.Join(dir, "cgroup"), []nritest.Option{nritest.WithName("churn-runtime"), nritest.WithErrorf(t.Errorf)}
+	mode := "shared_pool_updates = \"in-answer\"\n"
+	if strings.Contains(s.toml, "shared_pool_updates = \"direct\"") {
+		mode = ""
+		rtOpts = append(rtOpts, nritest.WithCgroupRoot(cgroupRoot), nritest.WithUnpinnedCPUs(c.topo.CPUs().String()))
+	}
+	if err := os.MkdirAll(filepath.Join(cgroupRoot, "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.rt = nritest.New(dir, rtOpts...)
 	if err := c.rt.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.rt.Stop)
 	// container_start_timeout off: this runtime sends no StartContainer,
 	// and a long run would see every container given up after 30 s.
-	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\nreconcile_period = \"0\"\ncontainer_start_timeout = \"0\"\nlog_level = \"info\"\n", c.stateDir, c.rt.Socket())
+	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\ncgroup_root = %q\nreconcile_period = \"0\"\ncontainer_start_timeout = \"0\"\nlog_level = \"info\"\n%s",
+		c.stateDir, c.rt.Socket(), cgroupRoot, mode)
 	if !strings.Contains(s.toml, "metrics_address") {
 		doc += "metrics_address = \"\"\n"
 	}

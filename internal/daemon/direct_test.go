@@ -1,0 +1,276 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+)
+
+// ht-1s-4c: CPUs 0-7, siblings {k, k+4}; reserveCore0 reserves 0,4.
+const directTOML = reserveCore0 + "shared_pool_updates = \"direct\"\n"
+
+// cgroupCPUs is what c's (fake) cgroup holds.
+func cgroupCPUs(t *testing.T, rt *fakeRuntime, c *api.Container) string {
+	t.Helper()
+	b, err := os.ReadFile(rt.cgroupFile(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestSharedUpdatesDirect: under shared_pool_updates = "direct" the answers
+// carry no update of another container; the plugin writes the shared pool
+// into the shared-pool containers' cgroups, and a new exclusive
+// container's StartContainer returns only once they hold the shrunk pool.
+// The runtime's own record of them keeps the cpuset they were created with.
+func TestSharedUpdatesDirect(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), directTOML), topo)
+	ctx := context.Background()
+
+	be1, ups, err := rt.create(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupCPUs(t, rt, be1); got != "0-7" || len(ups) != 0 {
+		t.Fatalf("be1 cgroup %q, updates %q; want 0-7 and none", got, rt.describe(ups))
+	}
+	if err := rt.StartContainer(ctx, be1); err != nil {
+		t.Fatal(err)
+	}
+
+	// 2 CPUs: core 1 = {1,5}; the pool shrinks to 0,2-4,6-7.
+	c2, ups, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.cpus(c2); got != "1,5" || len(ups) != 0 {
+		t.Fatalf("c2 cpus %q, updates %q; want 1,5 and none", got, rt.describe(ups))
+	}
+	// No settle: StartContainer itself must not return before be1's
+	// cgroup left core 1.
+	if err := rt.StartContainer(ctx, c2); err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Errorf("be1 cgroup %q once c2 started, want 0,2-4,6-7", got)
+	}
+	if got := rt.cpus(be1); got != "0-7" {
+		t.Errorf("the runtime's record of be1 is %q, want 0-7 (the plugin did not ask the runtime)", got)
+	}
+	if n := len(rt.Unsolicited()); n != 0 {
+		t.Errorf("%d updates pushed to the runtime, want none", n)
+	}
+
+	// A burstable container joins the shrunk pool in its answer.
+	bu, ups, err := rt.create(rt.addPod(podSpec{uid: "bu", name: "bu", qos: "burstable"}), "bu", 250, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.cpus(bu); got != "0,2-4,6-7" || len(ups) != 0 {
+		t.Errorf("bu cpus %q, updates %q; want 0,2-4,6-7 and none", got, rt.describe(ups))
+	}
+
+	// Stopping c2 gives core 1 back: no update in the answer, both cgroups
+	// grow once the worker wrote them.
+	if ups := rt.stop(c2); len(ups) != 0 {
+		t.Errorf("stop answered with updates %q, want none", rt.describe(ups))
+	}
+	settle(t, r.d)
+	for _, c := range []*api.Container{be1, bu} {
+		if got := cgroupCPUs(t, rt, c); got != "0-7" {
+			t.Errorf("cgroup of %s %q after c2 stopped, want 0-7", c.Name, got)
+		}
+	}
+	if n := len(rt.Unsolicited()); n != 0 {
+		t.Errorf("%d updates pushed to the runtime, want none", n)
+	}
+}
+
+// TestDirectStartRewritesStaleCgroup: a shared-pool container answered
+// with a pool that shrank before the OCI runtime created its cgroup gets
+// the current pool at its StartContainer (the pass found no cgroup, or the
+// OCI runtime wrote the answered pool after it).
+func TestDirectStartRewritesStaleCgroup(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), directTOML), topo)
+	ctx := context.Background()
+
+	be1, _, err := rt.create(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, _, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.StartContainer(ctx, c2); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r.d)
+	// be1's OCI runtime create comes now, with the pool of its answer.
+	if err := os.WriteFile(rt.cgroupFile(be1), []byte("0-7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.StartContainer(ctx, be1); err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Errorf("be1 cgroup %q once started, want 0,2-4,6-7 (without c2's core 1)", got)
+	}
+}
+
+// TestDirectRebuildReadsCgroups: a state rebuilt from the runtime (the
+// checkpoint is gone) under direct takes what containers run on from their
+// cgroups, not from the runtime's record, which is stale for shared-pool
+// containers: the running exclusive container keeps its CPUs, and no
+// shared-pool container is sent to the runtime.
+func TestDirectRebuildReadsCgroups(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, directTOML), topo)
+	ctx := context.Background()
+	be1, _, err := rt.create(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// c3 takes core 2 = {2,6}: the packed fit of a fresh admission would
+	// give core 1, so keeping it is what tells the two apart.
+	c1, _, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c1", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3, _, err := rt.create(rt.addPod(podSpec{uid: "g3", name: "g3", qos: "guaranteed"}), "c3", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*api.Container{be1, c1, c3} {
+		if err := rt.StartContainer(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rt.cpus(c3); got != "2,6" {
+		t.Fatalf("c3 on %q, want 2,6", got)
+	}
+	rt.stop(c1)
+	rt.remove(c1)
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0-1,3-5,7" {
+		t.Fatalf("be1 cgroup %q, want 0-1,3-5,7", got)
+	}
+	r.stop(t)
+	for _, f := range []string{CheckpointName, CheckpointName + ".journal"} {
+		if err := os.Remove(filepath.Join(stateDir, f)); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+
+	syncs := len(rt.SyncUpdates())
+	r = startDaemon(t, rt, testConfig(t, rt, stateDir, directTOML), topo)
+	settle(t, r.d) // the pass after Synchronize (a plain file is empty while written)
+	if got := rt.cpus(c3); got != "2,6" {
+		t.Errorf("c3 on %q after the rebuild, want 2,6 (kept)", got)
+	}
+	if got := rt.describe(rt.SyncUpdates()[syncs:]); got != "" {
+		t.Errorf("Synchronize sent %q to the runtime, want nothing", got)
+	}
+	if got := cgroupCPUs(t, rt, be1); got != "0-1,3-5,7" {
+		t.Errorf("be1 cgroup %q after the rebuild, want 0-1,3-5,7", got)
+	}
+}
+
+// TestDirectNeedsWritableCgroups: shared_pool_updates = "direct" written
+// in the configuration refuses to start when cgroup_root cannot be
+// written, naming the key; the default falls back to in-answer with a
+// warning.
+func TestDirectNeedsWritableCgroups(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	missing := filepath.Join(t.TempDir(), "no-cgroups")
+	base := reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\nmetrics_address = \"\"\ncgroup_root = \"" + missing + "\"\n"
+
+	cfg, err := config.Load([]byte(base + "shared_pool_updates = \"direct\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(cfg, WithTopology(topo), WithLogger(logrus.New()))
+	if err == nil || !strings.Contains(err.Error(), "shared_pool_updates") || !strings.Contains(err.Error(), missing) {
+		t.Errorf("New with direct and no writable cgroups: %v; want an error naming shared_pool_updates and %s", err, missing)
+	}
+
+	cfg, err = config.Load([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, hook := logtest.NewNullLogger()
+	d, err := New(cfg, WithTopology(topo), WithLogger(log))
+	if err != nil {
+		t.Fatalf("New with the default mode and no writable cgroups: %v", err)
+	}
+	if got := d.Config().SharedPoolUpdates; got != config.SharedUpdatesInAnswer {
+		t.Errorf("shared_pool_updates %q, want the fallback %q", got, config.SharedUpdatesInAnswer)
+	}
+	warned := false
+	for _, e := range hook.AllEntries() {
+		warned = warned || (e.Level == logrus.WarnLevel && e.Data["key"] == config.KeySharedPoolUpdates)
+	}
+	if !warned {
+		t.Error("no warning about the fallback")
+	}
+}
+
+// TestDirectStartWaitsForThePool: with no update worker running (handlers
+// called directly), the pass that leaves a new exclusive container's CPUs
+// out of the shared-pool cgroups is made by its StartContainer itself: the
+// container never starts on a CPU a shared-pool container also has.
+func TestDirectStartWaitsForThePool(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := newHandlerDaemon(t, t.TempDir(), "shared_pool_updates = \"direct\"\ncgroup_root = \""+root+"\"\n")
+	ctx := context.Background()
+	if _, err := h.p.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	bePod, gPod := testPod("be"), testPod("g")
+	be := testCtr("be-1", "be", 0)
+	be.Linux.CgroupsPath = "/kubepods/besteffort/podbe/be-1"
+	cpus, _ := h.create(t, bePod, be)
+	// What the OCI runtime creates from the answer.
+	dir := filepath.Join(root, "cpuset", be.Linux.CgroupsPath)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpuset.cpus"), []byte(cpus+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpuset.mems"), []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.start(t, bePod, be)
+
+	app := testCtr("g-1", "app", 2000)
+	app.Linux.CgroupsPath = "/kubepods/podg/g-1"
+	if cpus, ups := h.create(t, gPod, app); cpus != "1,5" || len(ups) != 0 {
+		t.Fatalf("app on %q with %d updates, want 1,5 and none", cpus, len(ups))
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "cpuset.cpus")); strings.TrimSpace(string(b)) != "0-7" {
+		t.Fatalf("be's cgroup %q before app's start, want 0-7 (no worker runs here)", b)
+	}
+	h.start(t, gPod, app)
+	if b, _ := os.ReadFile(filepath.Join(dir, "cpuset.cpus")); strings.TrimSpace(string(b)) != "0,2-4,6-7" {
+		t.Errorf("be's cgroup %q once app started, want 0,2-4,6-7", b)
+	}
+}
