@@ -23,7 +23,9 @@
 #   scripts/bench.sh --cri     also 5., the latency the plugin adds to
 #                              CreateContainer+StartContainer on the real
 #                              containerd and CRI-O of ../shared/e2e with
-#                              0/20/50 shared containers running (root; holds
+#                              0/20/50 shared containers running, for each
+#                              shared_pool_updates mode (CRI_MODES, CRI_SHARED
+#                              and CRI_N narrow it) (root; holds
 #                              /tmp/nri-cpualign-e2e.lock; tears each runtime
 #                              down after its run, as scripts/e2e.sh does)
 #   scripts/bench.sh --cri-only  only 5. (replaces the real-runtime part of
@@ -99,9 +101,10 @@ if [ "$mode" != all ]; then
 	trap 'teardown_containerd; teardown_crio' EXIT
 	build_plugin
 	shared=${CRI_SHARED:-0,20,50}
+	modes=${CRI_MODES:-direct,in-answer,after-answer}
 	log "plugin latency on the real containerd (${CRI_N:-30} samples per mode, $shared shared containers)"
 	setup_containerd
-	go run ./test/bench/cmd/crilatency -bin "$PLUGIN_BIN" -n "${CRI_N:-30}" -shared "$shared" | tee "$OUT/cri-containerd.txt"
+	go run ./test/bench/cmd/crilatency -bin "$PLUGIN_BIN" -n "${CRI_N:-30}" -shared "$shared" -modes "$modes" | tee "$OUT/cri-containerd.txt"
 	teardown_containerd
 	log "plugin latency on the real CRI-O (${CRI_N:-30} samples per mode, $shared shared containers)"
 	setup_crio
@@ -109,7 +112,7 @@ if [ "$mode" != all ]; then
 	(
 		# shellcheck disable=SC1091
 		source "$CRIO_RUN/env"
-		go run ./test/bench/cmd/crilatency -bin "$PLUGIN_BIN" -n "${CRI_N:-30}" -shared "$shared"
+		go run ./test/bench/cmd/crilatency -bin "$PLUGIN_BIN" -n "${CRI_N:-30}" -shared "$shared" -modes "$modes"
 	) | tee "$OUT/cri-crio.txt"
 	teardown_crio
 	{

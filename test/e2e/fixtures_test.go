@@ -54,11 +54,14 @@ func StartFixtureDaemon(ctx context.Context, name, toml string) *FixtureDaemon {
 	Expect(rt.Start()).To(Succeed())
 	DeferCleanup(rt.Stop)
 	// The fixed keys go first: the caller's TOML may end inside a table.
+	// These specs read the runtime's view, which in-answer keeps equal to
+	// the cgroups (this runtime side has none for direct to write).
 	cfg, err := config.Load([]byte(`state_dir = "` + filepath.Join(dir, "state") + `"
 sysfs_root = "` + sys + `"
 socket_path = "` + rt.Socket() + `"
 metrics_address = ""
 reconcile_period = "0s"
+shared_pool_updates = "in-answer"
 ` + toml))
 	Expect(err).NotTo(HaveOccurred())
 	log := logrus.New()
