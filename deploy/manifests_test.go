@@ -494,13 +494,18 @@ func TestMountsMatchConfig(t *testing.T) {
 		}
 	}
 
-	// sysfs: the host's /sys, read-only; the cgroup root inside it.
+	// sysfs: the host's /sys, read-only; the cgroups: the host's, writable
+	// (shared_pool_updates = "direct" writes them), not under sysfs_root.
 	v, vm = volumeFor(t, ds, cfg.SysfsRoot)
 	if hp := hostPath(v); hp != "/sys" || !vm.ReadOnly {
 		t.Errorf("sysfs_root %s: volume from host %s (read-only %v), want /sys read-only", cfg.SysfsRoot, hp, vm.ReadOnly)
 	}
-	if cfg.CgroupRoot != path.Join(cfg.SysfsRoot, "fs/cgroup") {
-		t.Errorf("cgroup_root %s is not the mounted host's %s/fs/cgroup", cfg.CgroupRoot, cfg.SysfsRoot)
+	v, vm = volumeFor(t, ds, cfg.CgroupRoot)
+	if hp := hostPath(v); hp != config.DefaultCgroupRoot || vm.ReadOnly || vm.MountPath != cfg.CgroupRoot {
+		t.Errorf("cgroup_root %s: volume from host %s at %s (read-only %v), want a writable mount of %s there", cfg.CgroupRoot, hp, vm.MountPath, vm.ReadOnly, config.DefaultCgroupRoot)
+	}
+	if cfg.SharedPoolUpdates != config.SharedUpdatesDirect {
+		t.Errorf("shared_pool_updates %q, want %q (the default, which the writable cgroup mount is for)", cfg.SharedPoolUpdates, config.SharedUpdatesDirect)
 	}
 	if cfg.SysfsRoot == "/sys" {
 		t.Error("sysfs_root /sys: the runtime's own /sys/fs/cgroup mount (the container's cgroup namespace) would shadow the host's cgroups")
