@@ -273,6 +273,7 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 		hostDirs := map[string]string{
 			path.Dir(config.DefaultSocketPath): filepath.Dir(Env.NRISocket),
 			"/sys":                             "/sys",
+			config.DefaultCgroupRoot:           config.DefaultCgroupRoot,
 			config.DefaultStateDir:             stateDir,
 		}
 		var mounts []*cri.Mount
@@ -352,7 +353,7 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 		sharedBefore = pods.RunWith(ctx, "image-burstable", framework.Resources{CPURequestMilli: 250, CPULimitMilli: 500, MemLimit: 32 << 20})
 	}, NodeTimeout(10*time.Minute)) // make image compiles the whole binary once more (-trimpath) on a cold cache
 
-	It("runs as root with no capabilities, from the image, with the host's /sys read-only", func(ctx SpecContext) {
+	It("runs as root with no capabilities, from the image, with the host's /sys read-only and its cgroups writable", func(ctx SpecContext) {
 		pids := pluginProcesses()
 		Expect(pids).To(HaveLen(1), "want exactly the pod's plugin process")
 		pid := pids[0]
@@ -364,17 +365,22 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 		Expect(procStatusField(pid, "NoNewPrivs")).To(Equal("1"))
 		mountinfo, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
 		Expect(err).NotTo(HaveOccurred())
-		var hostSys, root string
+		var hostSys, hostCgroup, root string
 		for _, l := range strings.Split(string(mountinfo), "\n") {
 			f := strings.Fields(l)
 			if len(f) > 5 && f[4] == "/host/sys" {
 				hostSys = f[5]
+			}
+			if len(f) > 5 && f[4] == "/host/cgroup" {
+				hostCgroup = f[5]
 			}
 			if len(f) > 5 && f[4] == "/" {
 				root = f[5]
 			}
 		}
 		Expect(strings.Split(hostSys, ",")).To(ContainElement("ro"), "/host/sys is not read-only")
+		// shared_pool_updates = "direct" writes the shared-pool cgroups there.
+		Expect(strings.Split(hostCgroup, ",")).To(ContainElement("rw"), "/host/cgroup is not writable")
 		Expect(strings.Split(root, ",")).To(ContainElement("ro"), "the image's root filesystem is not read-only")
 	}, SpecTimeout(time.Minute))
 
