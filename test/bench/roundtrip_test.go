@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 	"github.com/nri-cpualign/nri-cpualign/test/bench"
@@ -36,10 +37,12 @@ const roundTripMachine = "epyc-9754"
 // state=disk keeps the checkpoint on the root file system (ext4 here),
 // state=tmpfs on /dev/shm: the same encode, write, rename and fsync calls,
 // without the storage latency, to separate the plugin's own cost from the
-// disk's. updates= is shared_pool_updates: in-answer (the default) puts
-// the shared-pool containers' updates in the answer, after-answer pushes
-// them once the answer is out (there, each iteration waits outside the
-// timer until the shared-pool containers follow the pool). store= is how
+// disk's. updates= is shared_pool_updates: in-answer puts the shared-pool
+// containers' updates in the answer, after-answer pushes them once the
+// container started, direct (the default) writes their cgroups (here plain
+// files of a fake tree) right after the answer (there, each iteration
+// waits outside the timer until the shared-pool containers follow the
+// pool). store= is how
 // the decision is made durable: journal (one record appended and
 // fdatasynced, the default) or snapshot (the whole checkpoint rewritten,
 // fsynced, renamed, directory fsynced: the format before the journal).
@@ -49,7 +52,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 			for _, kind := range []string{"exclusive", "shared"} {
 				modes := []string{config.SharedUpdatesInAnswer}
 				if kind == "exclusive" {
-					modes = append(modes, config.SharedUpdatesAfterAnswer)
+					modes = append(modes, config.SharedUpdatesAfterAnswer, config.SharedUpdatesDirect)
 				}
 				for _, mode := range modes {
 					for _, store := range []daemon.Store{daemon.StoreJournal, daemon.StoreSnapshot} {
@@ -70,7 +73,17 @@ func benchRoundTrip(b *testing.B, existing int, kind, updates, storage string, s
 		b.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	rt, err := bench.StartRuntime(dir)
+	// direct writes the shared-pool containers' cgroups: the runtime side
+	// keeps a fake cgroup v1 tree (plain files in dir) for it to write.
+	cgroupRoot := dir + "/cgroup"
+	if err := os.MkdirAll(cgroupRoot+"/cpuset", 0o755); err != nil {
+		b.Fatal(err)
+	}
+	var rtOpts []nritest.Option
+	if updates == config.SharedUpdatesDirect {
+		rtOpts = append(rtOpts, nritest.WithCgroupRoot(cgroupRoot))
+	}
+	rt, err := bench.StartRuntime(dir, rtOpts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +107,7 @@ reconcile_period = "0"
 container_start_timeout = "0"
 shared_pool_updates = %q
 log_level = "info"
-`, bench.ReservedCount, stateDir, rt.Socket(), dir+"/cgroup", updates)
+`, bench.ReservedCount, stateDir, rt.Socket(), cgroupRoot, updates)
 	cfg, err := config.Load([]byte(doc))
 	if err != nil {
 		b.Fatal(err)
@@ -135,9 +148,13 @@ log_level = "info"
 	// current shared pool (after-answer: the pushes have landed).
 	settled := func() bool {
 		eng, st := d.EngineState()
-		pool, n := eng.SharedMask(st).String(), 0
-		for _, c := range rt.Containers() {
-			if c.GetLinux().GetResources().GetCpu().GetCpus() == pool {
+		pool, n := eng.SharedMask(st), 0
+		running, err := rt.Running() // the cgroups' under direct
+		if err != nil {
+			return false
+		}
+		for _, cpus := range running {
+			if pool.CPUSet().Equals(cpus) {
 				n++
 			}
 		}
@@ -150,7 +167,7 @@ log_level = "info"
 	// in-answer iterations do not. A push queued behind the one that
 	// landed may overlap the next timed call, as on a busy node.
 	wait := func() {
-		if updates != config.SharedUpdatesAfterAnswer {
+		if updates == config.SharedUpdatesInAnswer {
 			return
 		}
 		for deadline := time.Now().Add(10 * time.Second); !settled(); runtime.Gosched() {
@@ -174,7 +191,11 @@ log_level = "info"
 		if err != nil {
 			b.Fatal(err)
 		}
-		// after-answer pushes a shrunk pool at the container's start.
+		// direct's StartContainer waits for the shared-pool cgroups;
+		// after-answer pushes a shrunk pool at PostStartContainer.
+		if err := rt.StartContainer(ctx, c); err != nil {
+			b.Fatal(err)
+		}
 		if err := rt.PostStartContainer(ctx, c); err != nil {
 			b.Fatal(err)
 		}

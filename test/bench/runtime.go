@@ -24,10 +24,10 @@ import (
 // not turned into a dropped plugin. NRI's own info lines are dropped too
 // (warnings and errors still go to stderr): they would land in the middle
 // of the benchmark result lines.
-func StartRuntime(dir string) (*nritest.Runtime, error) {
+func StartRuntime(dir string, opts ...nritest.Option) (*nritest.Runtime, error) {
 	adaptation.SetPluginRequestTimeout(30 * time.Second)
 	nrilog.Set(quietLogger{})
-	rt := nritest.New(dir, nritest.WithName("bench-runtime"))
+	rt := nritest.New(dir, append([]nritest.Option{nritest.WithName("bench-runtime")}, opts...)...)
 	if err := rt.Start(); err != nil {
 		return nil, err
 	}
