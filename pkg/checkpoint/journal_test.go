@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -63,9 +64,13 @@ func TestJournalAppendReplay(t *testing.T) {
 
 func testJournalAppendReplay(t *testing.T, dir string) {
 	big := strings.Repeat("x", 700) // two blocks
-	j, _ := writeJournal(t, dir, 8*journalBlock, 5, "a", big, "c")
+	j, raw := writeJournal(t, dir, 8*journalBlock, 5, "a", big, "c")
 	defer j.Close()
 	t.Logf("direct writes: %v", j.direct != nil)
+	// c was assembled where big was: the rest of its block must be zeros.
+	if tail := raw[4*journalBlock+journalHdrLen+1 : 5*journalBlock]; !bytes.Equal(tail, make([]byte, len(tail))) {
+		t.Errorf("the block of record c holds %q after its payload, want zeros", bytes.Trim(tail, "\x00"))
+	}
 	fi, err := os.Stat(j.Path())
 	if err != nil {
 		t.Fatal(err)
