@@ -473,10 +473,12 @@ func firstLines(s string, n int) string {
 }
 
 func (r reader) readCPU(cpuDir string, cpu int, online cpuset.CPUSet) (*cpuRecord, error) {
-	topoDir := path.Join(cpuDir, "cpu"+strconv.Itoa(cpu), "topology")
+	// Paths are concatenated: every part is clean, and path.Join's
+	// cleaning was a tenth of the user time of reading a big machine.
+	topoDir := cpuDir + "/cpu" + strconv.Itoa(cpu) + "/topology"
 	rec := &cpuRecord{cpu: cpu}
 	var err error
-	rec.coreFile = path.Join(topoDir, "core_id")
+	rec.coreFile = topoDir + "/core_id"
 	if rec.coreID, err = r.readInt(rec.coreFile); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
@@ -490,7 +492,7 @@ func (r reader) readCPU(cpuDir string, cpu int, online cpuset.CPUSet) (*cpuRecor
 		}
 		return nil, err
 	}
-	p := path.Join(topoDir, "physical_package_id")
+	p := topoDir + "/physical_package_id"
 	if rec.socket, err = r.readInt(p); err != nil {
 		return nil, err
 	}
@@ -504,7 +506,7 @@ func (r reader) readCPU(cpuDir string, cpu int, online cpuset.CPUSet) (*cpuRecor
 	}
 	// die_id exists since Linux 5.2; before, every package has one die.
 	// Read rather than looked up first: a stat costs as much as the read.
-	p = path.Join(topoDir, "die_id")
+	p = topoDir + "/die_id"
 	if rec.die, err = r.readInt(p); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
@@ -516,7 +518,7 @@ func (r reader) readCPU(cpuDir string, cpu int, online cpuset.CPUSet) (*cpuRecor
 	}
 	// cAdvisor does not read thread_siblings_list: an unreadable one is
 	// a warning, and groupCores compares the readable ones.
-	rec.siblFile = path.Join(topoDir, "thread_siblings_list")
+	rec.siblFile = topoDir + "/thread_siblings_list"
 	sib, err := r.readList(rec.siblFile)
 	if err != nil {
 		var fe *FileError
@@ -587,7 +589,7 @@ func (r reader) assignL3(cpuDir string, records map[int]*cpuRecord, cores map[in
 	l3s := make(map[int]l3Record, len(cores))
 	anyMissingID := false
 	for core := range cores {
-		l3, err := r.readL3(path.Join(cpuDir, "cpu"+strconv.Itoa(core), "cache"))
+		l3, err := r.readL3(cpuDir + "/cpu" + strconv.Itoa(core) + "/cache")
 		if err != nil {
 			return nil, err
 		}
@@ -647,8 +649,8 @@ func (r reader) readL3(cacheDir string) (l3Record, error) {
 		return l3Record{}, err
 	}
 	for _, i := range idx {
-		dir := path.Join(cacheDir, "index"+strconv.Itoa(i))
-		level, err := r.readInt(path.Join(dir, "level"))
+		dir := cacheDir + "/index" + strconv.Itoa(i)
+		level, err := r.readInt(dir + "/level")
 		if err != nil {
 			return l3Record{}, err
 		}
@@ -656,15 +658,15 @@ func (r reader) readL3(cacheDir string) (l3Record, error) {
 			continue
 		}
 		l3 := l3Record{present: true}
-		if l3.shared, err = r.readList(path.Join(dir, "shared_cpu_list")); err != nil {
+		if l3.shared, err = r.readList(dir + "/shared_cpu_list"); err != nil {
 			return l3Record{}, err
 		}
 		if l3.shared.IsEmpty() {
-			p := path.Join(dir, "shared_cpu_list")
+			p := dir + "/shared_cpu_list"
 			return l3Record{}, &FileError{Path: p, Err: fmt.Errorf("L3 shared by no CPU: %w", ErrSyntax)}
 		}
 		// No id file: the L3 is known by its shared_cpu_list (assignL3).
-		p := path.Join(dir, "id")
+		p := dir + "/id"
 		s, err := r.readFile(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			return l3, nil
