@@ -341,7 +341,17 @@ func (s *simulator) add(req requestLine) any {
 		next, d, err = s.engine.Add(s.state, r)
 		if err == nil {
 			s.state = next
-			res := addResult{Pod: req.Pod, Container: req.Container, CPUs: cpuList(d.CPUs), Mems: cpuList(d.Mems),
+			var cpus string
+			if d.Exclusive || s.slow {
+				cpus = cpuList(d.CPUs)
+			} else {
+				// A shared-pool container's CPUs are the engine's
+				// SharedMask (Engine.Add, step 5), which the state holds
+				// as a bitmap: printing it skips walking a map of ~250
+				// CPUs. The slow path (tests) prints d.CPUs.
+				cpus = s.engine.SharedMask(next).String()
+			}
+			res := addResult{Pod: req.Pod, Container: req.Container, CPUs: cpus, Mems: cpuList(d.Mems),
 				Exclusive: d.Exclusive, Affinity: toAffinity(d.Affinity)}
 			if s.log.IsLevelEnabled(logrus.DebugLevel) { // the fields cost more than the decision
 				s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "cpus": res.CPUs,
