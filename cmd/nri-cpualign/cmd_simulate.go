@@ -98,7 +98,17 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			// trace on a pipe or file is answered in large writes.
 			out.Flush()
 		}
-		line, err := in.ReadBytes('\n')
+		// The line is read in place (ReadBytes copied every line); one
+		// longer than the buffer is gathered into a copy.
+		line, err := in.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				line, err = in.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
 		if len(line) == 0 && err != nil {
 			if !errors.Is(err, io.EOF) {
 				log.WithError(err).Error("simulate: reading stdin")

@@ -214,3 +214,34 @@ func FuzzAppendAnswer(f *testing.F) {
 		}
 	})
 }
+
+// Lines longer than simulate's 64 KiB input buffer (read in pieces and
+// gathered), one of them last and without a newline, are answered as the
+// reference reads them whole.
+func TestSimulateLongLines(t *testing.T) {
+	root := simFixture(t, "ht-2s-6c")
+	cfgPath := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(simBenchConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("p", 150<<10)
+	in := []byte(strings.Join([]string{
+		`{"op":"add","pod":"` + long + `","container":"c","qos":"guaranteed","cpu_request_milli":2000,"cpu_limit_milli":2000}`,
+		`{"op":"add","pod":"short","container":"c","qos":"burstable","cpu_request_milli":100}`,
+		strings.Repeat(" ", 70<<10) + `{"op":"remove","pod":"` + long + `","container":"c"}`,
+		`{"op":"frobnicate","pod":"` + long + `"}`,
+		`{"op":"add","pod":"` + long[:100<<10] + `","container":"c","qos":"guaranteed","cpu_request_milli":1000,"cpu_limit_milli":1000}`,
+	}, "\n"))
+	var got, stderr bytes.Buffer
+	if code := cmdSimulate([]string{"--sysfs-root", root, "--config", cfgPath}, bytes.NewReader(in), &got, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	want := simReference(t, root, cfgPath, in)
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("got %d bytes in %d lines, want %d bytes in %d lines",
+			got.Len(), bytes.Count(got.Bytes(), []byte("\n")), len(want), bytes.Count(want, []byte("\n")))
+	}
+	if n := bytes.Count(want, []byte("\n")); n != 5 || !bytes.Contains(want, []byte(`"exclusive":true`)) {
+		t.Fatalf("reference: %d answers, want 5 with an exclusive add", n)
+	}
+}
