@@ -14,20 +14,21 @@ import (
 // readDirNames the same for a directory.
 type diskFS struct {
 	fs.FS
-	root string
+	// dir is the root ending in a slash, the prefix of every path.
+	dir string
 }
 
 func newDiskFS(root string) diskFS {
-	return diskFS{FS: os.DirFS(root), root: root}
+	dir := root
+	if dir[len(dir)-1] != '/' {
+		dir += "/"
+	}
+	return diskFS{FS: os.DirFS(root), dir: dir}
 }
 
 // open opens name (a valid fs path, slash-separated) for reading.
 func (d diskFS) open(name string, flags int) (int, error) {
-	p := d.root
-	if p[len(p)-1] != '/' {
-		p += "/"
-	}
-	p += name
+	p := d.dir + name
 	for {
 		fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC|flags, 0)
 		if err != syscall.EINTR {

@@ -202,3 +202,28 @@ func TestReadDiskMatchesFS(t *testing.T) {
 		})
 	}
 }
+
+// A root given with a trailing slash reads the same tree, and errors name
+// files as for the root without it.
+func TestReadRootTrailingSlash(t *testing.T) {
+	f := files(t, "ht-1s-4c")
+	tree := newDiskTree(t, t, f)
+	want, err := sysfs.Read(tree.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sysfs.Read(tree.root + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Details(), want.Details()) {
+		t.Errorf("Read(%q) and Read(%q) disagree", tree.root+"/", tree.root)
+	}
+	delete(f, cpuDir+"cpu2/topology/core_id")
+	tree.apply(t, f)
+	_, err = sysfs.Read(tree.root + "/")
+	var fe *sysfs.FileError
+	if p := filepath.Join(tree.root, cpuDir+"cpu2/topology/core_id"); !errors.As(err, &fe) || fe.Path != p {
+		t.Errorf("Read(%q) = %v, want a FileError for %s", tree.root+"/", err, p)
+	}
+}
