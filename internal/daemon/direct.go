@@ -259,7 +259,7 @@ func checkDirect(cfg *config.Config, log *logrus.Logger) error {
 		return nil
 	}
 	dir := newCgroupReader(cfg.CgroupRoot).cpusetRoot()
-	err := syscall.Access(dir, 2) // W_OK: EROFS on a read-only mount
+	err := mountWritable(dir)
 	if err == nil {
 		return nil
 	}
@@ -276,3 +276,21 @@ func checkDirect(cfg *config.Config, log *logrus.Logger) error {
 	cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
 	return nil
 }
+
+// mountWritable reports why dir's file system cannot be written: it is
+// missing or mounted read-only. Not access(2): a cgroup v1 hierarchy's root
+// directory is r-x for everyone, and the DaemonSet's root without
+// capabilities still writes the cgroup files it owns.
+func mountWritable(dir string) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return err
+	}
+	if st.Flags&stRdonly != 0 {
+		return syscall.EROFS
+	}
+	return nil
+}
+
+// stRdonly is ST_RDONLY of statfs(2)'s f_flags.
+const stRdonly = 0x1

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
@@ -272,5 +273,40 @@ func TestDirectStartWaitsForThePool(t *testing.T) {
 	h.start(t, gPod, app)
 	if b, _ := os.ReadFile(filepath.Join(dir, "cpuset.cpus")); strings.TrimSpace(string(b)) != "0,2-4,6-7" {
 		t.Errorf("be's cgroup %q once app started, want 0,2-4,6-7", b)
+	}
+}
+
+// TestDirectReadOnlyMount: a cgroup_root mounted read-only is refused for
+// an explicit direct (read-only bind mount; needs root to mount), while a
+// directory no one but its owner may list, as a cgroup v1 root is (r-x),
+// is not: the files under it are what the daemon writes.
+func TestDirectReadOnlyMount(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(root, "cpuset"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	doc := reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\nmetrics_address = \"\"\ncgroup_root = \"" + root + "\"\nshared_pool_updates = \"direct\"\n"
+	cfg, err := config.Load([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg, WithTopology(topo), WithLogger(logrus.New())); err != nil {
+		t.Errorf("New with a writable mount whose cpuset directory is r-x: %v", err)
+	}
+
+	if err := syscall.Mount(root, root, "", syscall.MS_BIND, ""); err != nil {
+		t.Skipf("cannot bind-mount (needs root): %v", err)
+	}
+	defer syscall.Unmount(root, 0)
+	if err := syscall.Mount("", root, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+		t.Skipf("cannot remount read-only: %v", err)
+	}
+	_, err = New(cfg, WithTopology(topo), WithLogger(logrus.New()))
+	if err == nil || !strings.Contains(err.Error(), "shared_pool_updates") || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("New with direct on a read-only cgroup_root: %v; want an error naming shared_pool_updates and the read-only file system", err)
 	}
 }
