@@ -26,7 +26,7 @@ import (
 // request timeout.
 func BenchmarkCreateStopRemove(b *testing.B) {
 	topo := sysfstest.Load(b, "epyc-7702p-smt")
-	cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\nstate_dir = %q\nmetrics_address = \"\"\ncontainer_start_timeout = \"0\"\n", b.TempDir())))
+	cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\nshared_pool_updates = \"in-answer\"\nstate_dir = %q\nmetrics_address = \"\"\ncontainer_start_timeout = \"0\"\n", b.TempDir())))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func BenchmarkCreateContainerHandler(b *testing.B) {
 				dir = b.TempDir()
 			}
 			defer os.RemoveAll(dir)
-			cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\ntopology_manager_policy = \"best-effort\"\nstate_dir = %q\nmetrics_address = \"\"\ncontainer_start_timeout = \"0\"\n", dir)))
+			cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\nshared_pool_updates = \"in-answer\"\ntopology_manager_policy = \"best-effort\"\nstate_dir = %q\nmetrics_address = \"\"\ncontainer_start_timeout = \"0\"\n", dir)))
 			if err != nil {
 				b.Fatal(err)
 			}
