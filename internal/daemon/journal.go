@@ -135,16 +135,8 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 	if s.j == nil || s.engine != d.engine || s.fp != fp {
 		return d.compact(st, ctrs)
 	}
-	head, pool := s.headFor(d.engine, st)
+	head, pool := s.deltaFor(d.engine, st, ctrs)
 	r := &s.delta
-	r.reset(head)
-	if !sameMap(st.Alloc.Assignments, s.assign) {
-		diffAssign(&r.assign, st.Alloc.Assignments, s.assign)
-	}
-	if !sameMap(st.PodAffinity, s.aff) {
-		diffAffinity(&r.aff, st.PodAffinity, s.aff)
-	}
-	diffRecords(&r.ctrs, ctrs, s.ctrs)
 	if head == s.head && r.empty() {
 		return nil // the disk holds this state already
 	}
@@ -167,6 +159,24 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 		}
 	}
 	return nil
+}
+
+// deltaFor fills s.delta with what (st, ctrs) changes from the state on
+// disk and returns the record's head and the shared pool it was printed
+// from. The engine's maps are compared only when they are not the ones
+// on disk.
+func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, ctrs map[string]ctrRecord) (journalHead, cpumask.Mask) {
+	head, pool := s.headFor(e, st)
+	r := &s.delta
+	r.reset(head)
+	if !sameMap(st.Alloc.Assignments, s.assign) {
+		diffAssign(&r.assign, st.Alloc.Assignments, s.assign)
+	}
+	if !sameMap(st.PodAffinity, s.aff) {
+		diffEqual(&r.aff, st.PodAffinity, s.aff)
+	}
+	diffEqual(&r.ctrs, ctrs, s.ctrs)
+	return head, pool
 }
 
 // sameMap reports whether a and b are the same map (not merely equal).
@@ -223,8 +233,10 @@ func diffAssign(out *[]keyDelta[map[string]cpuset.CPUSet], cur, disk map[string]
 	sortDelta(*out)
 }
 
-// diffAffinity is diffAssign for the pod affinities.
-func diffAffinity(out *[]keyDelta[hints.Hint], cur, disk map[string]hints.Hint) {
+// diffEqual is diffAssign for values compared with ==: the pod
+// affinities and the container index (with 500 containers the latter is
+// most of the store's work, hence == rather than a comparison function).
+func diffEqual[V comparable](out *[]keyDelta[V], cur, disk map[string]V) {
 	met := 0
 	for k, v := range cur {
 		old, ok := disk[k]
@@ -234,37 +246,12 @@ func diffAffinity(out *[]keyDelta[hints.Hint], cur, disk map[string]hints.Hint) 
 				continue
 			}
 		}
-		*out = append(*out, keyDelta[hints.Hint]{key: k, v: v})
+		*out = append(*out, keyDelta[V]{key: k, v: v})
 	}
 	if met < len(disk) {
 		for k := range disk {
 			if _, ok := cur[k]; !ok {
-				*out = append(*out, keyDelta[hints.Hint]{key: k, gone: true})
-			}
-		}
-	}
-	sortDelta(*out)
-}
-
-// diffRecords is diffAssign for the container index: with 500 containers
-// it is most of the store's work, so it is written out for the record
-// type rather than through a comparison function.
-func diffRecords(out *[]keyDelta[ctrRecord], cur, disk map[string]ctrRecord) {
-	met := 0
-	for k, v := range cur {
-		old, ok := disk[k]
-		if ok {
-			met++
-			if old == v {
-				continue
-			}
-		}
-		*out = append(*out, keyDelta[ctrRecord]{key: k, v: v})
-	}
-	if met < len(disk) {
-		for k := range disk {
-			if _, ok := cur[k]; !ok {
-				*out = append(*out, keyDelta[ctrRecord]{key: k, gone: true})
+				*out = append(*out, keyDelta[V]{key: k, gone: true})
 			}
 		}
 	}
