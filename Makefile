@@ -118,7 +118,8 @@ FUZZ_TARGETS := pkg/config:FuzzLoad pkg/checkpoint:FuzzLoad pkg/checkpoint:FuzzR
 	pkg/sysfs:FuzzParseList pkg/sysfs:FuzzParseInt pkg/sysfs:FuzzParseMemTotal \
 	pkg/sysfs:FuzzParseDistances pkg/sysfs:FuzzReadFS pkg/sysfs:FuzzDeviceNUMANode \
 	internal/daemon:FuzzKubeletState internal/daemon:FuzzRequestFor internal/daemon:FuzzRestore \
-	cmd/nri-cpualign:FuzzSimulate cmd/nri-cpualign:FuzzFastRequest cmd/nri-cpualign:FuzzAppendAnswer
+	cmd/nri-cpualign:FuzzSimulate cmd/nri-cpualign:FuzzFastRequest cmd/nri-cpualign:FuzzAppendAnswer \
+	internal/jsonstr:FuzzAppend
 .PHONY: fuzz fuzz-short
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -18,6 +18,8 @@ import (
 	"strconv"
 
 	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/jsonstr"
 )
 
 // parseFast fills req from line when line is a request in the plain
@@ -167,13 +169,13 @@ func appendAnswer(b []byte, v any) []byte {
 	switch a := v.(type) {
 	case addResult:
 		b = append(b, `{"pod":`...)
-		b = appendString(b, a.Pod)
+		b = jsonstr.Append(b, a.Pod)
 		b = append(b, `,"container":`...)
-		b = appendString(b, a.Container)
+		b = jsonstr.Append(b, a.Container)
 		b = append(b, `,"cpus":`...)
-		b = appendString(b, a.CPUs)
+		b = jsonstr.Append(b, a.CPUs)
 		b = append(b, `,"mems":`...)
-		b = appendString(b, a.Mems)
+		b = jsonstr.Append(b, a.Mems)
 		b = append(b, `,"exclusive":`...)
 		b = strconv.AppendBool(b, a.Exclusive)
 		b = append(b, `,"affinity":`...)
@@ -185,21 +187,21 @@ func appendAnswer(b []byte, v any) []byte {
 		return append(b, '}')
 	case removeResult:
 		b = append(b, `{"pod":`...)
-		b = appendString(b, a.Pod)
+		b = jsonstr.Append(b, a.Pod)
 		b = append(b, `,"container":`...)
-		b = appendString(b, a.Container)
+		b = jsonstr.Append(b, a.Container)
 		b = append(b, `,"removed":`...)
 		b = strconv.AppendBool(b, a.Removed)
 		return append(b, '}')
 	case containerError:
 		b = append(b, `{"pod":`...)
-		b = appendString(b, a.Pod)
+		b = jsonstr.Append(b, a.Pod)
 		b = append(b, `,"container":`...)
-		b = appendString(b, a.Container)
+		b = jsonstr.Append(b, a.Container)
 		b = append(b, `,"error":`...)
-		b = appendString(b, a.Error)
+		b = jsonstr.Append(b, a.Error)
 		b = append(b, `,"reason":`...)
-		b = appendString(b, a.Reason)
+		b = jsonstr.Append(b, a.Reason)
 		if a.Affinity != nil {
 			b = append(b, `,"affinity":`...)
 			b = appendAffinity(b, *a.Affinity)
@@ -207,10 +209,10 @@ func appendAnswer(b []byte, v any) []byte {
 		return append(b, '}')
 	case errorLine:
 		b = append(b, `{"error":`...)
-		b = appendString(b, a.Error)
+		b = jsonstr.Append(b, a.Error)
 		if a.Reason != "" {
 			b = append(b, `,"reason":`...)
-			b = appendString(b, a.Reason)
+			b = jsonstr.Append(b, a.Reason)
 		}
 		if a.Line != 0 {
 			b = append(b, `,"line":`...)
@@ -246,21 +248,6 @@ func appendInts(b []byte, v []int) []byte {
 		b = strconv.AppendInt(b, int64(n), 10)
 	}
 	return append(b, ']')
-}
-
-// appendString writes s as encoding/json does: printable ASCII other than
-// the characters it escapes (" \ < > &) is copied, anything else is left
-// to encoding/json.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			j, _ := json.Marshal(s) // a string always encodes
-			return append(b, j...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // cpuList is s.String() without sorting: CPU ids below 1024 go through a

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/jsonstr"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -33,11 +34,11 @@ type payloadEncoder struct {
 func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st policy.State, ctrs map[string]ctrRecord) ([]byte, error) {
 	head := engine.SnapshotExceptAssignments(st)
 	b := append(e.buf[:0], `{"fingerprint":`...)
-	b = appendJSON(b, fingerprint)
+	b = jsonstr.Append(b, fingerprint)
 	b = append(b, `,"engine":{"shared":`...)
-	b = appendJSON(b, head.Shared)
+	b = jsonstr.Append(b, head.Shared)
 	b = append(b, `,"reserved":`...)
-	b = appendJSON(b, head.Reserved)
+	b = jsonstr.Append(b, head.Reserved)
 	b = append(b, `,"assignments":`...)
 	assign := st.Alloc.Assignments
 	if assign == nil {
@@ -51,11 +52,11 @@ func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st po
 	}
 	if head.ReusablePod != "" {
 		b = append(b, `,"reusable_pod":`...)
-		b = appendJSON(b, head.ReusablePod)
+		b = jsonstr.Append(b, head.ReusablePod)
 	}
 	if head.Reusable != "" {
 		b = append(b, `,"reusable":`...)
-		b = appendJSON(b, head.Reusable)
+		b = jsonstr.Append(b, head.Reusable)
 	}
 	if len(head.PodAffinity) > 0 {
 		aff, err := json.Marshal(head.PodAffinity)
@@ -77,37 +78,22 @@ func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st po
 	return b, nil
 }
 
-// appendJSON appends s as a JSON string, escaped as encoding/json does.
-// IDs, names, paths and CPU lists are plain ASCII: those are copied as
-// they are; anything else goes through encoding/json.
-func appendJSON(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
 // appendTo appends the record as json.Marshal would write the
 // journalRecord it stands for (TestRecordDeltaMatchesJSON), without
 // reflection or maps: encoding it was a good part of a decision.
 func (r *recordDelta) appendTo(b []byte) []byte {
 	h := r.head
 	b = append(b, `{"shared":`...)
-	b = appendJSON(b, h.shared)
+	b = jsonstr.Append(b, h.shared)
 	b = append(b, `,"reserved":`...)
-	b = appendJSON(b, h.reserved)
+	b = jsonstr.Append(b, h.reserved)
 	if h.reusablePod != "" {
 		b = append(b, `,"reusable_pod":`...)
-		b = appendJSON(b, h.reusablePod)
+		b = jsonstr.Append(b, h.reusablePod)
 	}
 	if h.reusable != "" {
 		b = append(b, `,"reusable":`...)
-		b = appendJSON(b, h.reusable)
+		b = jsonstr.Append(b, h.reusable)
 	}
 	b = appendDelta(b, `,"assign":{`, r.assign, appendAssignment)
 	b = appendDelta(b, `,"affinity":{`, r.aff, appendHint)
@@ -126,7 +112,7 @@ func appendDelta[V any](b []byte, open string, d []keyDelta[V], enc func([]byte,
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSON(b, kd.key)
+		b = jsonstr.Append(b, kd.key)
 		b = append(b, ':')
 		if kd.gone {
 			b = append(b, "null"...)
@@ -149,9 +135,9 @@ func appendAssignment(b []byte, sets map[string]cpuset.CPUSet) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSON(b, name)
+		b = jsonstr.Append(b, name)
 		b = append(b, ':')
-		b = appendJSON(b, sets[name].String())
+		b = jsonstr.Append(b, sets[name].String())
 	}
 	return append(b, '}')
 }
@@ -180,22 +166,22 @@ func appendHint(b []byte, h hints.Hint) []byte {
 // appendRecord is a ctrRecord as JSON, its struct tags' rules included.
 func appendRecord(b []byte, r ctrRecord) []byte {
 	b = append(b, `{"id":`...)
-	b = appendJSON(b, r.ID)
+	b = jsonstr.Append(b, r.ID)
 	b = append(b, `,"pod":`...)
-	b = appendJSON(b, r.Pod)
+	b = jsonstr.Append(b, r.Pod)
 	b = append(b, `,"pod_name":`...)
-	b = appendJSON(b, r.PodName)
+	b = jsonstr.Append(b, r.PodName)
 	b = append(b, `,"name":`...)
-	b = appendJSON(b, r.Name)
+	b = jsonstr.Append(b, r.Name)
 	if r.CgroupsPath != "" {
 		b = append(b, `,"cgroups_path":`...)
-		b = appendJSON(b, r.CgroupsPath)
+		b = jsonstr.Append(b, r.CgroupsPath)
 	}
 	b = append(b, `,"exclusive":`...)
 	b = strconv.AppendBool(b, r.Exclusive)
 	if r.Mems != "" {
 		b = append(b, `,"mems":`...)
-		b = appendJSON(b, r.Mems)
+		b = jsonstr.Append(b, r.Mems)
 	}
 	return append(b, '}')
 }
