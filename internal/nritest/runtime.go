@@ -423,10 +423,24 @@ func (rt *Runtime) RunPodAway(pod *api.PodSandbox) {
 // not name the container being created (NRI fails such a creation; the
 // runtime reports it too, should that change).
 func (rt *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.CreateContainerResponse, error) {
+	resp, _, err := rt.CreateContainerTimed(ctx, pod, c)
+	return resp, err
+}
+
+// CreateContainerTimed is CreateContainer that also returns how long the
+// NRI exchange took: the request sent, the plugins' answers received and
+// merged. What this fake runtime does with the answer afterwards (storing
+// it, writing a fake cgroup tree, which on disk costs a new directory and
+// two files) is not in it, as runc's create is not in a real runtime's.
+func (rt *Runtime) CreateContainerTimed(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.CreateContainerResponse, time.Duration, error) {
 	var resp *api.CreateContainerResponse
+	var took time.Duration
 	var err error
 	rt.Op(func(a *adaptation.Adaptation) {
-		resp, err = a.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: proto.Clone(c).(*api.Container)})
+		req := &api.CreateContainerRequest{Pod: pod, Container: proto.Clone(c).(*api.Container)}
+		t0 := time.Now()
+		resp, err = a.CreateContainer(ctx, req)
+		took = time.Since(t0)
 		if err != nil {
 			return
 		}
@@ -443,7 +457,7 @@ func (rt *Runtime) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *
 		rt.ctrs[c.Id] = c
 		rt.applyLocked(resp.GetUpdate())
 	})
-	return resp, err
+	return resp, took, err
 }
 
 // CreateContainerAway stores c running with no plugin: no adjustment, the
