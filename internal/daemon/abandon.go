@@ -142,14 +142,14 @@ func (d *Daemon) startedLate(pod *api.PodSandbox, ctr *api.Container) bool {
 	}
 	st, kept := late.State, late.Kept
 	rec.Exclusive, rec.Mems = late.Exclusive, late.Mems
-	recs := cloneRecords(d.ctrs)
-	recs[id] = rec
-	if err := d.persist(st, recs); err != nil {
+	edit := ctrEdit{put: []ctrRecord{rec}}
+	if err := d.persistEdit(st, edit); err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; the late container stays untracked")
 		return false
 	}
 	prevShared := d.engine.SharedMask(d.st)
-	d.st, d.ctrs = st, recs
+	d.st = st
+	d.commitEdit(edit)
 	d.gen++
 	d.metrics.updateGauges()
 	entry.WithFields(logrus.Fields{"cpus": d.rightCPUs(rec).String(), "exclusive": rec.Exclusive, "kept_cpus": kept}).

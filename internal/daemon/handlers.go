@@ -261,8 +261,8 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if dec.Exclusive && !dec.Mems.IsEmpty() {
 		rec.Mems = dec.Mems.String()
 	}
-	recs, superseded := d.withRecord(rec)
-	if err := d.persist(next, recs); err != nil {
+	edit, superseded := d.withRecord(rec)
+	if err := d.persistEdit(next, edit); err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
 		return nil, nil, err
 	}
@@ -272,7 +272,8 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		d.logAbandoned(r, d.rightCPUs(r).String(), "created again as "+rec.ID+" before it started",
 			"container never started: its pod created it again, the new attempt takes its place")
 	}
-	d.st, d.ctrs = next, recs
+	d.st = next
+	d.commitEdit(edit)
 	d.gen++
 	d.awaitStart(rec.ID)
 	d.metrics.observeDecision(dec, d.topo)
@@ -290,23 +291,22 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	return adj, updates, nil
 }
 
-// withRecord is a copy of the index with rec in it. A container
+// withRecord is the edit putting rec in the index. A container
 // re-created under the same pod and name (a restart) replaces the old
 // record; the engine already gave it the old CPUs. An old one that never
 // started is a dead attempt (the kubelet retries a failed creation with a
 // new ID): it is returned as superseded. d.mu is held.
-func (d *Daemon) withRecord(rec ctrRecord) (recs map[string]ctrRecord, superseded []ctrRecord) {
-	recs = cloneRecords(d.ctrs)
-	for id, r := range recs {
+func (d *Daemon) withRecord(rec ctrRecord) (edit ctrEdit, superseded []ctrRecord) {
+	for id, r := range d.ctrs {
 		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
 			if d.awaitingStart(id) {
 				superseded = append(superseded, r)
 			}
-			delete(recs, id)
+			edit.del = append(edit.del, id)
 		}
 	}
-	recs[rec.ID] = rec
-	return recs, superseded
+	edit.put = []ctrRecord{rec}
+	return edit, superseded
 }
 
 // adjustmentOf is the CreateContainer answer of a decision: cpuset.cpus
@@ -400,16 +400,16 @@ func (d *Daemon) forget(id, why string) (bool, error) {
 func (d *Daemon) drop(id string) (bool, error) {
 	r := d.ctrs[id]
 	next := d.engine.Remove(d.st, r.Pod, r.Name)
-	recs := cloneRecords(d.ctrs)
-	delete(recs, id)
-	if err := d.persist(next, recs); err != nil {
+	edit := ctrEdit{del: []string{id}}
+	if err := d.persistEdit(next, edit); err != nil {
 		d.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name}).Error("cannot write the checkpoint; the container's CPUs stay assigned")
 		return false, err
 	}
 	d.started(id)
 	d.dropPushAfterStart(id)
 	prevShared := d.engine.SharedMask(d.st)
-	d.st, d.ctrs = next, recs
+	d.st = next
+	d.commitEdit(edit)
 	d.gen++
 	d.metrics.updateGauges()
 	return !prevShared.Equals(d.engine.SharedMask(d.st)), nil
@@ -436,28 +436,27 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 	key := podKey(pod)
 	d.forgetGaveUp("", key)
 	next := d.engine.RemovePod(d.st, key)
-	recs := cloneRecords(d.ctrs)
-	for id, r := range recs {
+	var edit ctrEdit
+	for id, r := range d.ctrs {
 		if r.Pod == key {
 			next = d.engine.Remove(next, r.Pod, r.Name)
-			delete(recs, id)
+			edit.del = append(edit.del, id)
 		}
 	}
-	if len(recs) == len(d.ctrs) && podUnknown(d.st, key) {
+	if len(edit.del) == 0 && podUnknown(d.st, key) {
 		d.mu.Unlock()
 		return nil
 	}
-	if err := d.persist(next, recs); err != nil {
+	if err := d.persistEdit(next, edit); err != nil {
 		d.mu.Unlock()
 		return err
 	}
 	prevShared := d.engine.SharedMask(d.st)
-	for id := range d.ctrs {
-		if _, kept := recs[id]; !kept {
-			d.started(id)
-		}
+	for _, id := range edit.del {
+		d.started(id)
 	}
-	d.st, d.ctrs = next, recs
+	d.st = next
+	d.commitEdit(edit)
 	d.gen++
 	d.metrics.updateGauges()
 	changed := !prevShared.Equals(d.engine.SharedMask(d.st))

@@ -125,17 +125,17 @@ func (s *journalStore) headFor(e *policy.Engine, st policy.State) (journalHead, 
 	return h, pool
 }
 
-// persistJournal makes (st, ctrs) durable through the journal. The
-// record is what differs from the state on disk; finding it costs a
-// lookup per container (the index is a new map on every event) and
-// nothing for the engine's maps when they are the ones on disk.
-func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) error {
+// persistJournal makes st and the index of c durable through the
+// journal. The record is what differs from the state on disk; finding it
+// costs a lookup per container changed (per container for a whole new
+// index) and nothing for the engine's maps when they are the ones on disk.
+func (d *Daemon) persistJournal(st policy.State, c indexChange) error {
 	s := &d.jnl
 	fp := d.fingerprint()
 	if s.j == nil || s.engine != d.engine || s.fp != fp {
-		return d.compact(st, ctrs)
+		return d.compact(st, c.index(d.ctrs))
 	}
-	head, pool := s.deltaFor(d.engine, st, ctrs)
+	head, pool := s.deltaFor(d.engine, st, c)
 	r := &s.delta
 	if head == s.head && r.empty() {
 		return nil // the disk holds this state already
@@ -143,7 +143,7 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 	s.buf = r.appendTo(s.buf[:0])
 	switch err := s.j.Append(s.buf); {
 	case errors.Is(err, checkpoint.ErrJournalFull):
-		return d.compact(st, ctrs)
+		return d.compact(st, c.index(d.ctrs))
 	case err != nil:
 		// What reached the disk is unknown: a new journal next time.
 		s.reset()
@@ -161,11 +161,12 @@ func (d *Daemon) persistJournal(st policy.State, ctrs map[string]ctrRecord) erro
 	return nil
 }
 
-// deltaFor fills s.delta with what (st, ctrs) changes from the state on
-// disk and returns the record's head and the shared pool it was printed
-// from. The engine's maps are compared only when they are not the ones
-// on disk.
-func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, ctrs map[string]ctrRecord) (journalHead, cpumask.Mask) {
+// deltaFor fills s.delta with what st and c's index change from the state
+// on disk and returns the record's head and the shared pool it was
+// printed from. The engine's maps are compared only when they are not the
+// ones on disk; of the index, an edit's records only (the rest is on disk
+// as committed).
+func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, c indexChange) (journalHead, cpumask.Mask) {
 	head, pool := s.headFor(e, st)
 	r := &s.delta
 	r.reset(head)
@@ -175,8 +176,27 @@ func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, ctrs map[stri
 	if !sameMap(st.PodAffinity, s.aff) {
 		diffEqual(&r.aff, st.PodAffinity, s.aff)
 	}
-	diffEqual(&r.ctrs, ctrs, s.ctrs)
+	if c.all != nil {
+		diffEqual(&r.ctrs, c.all, s.ctrs)
+	} else {
+		diffEdit(&r.ctrs, c.edit, s.ctrs)
+	}
 	return head, pool
+}
+
+// diffEdit appends to out the records of e that differ from disk's.
+func diffEdit(out *[]keyDelta[ctrRecord], e ctrEdit, disk map[string]ctrRecord) {
+	for _, id := range e.del {
+		if _, ok := disk[id]; ok && !slices.ContainsFunc(e.put, func(r ctrRecord) bool { return r.ID == id }) {
+			*out = append(*out, keyDelta[ctrRecord]{key: id, gone: true})
+		}
+	}
+	for _, r := range e.put {
+		if old, ok := disk[r.ID]; !ok || old != r {
+			*out = append(*out, keyDelta[ctrRecord]{key: r.ID, v: r})
+		}
+	}
+	sortDelta(*out)
 }
 
 // sameMap reports whether a and b are the same map (not merely equal).

@@ -77,18 +77,30 @@ func (d *Daemon) fingerprint() string {
 	return d.fp
 }
 
-// persist writes the checkpoint for (st, ctrs). The caller commits them to
-// the daemon only when persist succeeds.
+// persist writes the checkpoint for (st, ctrs), a whole new index (a
+// synchronization). The caller commits them to the daemon only when
+// persist succeeds.
 func (d *Daemon) persist(st policy.State, ctrs map[string]ctrRecord) error {
+	return d.persistIndex(st, indexChange{all: ctrs})
+}
+
+// persistEdit writes the checkpoint for st and the committed index with e
+// applied; the caller commits them (d.st = st, d.commitEdit(e)) only when
+// it succeeds.
+func (d *Daemon) persistEdit(st policy.State, e ctrEdit) error {
+	return d.persistIndex(st, indexChange{edit: e})
+}
+
+func (d *Daemon) persistIndex(st policy.State, c indexChange) error {
 	var err error
 	if d.jnl.mode == StoreSnapshot {
 		var data []byte
-		data, err = d.enc.encode(d.fingerprint(), d.engine, st, ctrs)
+		data, err = d.enc.encode(d.fingerprint(), d.engine, st, c.index(d.ctrs))
 		if err == nil {
 			err = d.ckpt.SaveCompact(data)
 		}
 	} else {
-		err = d.persistJournal(st, ctrs)
+		err = d.persistJournal(st, c)
 	}
 	if err != nil {
 		d.metrics.checkpointErrors.Inc()
@@ -250,6 +262,51 @@ func (d *Daemon) rightCPUs(r ctrRecord) cpuset.CPUSet {
 		}
 	}
 	return d.engine.SharedCPUs(d.st)
+}
+
+// ctrEdit is what an event changes in the container index: records put
+// (new or replaced) and IDs removed. Events persist and commit an edit
+// rather than a new index: copying 500 records and comparing them all
+// with the store's on every event was a good part of a decision.
+type ctrEdit struct {
+	put []ctrRecord
+	del []string
+}
+
+// applyTo applies e to m in place: the removals, then the records put.
+func (e ctrEdit) applyTo(m map[string]ctrRecord) {
+	for _, id := range e.del {
+		delete(m, id)
+	}
+	for _, r := range e.put {
+		m[r.ID] = r
+	}
+}
+
+// commitEdit applies e to the committed index. d.mu is held.
+func (d *Daemon) commitEdit(e ctrEdit) {
+	if d.ctrs == nil {
+		d.ctrs = map[string]ctrRecord{}
+	}
+	e.applyTo(d.ctrs)
+}
+
+// indexChange is the index a checkpoint write is for: a whole new one
+// (all), or the committed one with an edit.
+type indexChange struct {
+	all  map[string]ctrRecord
+	edit ctrEdit
+}
+
+// index is the whole index the change leads to from committed (a copy
+// when it is an edit: committed stays as it is until the commit).
+func (c indexChange) index(committed map[string]ctrRecord) map[string]ctrRecord {
+	if c.all != nil {
+		return c.all
+	}
+	m := cloneRecords(committed)
+	c.edit.applyTo(m)
+	return m
 }
 
 // cloneRecords copies the container index for a tentative change.
