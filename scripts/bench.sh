@@ -6,7 +6,7 @@
 #      next to a fixed loop that shows the machine's own timing noise
 #      (BenchmarkNoiseFloor);
 #   2. the CreateContainer round trip over NRI in-process, checkpoint
-#      included, with 0/100/500 existing containers, both settings of
+#      included, with 0/100/500 existing containers, each setting of
 #      shared_pool_updates (BenchmarkCreateContainer);
 #      and both stores (journal: one record fdatasynced; snapshot: the whole
 #      checkpoint rewritten);
@@ -30,6 +30,9 @@
 #                              down after its run, as scripts/e2e.sh does)
 #   scripts/bench.sh --cri-only  only 5. (replaces the real-runtime part of
 #                              docs/performance.md)
+#   scripts/bench.sh --docs-only  measures nothing: writes docs/performance.md
+#                              again from the template and the last run's
+#                              output in BENCH_OUT (after a prose change)
 #
 # Settings (environment): BENCHTIME (decision benchmarks, default 2000x),
 # RT_BENCHTIME (round trips, default 200x), SIM_BENCHTIME (simulate runs,
@@ -48,7 +51,8 @@ case "${1:-}" in
 "") ;;
 --cri) mode=cri ;;
 --cri-only) mode=cri-only ;;
-*) die "unknown argument $1 (want --cri or --cri-only)" ;;
+--docs-only) mode=docs-only ;;
+*) die "unknown argument $1 (want --cri, --cri-only or --docs-only)" ;;
 esac
 
 BENCHTIME=${BENCHTIME:-2000x}
@@ -60,8 +64,13 @@ cd "$REPO_ROOT"
 DOC=$REPO_ROOT/docs/performance.md
 TEMPLATE=$REPO_ROOT/docs/performance.md.in
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+if [ "$mode" = docs-only ]; then
+	for f in run tables-only memory cri details; do
+		[ -f "$OUT/$f.md" ] || die "$OUT/$f.md missing: run scripts/bench.sh first"
+	done
+fi
 log "load before the run: $(uptime)"
-if [ "$mode" != cri-only ]; then
+if [ "$mode" != cri-only ] && [ "$mode" != docs-only ]; then
 	raw=$OUT/bench.txt
 	: >"$raw"
 	if [ -n "${BENCH_FILTER:-}" ]; then
@@ -91,9 +100,9 @@ if [ "$mode" != cri-only ]; then
 		cat "$OUT/memory.md"
 	} >>"$OUT/table.md"
 fi
-: >"$OUT/cri.md"
+[ "$mode" = docs-only ] || : >"$OUT/cri.md"
 
-if [ "$mode" != all ]; then
+if [ "$mode" = cri ] || [ "$mode" = cri-only ]; then
 	[ "$mode" = cri-only ] && : >"$OUT/table.md"
 	check_prereqs
 	take_machine
@@ -132,9 +141,11 @@ if [ "$mode" != all ]; then
 	} >>"$OUT/table.md"
 fi
 
-log "load after the run: $(uptime)"
-echo
-cat "$OUT/table.md"
+if [ "$mode" != docs-only ]; then
+	log "load after the run: $(uptime)"
+	echo
+	cat "$OUT/table.md"
+fi
 
 # cri_block prints the real-runtime part of the current docs/performance.md
 # (between the cri markers), for a run that did not measure it.
@@ -174,7 +185,7 @@ if [ ! -s "$OUT/cri.md" ]; then
 fi
 cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 state_fs=$(df -T "${TMPDIR:-/tmp}" | awk 'NR == 2 { print $2 " (" $1 ")" }')
-echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'): $(nproc) CPUs ($cpu_model), load average before the run $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); round-trip state \"on disk\" is ${TMPDIR:-/tmp} on $state_fs. Wall-clock figures on a shared machine include other processes; the CPU-time columns leave preemption out." >"$OUT/run.md"
+[ "$mode" = docs-only ] || echo "Run of $(date -u '+%Y-%m-%d %H:%M UTC'): $(nproc) CPUs ($cpu_model), load average before the run $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); round-trip state \"on disk\" is ${TMPDIR:-/tmp} on $state_fs. Wall-clock figures on a shared machine include other processes; the CPU-time columns leave preemption out." >"$OUT/run.md"
 fill_template RUN="$OUT/run.md" TABLES="$OUT/tables-only.md" MEMORY="$OUT/memory.md" CRI="$OUT/cri.md" DETAILS="$OUT/details.md" >"$DOC.tmp"
 mv "$DOC.tmp" "$DOC"
 log "wrote $DOC"
