@@ -83,6 +83,7 @@ func (p *plugin) Shutdown(context.Context) {
 // updates that bring every container to its right cpuset. planSync makes
 // the decision; this applies it.
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	defer p.d.metrics.timeEvent("Synchronize")()
 	d := p.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -235,6 +236,7 @@ func sameList(a, b string) bool {
 // the shared pool changed every other shared-pool container gets an
 // update. A rejection fails the creation with the reason word first.
 func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	defer p.d.metrics.timeEvent("CreateContainer")()
 	d := p.d
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
@@ -334,6 +336,7 @@ func (d *Daemon) logDecision(entry *logrus.Entry, dec policy.Decision, msg strin
 // StartContainer is the sign that the container came to life: both
 // runtimes send it only after the OCI runtime created the container.
 func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	defer p.d.metrics.timeEvent("StartContainer")()
 	d := p.d
 	d.mu.Lock()
 	d.started(ctr.GetId())
@@ -349,6 +352,7 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 // StopContainer releases the container's exclusive CPUs and returns the
 // updates that grow the shared pool of the others.
 func (p *plugin) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	defer p.d.metrics.timeEvent("StopContainer")()
 	d := p.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -418,6 +422,7 @@ func (d *Daemon) drop(id string) (bool, error) {
 // RemoveContainer forgets the container (idempotent). It cannot return
 // updates, so a grown shared pool is pushed by the update worker.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	defer p.d.metrics.timeEvent("RemoveContainer")()
 	d := p.d
 	d.mu.Lock()
 	changed, err := d.forget(ctr.GetId(), "removed")
@@ -431,6 +436,7 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 // RemovePodSandbox forgets every container of the pod and its pod-scope
 // affinity (idempotent).
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	defer p.d.metrics.timeEvent("RemovePodSandbox")()
 	d := p.d
 	d.mu.Lock()
 	key := podKey(pod)
@@ -482,6 +488,7 @@ func podUnknown(st policy.State, pod string) bool {
 // the container keeps its cpuset (the runtime leaves an empty cpuset
 // alone).
 func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	defer p.d.metrics.timeEvent("UpdateContainer")()
 	d := p.d
 	cpu := cpuOf(res)
 	if cpu == nil || (cpu.GetShares() == nil && cpu.GetQuota() == nil) {

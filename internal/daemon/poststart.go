@@ -45,6 +45,7 @@ func (d *Daemon) dropPushAfterStart(id string) { delete(d.pushOnStart, id) }
 // PostStartContainer pushes the shared pool that id's creation changed,
 // now that id runs and the runtime's start path is done.
 func (p *plugin) PostStartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	defer p.d.metrics.timeEvent("PostStartContainer")()
 	d := p.d
 	d.mu.Lock()
 	_, deferred := d.pushOnStart[ctr.GetId()]
