@@ -44,8 +44,4 @@ func (d *Daemon) Settle(ctx context.Context) error { return d.kicks.wait(ctx) }
 // Settled reports without waiting whether every kick so far has been
 // served (test hook: a benchmark spins on it between timed calls, where
 // reading back every cgroup would load the measured process's collector).
-func (d *Daemon) Settled() bool {
-	d.kicks.mu.Lock()
-	defer d.kicks.mu.Unlock()
-	return d.kicks.served >= d.kicks.asked
-}
+func (d *Daemon) Settled() bool { return d.kicks.settled() }

@@ -40,6 +40,13 @@ func (k *kickLedger) serve(upTo uint64) {
 	}
 }
 
+// settled reports whether every kick asked so far has been served.
+func (k *kickLedger) settled() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.served >= k.asked
+}
+
 // wait returns once every kick asked so far has been served, or with
 // ctx's error.
 func (k *kickLedger) wait(ctx context.Context) error {
