@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/eintr"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -229,7 +230,7 @@ func (r cgroupReader) writeFile(cgroupsPath, name, value string) error {
 	// non-blocking set-up and poller registration made each write cost
 	// about twice its three system calls.
 	path := filepath.Join(dir, name)
-	fd, err := ignoringEINTR(func() (int, error) {
+	fd, err := eintr.Retry(func() (int, error) {
 		return syscall.Open(path, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC, 0)
 	})
 	if err == syscall.ENOENT {
@@ -238,7 +239,7 @@ func (r cgroupReader) writeFile(cgroupsPath, name, value string) error {
 	if err != nil {
 		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	n, werr := ignoringEINTR(func() (int, error) { return syscall.Write(fd, []byte(value)) })
+	n, werr := eintr.Retry(func() (int, error) { return syscall.Write(fd, []byte(value)) })
 	cerr := syscall.Close(fd)
 	switch {
 	case werr != nil:
@@ -249,16 +250,6 @@ func (r cgroupReader) writeFile(cgroupsPath, name, value string) error {
 		return &fs.PathError{Op: "close", Path: path, Err: cerr}
 	}
 	return nil
-}
-
-// ignoringEINTR retries a system call that a signal interrupted.
-func ignoringEINTR(call func() (int, error)) (int, error) {
-	for {
-		n, err := call()
-		if err != syscall.EINTR {
-			return n, err
-		}
-	}
 }
 
 // cpusetRoot is the directory under which the cpuset files of every cgroup

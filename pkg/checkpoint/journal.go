@@ -46,6 +46,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"unsafe"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/eintr"
 )
 
 const (
@@ -243,12 +245,8 @@ func (j *Journal) Append(payload []byte) error {
 }
 
 func fdatasync(f *os.File) error {
-	for {
-		err := syscall.Fdatasync(int(f.Fd()))
-		if err != syscall.EINTR {
-			return err
-		}
-	}
+	_, err := eintr.Retry(func() (int, error) { return 0, syscall.Fdatasync(int(f.Fd())) })
+	return err
 }
 
 func recordCRC(seq, payload []byte) uint32 {

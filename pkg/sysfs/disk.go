@@ -4,6 +4,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/eintr"
 )
 
 // diskFS is os.DirFS(root) with a cheaper way to read a whole small file.
@@ -29,12 +31,7 @@ func newDiskFS(root string) diskFS {
 // open opens name (a valid fs path, slash-separated) for reading.
 func (d diskFS) open(name string, flags int) (int, error) {
 	p := d.dir + name
-	for {
-		fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC|flags, 0)
-		if err != syscall.EINTR {
-			return fd, err
-		}
-	}
+	return eintr.Retry(func() (int, error) { return syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC|flags, 0) })
 }
 
 // readFile appends the content of name (a valid fs path, slash-separated)
@@ -52,10 +49,8 @@ func (d diskFS) readFile(name string, buf []byte, limit int) ([]byte, error) {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := syscall.Read(fd, buf[len(buf):min(cap(buf), limit)])
+		n, err := eintr.Retry(func() (int, error) { return syscall.Read(fd, buf[len(buf):min(cap(buf), limit)]) })
 		switch {
-		case err == syscall.EINTR:
-			continue
 		case err != nil:
 			return buf, err
 		case n == 0:
@@ -79,10 +74,8 @@ func (d diskFS) readDirNames(name string, buf []byte) ([]string, error) {
 	defer syscall.Close(fd)
 	var names []string
 	for {
-		n, err := syscall.ReadDirent(fd, buf)
+		n, err := eintr.Retry(func() (int, error) { return syscall.ReadDirent(fd, buf) })
 		switch {
-		case err == syscall.EINTR:
-			continue
 		case err != nil:
 			return nil, err
 		case n <= 0:
