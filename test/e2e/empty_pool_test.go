@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -62,12 +61,9 @@ var _ = Describe("an empty shared pool under strict-cpu-reservation on a real "+
 		plugin = NewPlugin("empty-pool", `metrics_address = "127.0.0.1:0"`,
 			"[cpu_manager_policy_options]", `strict-cpu-reservation = "true"`)
 		plugin.Start(ctx)
-		line, ok, err := framework.FindLine(plugin.LogPath, 0, "serving /metrics")
-		Expect(err).NotTo(HaveOccurred())
-		Expect(ok).To(BeTrue(), "the plugin did not log its metrics address; its log:\n%s", plugin.LogTail())
-		m := regexp.MustCompile(`address="?([0-9.]+:[0-9]+)`).FindStringSubmatch(line)
-		Expect(m).NotTo(BeNil(), "no address in %q", line)
-		base = "http://" + m[1]
+		addr, err := framework.MetricsAddress(plugin.LogPath, 0)
+		Expect(err).NotTo(HaveOccurred(), "its log:\n%s", plugin.LogTail())
+		base = "http://" + addr
 		// Strict: the reserved CPU is not shared.
 		shared = []*framework.Container{pods.RunWith(ctx, "besteffort", framework.Resources{})}
 		sharedOn(ctx, nonReserved)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -68,12 +67,9 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 		// Registered after the plugin: the pods go first, while it runs.
 		DeferCleanup(pods.RemoveAll, NodeTimeout(2*time.Minute))
 		plugin.Start(ctx)
-		line, ok, err := framework.FindLine(plugin.LogPath, 0, "serving /metrics")
-		Expect(err).NotTo(HaveOccurred())
-		Expect(ok).To(BeTrue(), "the plugin did not log its metrics address; its log:\n%s", plugin.LogTail())
-		m := regexp.MustCompile(`address="?([0-9.]+:[0-9]+)`).FindStringSubmatch(line)
-		Expect(m).NotTo(BeNil(), "no address in %q", line)
-		base = "http://" + m[1]
+		addr, err := framework.MetricsAddress(plugin.LogPath, 0)
+		Expect(err).NotTo(HaveOccurred(), "its log:\n%s", plugin.LogTail())
+		base = "http://" + addr
 		shared = pods.RunWith(ctx, "besteffort", framework.Resources{})
 		Expect(CPUsOf(ctx, shared)).To(EqualCPUs(Host.CPUs))
 	}, NodeTimeout(3*time.Minute))

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,6 +132,28 @@ func WaitForLine(ctx context.Context, path string, offset int64, substrs ...stri
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// metricsLine is the daemon's start-up line naming its metrics address.
+var metricsLine = regexp.MustCompile(`serving /metrics.*address="?([0-9.]+:[0-9]+)`)
+
+// MetricsAddress is the host:port that a plugin started with
+// metrics_address = "127.0.0.1:0" serves /metrics, /state and /healthz on,
+// from the line its log has about it after offset (written before it
+// connects to the runtime).
+func MetricsAddress(logPath string, offset int64) (string, error) {
+	line, ok, err := FindLine(logPath, offset, "serving /metrics")
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("%s: the plugin did not log its metrics address", logPath)
+	}
+	m := metricsLine.FindStringSubmatch(line)
+	if m == nil {
+		return "", fmt.Errorf("%s: no address in %q", logPath, line)
+	}
+	return m[1], nil
 }
 
 // FindLine reports the first line of path after offset containing every one

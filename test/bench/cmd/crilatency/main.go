@@ -39,7 +39,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -92,7 +91,7 @@ type plugin struct {
 	env                 framework.Env
 	bin, work, log, pid string
 	proc                *framework.PluginProcess
-	metrics             string // host:port of its metrics endpoint
+	metrics             string // host:port of the running one's metrics endpoint
 }
 
 func (p *plugin) start(ctx context.Context, mode string, reserved cpuset.CPUSet) error {
@@ -105,12 +104,13 @@ state_dir = %q
 sysfs_root = "/sys"
 cgroup_root = "/sys/fs/cgroup"
 socket_path = %q
-metrics_address = %q
-`, reserved.String(), mode, filepath.Join(p.work, "state-"+mode), p.env.NRISocket, p.metrics)
+metrics_address = "127.0.0.1:0"
+`, reserved.String(), mode, filepath.Join(p.work, "state-"+mode), p.env.NRISocket)
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		return err
 	}
 	offset := framework.FileSize(p.env.RuntimeLog)
+	logOffset := framework.FileSize(p.log)
 	proc, err := framework.StartPlugin(p.bin, []string{"run", "--config", cfg}, p.log, p.pid)
 	if err != nil {
 		return err
@@ -121,7 +121,8 @@ metrics_address = %q
 	if _, err := framework.WaitForLine(wctx, p.env.RuntimeLog, offset, "cpualign", "connected and synchronized"); err != nil {
 		return fmt.Errorf("plugin did not synchronize: %w (log %s)", err, p.log)
 	}
-	return nil
+	p.metrics, err = framework.MetricsAddress(p.log, logOffset)
+	return err
 }
 
 func (p *plugin) stop(ctx context.Context) error {
@@ -189,13 +190,8 @@ func run(bin string, n, block int, cells []int, modes []string, work string) err
 	} else if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
 	b := &bench{env: env, cli: cli, host: host, reserved: cpuset.New(host.CPUs.List()[0]),
-		p: &plugin{env: env, bin: bin, work: work, log: filepath.Join(work, "plugin.log"), pid: os.Getenv("NRI_CPUALIGN_E2E_PIDFILE"),
-			metrics: fmt.Sprintf("127.0.0.1:%d", port)}}
+		p: &plugin{env: env, bin: bin, work: work, log: filepath.Join(work, "plugin.log"), pid: os.Getenv("NRI_CPUALIGN_E2E_PIDFILE")}}
 	defer func() { _ = b.p.stop(ctx) }()
 
 	fmt.Printf("CreateContainer+StartContainer of a Guaranteed 1-CPU container on the real %s, with running shared-pool containers; %d paired samples per mode and cell; \"pool\" = from StartContainer's return until every shared container's cpuset.cpus held the new pool; \"plugin's own\" = its answers to the start's NRI events (CreateContainer, StartContainer, PostStartContainer) from its metrics, NRI's transport not included:\n\n", env.Runtime, n)
@@ -507,16 +503,6 @@ func startPathSeconds(page string) (float64, error) {
 		}
 	}
 	return total, nil
-}
-
-// freePort is a TCP port on 127.0.0.1 that nothing listens on now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func windows(s []sample) []time.Duration {
