@@ -37,38 +37,7 @@ func TestPayloadEncoderMatchesJSON(t *testing.T) {
 			}
 			pod := fmt.Sprintf("uid-%d", rng.Intn(8))
 			name := names[rng.Intn(len(names))]
-			id := pod + "/" + name
-			switch rng.Intn(4) {
-			case 0, 1:
-				qos, milli := policy.Guaranteed, int64(1000*(1+rng.Intn(3)))
-				if rng.Intn(3) == 0 {
-					qos, milli = policy.Burstable, 500
-				}
-				req := policy.Request{Pod: pod, Container: name, QoS: qos, CPURequestMilli: milli, CPULimitMilli: milli,
-					Type: allocator.ContainerType(rng.Intn(2))}
-				if ns, dec, err := e.Add(st, req); err == nil {
-					st = ns
-					next[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: "/kubepods/" + id,
-						Exclusive: dec.Exclusive, Mems: dec.Mems.String()}
-				}
-			case 2:
-				if r, ok := next[id]; ok {
-					r.Mems = []string{"", "0", "0-1"}[rng.Intn(3)]
-					next[id] = r
-				}
-			case 3:
-				if rng.Intn(4) == 0 {
-					st = e.RemovePod(st, pod)
-					for k, r := range next {
-						if r.Pod == pod {
-							delete(next, k)
-						}
-					}
-				} else {
-					st = e.Remove(st, pod, name)
-					delete(next, id)
-				}
-			}
+			st = randomEvent(rng, e, st, next, pod, name, func(id string) string { return "/kubepods/" + id })
 			ctrs = next
 			got, err := enc.encode("fp", e, st, ctrs)
 			if err != nil {
@@ -149,6 +118,47 @@ func BenchmarkPayloadEncoder(b *testing.B) {
 	}
 }
 
+// randomEvent applies one random event for container name of pod to st
+// and the index next, and returns the new state: an admission (Guaranteed
+// with 1-3 CPUs or Burstable, an init or a regular container; the record
+// gets cgroupsPath(id)), a record's mems changed, the container removed,
+// or its whole pod.
+func randomEvent(rng *rand.Rand, e *policy.Engine, st policy.State, next map[string]ctrRecord, pod, name string, cgroupsPath func(id string) string) policy.State {
+	id := pod + "/" + name
+	switch rng.Intn(4) {
+	case 0, 1:
+		qos, milli := policy.Guaranteed, int64(1000*(1+rng.Intn(3)))
+		if rng.Intn(3) == 0 {
+			qos, milli = policy.Burstable, 500
+		}
+		req := policy.Request{Pod: pod, Container: name, QoS: qos, CPURequestMilli: milli, CPULimitMilli: milli,
+			Type: allocator.ContainerType(rng.Intn(2))}
+		if ns, dec, err := e.Add(st, req); err == nil {
+			st = ns
+			next[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: cgroupsPath(id),
+				Exclusive: dec.Exclusive, Mems: dec.Mems.String()}
+		}
+	case 2:
+		if r, ok := next[id]; ok {
+			r.Mems = []string{"", "0", "0-1"}[rng.Intn(3)]
+			next[id] = r
+		}
+	case 3:
+		if rng.Intn(4) == 0 {
+			st = e.RemovePod(st, pod)
+			for k, r := range next {
+				if r.Pod == pod {
+					delete(next, k)
+				}
+			}
+		} else {
+			st = e.Remove(st, pod, name)
+			delete(next, id)
+		}
+	}
+	return st
+}
+
 // TestRecordDeltaMatchesJSON: through random admissions, removals and
 // record changes, under the container and the pod scope (pod affinities),
 // a journal record written by recordDelta.appendTo is the bytes
@@ -172,38 +182,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			for range 1 + rng.Intn(3) {
 				pod := fmt.Sprintf("uid-%d", rng.Intn(6))
 				name := names[rng.Intn(len(names))]
-				id := pod + "/" + name
-				switch rng.Intn(4) {
-				case 0, 1:
-					qos, milli := policy.Guaranteed, int64(1000*(1+rng.Intn(3)))
-					if rng.Intn(3) == 0 {
-						qos, milli = policy.Burstable, 500
-					}
-					req := policy.Request{Pod: pod, Container: name, QoS: qos, CPURequestMilli: milli, CPULimitMilli: milli,
-						Type: allocator.ContainerType(rng.Intn(2))}
-					if ns, dec, err := e.Add(st, req); err == nil {
-						st = ns
-						next[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name,
-							CgroupsPath: []string{"", "/kubepods/" + id}[rng.Intn(2)], Exclusive: dec.Exclusive, Mems: dec.Mems.String()}
-					}
-				case 2:
-					if r, ok := next[id]; ok {
-						r.Mems = []string{"", "0", "0-1"}[rng.Intn(3)]
-						next[id] = r
-					}
-				case 3:
-					if rng.Intn(4) == 0 {
-						st = e.RemovePod(st, pod)
-						for k, r := range next {
-							if r.Pod == pod {
-								delete(next, k)
-							}
-						}
-					} else {
-						st = e.Remove(st, pod, name)
-						delete(next, id)
-					}
-				}
+				st = randomEvent(rng, e, st, next, pod, name, func(id string) string { return []string{"", "/kubepods/" + id}[rng.Intn(2)] })
 			}
 			ctrs = next
 
