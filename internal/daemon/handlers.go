@@ -145,7 +145,7 @@ func (d *Daemon) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		podByID[pod.GetId()] = pod
 		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: podKey(pod), Name: podName(pod)})
 	}
-	direct := d.direct()
+	direct, cg := d.direct(), d.cgroups() // one cgroup version detection for all
 	for _, c := range ctrs {
 		cpu := c.GetLinux().GetResources().GetCpu()
 		sc := syncCtr{ID: c.GetId(), SandboxID: c.GetPodSandboxId(), Name: c.GetName(), Phase: phaseOf(c),
@@ -154,7 +154,7 @@ func (d *Daemon) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 			// The runtime's record of a shared-pool container is the
 			// cpuset it was created with (direct.go): what it runs on is
 			// in its cgroup.
-			if cpus, _, err := d.cgroups().read(sc.CgroupsPath); err == nil {
+			if cpus, _, err := cg.read(sc.CgroupsPath); err == nil {
 				sc.CPUs = cpus.String()
 			}
 		}
