@@ -251,14 +251,14 @@ func (d *Daemon) reconcile(reader cgroupReader) int {
 	if stale {
 		return 0
 	}
-	updates := d.driftUpdates(found)
-	d.metrics.drift.Add(float64(len(updates)))
+	d.logDrift(found)
+	d.metrics.drift.Add(float64(len(found)))
 	if direct {
 		d.restoreDirect(reader, found)
-		return len(updates)
+	} else {
+		d.send(s, driftUpdates(found), gen, "reconcile: restoring cpusets failed; retrying next period")
 	}
-	d.send(s, updates, gen, "reconcile: restoring cpusets failed; retrying next period")
-	return len(updates)
+	return len(found)
 }
 
 // restoreDirect writes the drifted cgroups back (shared_pool_updates =
@@ -323,15 +323,21 @@ func (d *Daemon) findDrift(reader cgroupReader, items []wantedCPUs) []drifted {
 	return found
 }
 
-// driftUpdates logs each drifted container and returns the updates that
-// restore them.
-func (d *Daemon) driftUpdates(found []drifted) []*api.ContainerUpdate {
-	updates := make([]*api.ContainerUpdate, 0, len(found))
+// logDrift logs each drifted container.
+func (d *Daemon) logDrift(found []drifted) {
 	for _, dr := range found {
 		d.log.WithFields(logrus.Fields{
 			"pod": dr.rec.PodName, "container": dr.rec.Name, "id": dr.rec.ID,
 			"cpus": dr.wantCPUs.String(), "found_cpus": dr.haveCPUs.String(), "mems": dr.wantMems, "found_mems": dr.haveMems,
 		}).Warn("cpuset drifted from the assignment; restoring it")
+	}
+}
+
+// driftUpdates are the updates that restore the drifted containers
+// through the runtime.
+func driftUpdates(found []drifted) []*api.ContainerUpdate {
+	updates := make([]*api.ContainerUpdate, 0, len(found))
+	for _, dr := range found {
 		u := &api.ContainerUpdate{}
 		u.SetContainerId(dr.rec.ID)
 		u.SetLinuxCPUSetCPUs(dr.wantCPUs.String())
