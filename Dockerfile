@@ -3,7 +3,9 @@
 # The nri-cpualign image: one static binary on an empty base.
 #
 #   docker build --build-arg VERSION=$(git describe --tags --always) \
-#                --build-arg REVISION=$(git rev-parse HEAD) -t ghcr.io/nri-cpualign/nri-cpualign:latest .
+#                --build-arg REVISION=$(git rev-parse HEAD) \
+#                --build-arg BUILD_DATE=$(date -u -d @$(git log -1 --format=%ct) +%Y-%m-%dT%H:%M:%SZ) \
+#                -t ghcr.io/nri-cpualign/nri-cpualign:latest .
 #
 # `make image` builds the same image without a container engine
 # (scripts/image.sh + tools/mkimage); tools/mkimage/dockerfile_test.go checks
@@ -15,13 +17,15 @@ FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
 ARG VERSION=dev
+ARG REVISION=
+ARG BUILD_DATE=
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 # CGO_ENABLED=0: the final image has no libc and no dynamic loader.
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
+    go build -trimpath -ldflags "-s -w -X github.com/nri-cpualign/nri-cpualign/internal/buildinfo.version=${VERSION} -X github.com/nri-cpualign/nri-cpualign/internal/buildinfo.revision=${REVISION} -X github.com/nri-cpualign/nri-cpualign/internal/buildinfo.date=${BUILD_DATE}" \
     -o /out/nri-cpualign ./cmd/nri-cpualign
 
 # scratch, not distroless: the plugin reads no CA certificates, time zones or

@@ -4,8 +4,15 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 GO ?= go
 BIN := bin/nri-cpualign
+# The binary's version, commit and build date (nri-cpualign version, the
+# start-up log line, nri_cpualign_build_info). The date is the commit's
+# (SOURCE_DATE_EPOCH), so one commit always builds the same binary.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+BUILD_DATE ?= $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+BUILDINFO := github.com/nri-cpualign/nri-cpualign/internal/buildinfo
+LDFLAGS := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) -X $(BUILDINFO).date=$(BUILD_DATE)
 
 .PHONY: all build test vet unit e2e fmt-check tidy-check staticcheck
 all: build
@@ -91,7 +98,8 @@ IMAGE ?= ghcr.io/nri-cpualign/nri-cpualign:latest
 IMAGE_ARCHIVE ?= _output/nri-cpualign-image.tar
 .PHONY: image
 image:
-	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) VERSION=$(VERSION) bash scripts/image.sh
+	IMAGE=$(IMAGE) IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) VERSION=$(VERSION) REVISION=$(REVISION) \
+		SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) bash scripts/image.sh
 
 ## bench: the performance figures (decision latency on every fixture and on
 ## 16-1024 CPU machines, CreateContainer round trip, daemon RSS) as one table;

@@ -8,6 +8,7 @@
 #   IMAGE          image reference      (default ghcr.io/nri-cpualign/nri-cpualign:latest)
 #   IMAGE_ARCHIVE  output archive       (default _output/nri-cpualign-image.tar)
 #   VERSION        version label/ldflag (default: git describe)
+#   REVISION       commit label/ldflag  (default: git rev-parse HEAD)
 #   GOARCH         target architecture  (default: go env GOARCH)
 #   SOURCE_DATE_EPOCH  image time       (default: time of the last commit, else 0)
 #
@@ -24,12 +25,14 @@ VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo de
 REVISION=${REVISION:-$(git rev-parse HEAD 2>/dev/null || true)}
 GOARCH=${GOARCH:-$($GO env GOARCH)}
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+# The binary's build date is the image's: the commit's time, reproducible.
+BUILD_DATE=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 
 bin=_output/image/linux-$GOARCH/nri-cpualign
 mkdir -p "$(dirname "$bin")"
 # Same flags as the Dockerfile's build stage.
 CGO_ENABLED=0 GOOS=linux GOARCH=$GOARCH \
-	$GO build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o "$bin" ./cmd/nri-cpualign
+	$GO build -trimpath -ldflags "-s -w -X github.com/nri-cpualign/nri-cpualign/internal/buildinfo.version=${VERSION} -X github.com/nri-cpualign/nri-cpualign/internal/buildinfo.revision=${REVISION} -X github.com/nri-cpualign/nri-cpualign/internal/buildinfo.date=${BUILD_DATE}" -o "$bin" ./cmd/nri-cpualign
 
 # mkimage runs on the build machine, whatever GOARCH the image is for.
 GOOS= GOARCH= $GO run ./tools/mkimage \

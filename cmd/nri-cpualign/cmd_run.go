@@ -39,6 +39,7 @@ type runFlags struct {
 	configFile, importKubelet                                   string
 	socketPath, stateDir, sysfsRoot, cgroupRoot, metricsAddress string
 	logLevel, logFormat, reconcilePeriod                        string
+	requireHealthz                                              bool
 }
 
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -55,6 +56,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&f.logFormat, "log-format", "", "log format (log_format: text or json)")
 	fs.StringVar(&f.reconcilePeriod, "reconcile-period", "", `reconcile loop period (reconcile_period, e.g. "10s"; "0" disables)`)
 	fs.StringVar(&f.importKubelet, "import-kubelet-state", "", "on a first start (no checkpoint), adopt the assignments of the kubelet's cpu_manager_state FILE")
+	fs.BoolVar(&f.requireHealthz, "require-healthz", false, "refuse to start when metrics_address is empty: liveness and readiness probes need /healthz")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: nri-cpualign run [flags]\n\nRuns the NRI plugin (name cpualign, index 90). Flags:")
 		fs.PrintDefaults()
@@ -70,6 +72,9 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitUsage
 	}
 	cfg, err := loadRunConfig(fs, f)
+	if err == nil && f.requireHealthz {
+		err = requireHealthz(fs, cfg)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nri-cpualign run: %v\n", err)
 		return exitUsage
@@ -77,6 +82,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	log := logrus.New()
 	log.SetOutput(stderr)
+	logVersion(log, cfg)
 	opts := []daemon.Option{daemon.WithLogger(log), daemon.WithKubeletState(f.importKubelet)}
 	if os.Getenv(api.PluginSocketEnvVar) != "" && f.configFile == "" {
 		// Started by the runtime from its plugin directory: the policy

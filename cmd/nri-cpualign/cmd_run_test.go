@@ -49,6 +49,16 @@ func TestRunUsageErrors(t *testing.T) {
 		{"bad reconcile period flag", []string{"--reconcile-period", "often"}, exitUsage, `--reconcile-period: bad value "often"`},
 		{"bad sysfs", []string{"--config", write("ok.toml", "reserved_cpu_count = 1\n"), "--sysfs-root", t.TempDir(), "--state-dir", t.TempDir()}, exitUsage,
 			"read topology"},
+		{"require-healthz, metrics off in the file", []string{"--require-healthz", "--config", write("nometrics.toml", "reserved_cpu_count = 1\nmetrics_address = \"\"\n")}, exitUsage,
+			`nri-cpualign run: --require-healthz: config ` + filepath.Join(cfgDir, "nometrics.toml") + ` line 2: key "metrics_address": empty: metrics are off, so /healthz is not served`},
+		{"require-healthz, metrics off by flag", []string{"--require-healthz", "--metrics-address", "off"}, exitUsage,
+			`nri-cpualign run: --require-healthz: --metrics-address "off": metrics are off, so /healthz is not served`},
+		// With an address the check passes and start-up goes on, here to
+		// the topology, which it cannot read.
+		{"require-healthz, flag overrides an empty file", []string{"--require-healthz", "--config", write("nometrics2.toml", "reserved_cpu_count = 1\nmetrics_address = \"\"\n"),
+			"--metrics-address", "127.0.0.1:0", "--sysfs-root", t.TempDir(), "--state-dir", t.TempDir()}, exitUsage, "read topology"},
+		{"require-healthz with the default address", []string{"--require-healthz", "--config", write("ok2.toml", "reserved_cpu_count = 1\n"),
+			"--sysfs-root", t.TempDir(), "--state-dir", t.TempDir()}, exitUsage, "read topology"},
 		{"reserved offline", []string{"--config", write("off.toml", "reserved_system_cpus = \"0,99\"\n"), "--sysfs-root", sysfs, "--state-dir", t.TempDir()}, exitUsage,
 			`off.toml line 1: key "reserved_system_cpus"`},
 	} {
@@ -60,6 +70,10 @@ func TestRunUsageErrors(t *testing.T) {
 			}
 			if !strings.Contains(errb.String(), tc.want) {
 				t.Errorf("stderr lacks %q:\n%s", tc.want, errb.String())
+			}
+			if tc.code == exitUsage && strings.Contains(strings.Join(tc.args, " "), "--require-healthz") && tc.want == "read topology" &&
+				strings.Contains(errb.String(), "require-healthz") {
+				t.Errorf("--require-healthz refused a configuration with metrics on:\n%s", errb.String())
 			}
 		})
 	}
@@ -146,7 +160,7 @@ func TestRunConnects(t *testing.T) {
 	logs := stderr.String()
 	// Start-up logs the topology and the effective configuration (JSON,
 	// as asked); reserved_cpu_count 2 on ht-1s-4c is core 0 = {0,4}.
-	for _, want := range []string{`"msg":"detected CPU topology"`, `"num_cpus":8`, `"msg":"effective configuration"`, `"reserved":"0,4"`,
+	for _, want := range []string{`"msg":"nri-cpualign starting"`, `"nri_protocol":"nri.pkg.api.v1alpha1"`, `"msg":"detected CPU topology"`, `"num_cpus":8`, `"msg":"effective configuration"`, `"reserved":"0,4"`,
 		`"msg":"synchronized with the runtime"`, `serving /metrics`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %s:\n%s", want, logs)

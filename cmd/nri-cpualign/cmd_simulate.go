@@ -31,6 +31,9 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "the daemon's TOML configuration (default: built-in defaults)")
 	logLevel := fs.String("log-level", "warning", "log level of the messages on stderr")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if *root == "" || fs.NArg() > 0 {

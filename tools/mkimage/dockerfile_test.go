@@ -61,6 +61,9 @@ var labelRe = regexp.MustCompile(`([A-Za-z0-9._-]+)="([^"]*)"`)
 // (`make image`, no engine) must give the same filesystem, user,
 // entrypoint, command and labels.
 func TestDockerfileMatchesMkimage(t *testing.T) {
+	// The linker stamps what `nri-cpualign version` prints (internal/buildinfo).
+	const bi = "github.com/nri-cpualign/nri-cpualign/internal/buildinfo"
+	const buildFlags = `-ldflags "-s -w -X ` + bi + `.version=${VERSION} -X ` + bi + `.revision=${REVISION} -X ` + bi + `.date=${BUILD_DATE}"`
 	ins := parseDockerfile(t, "../../Dockerfile")
 	from, stage := finalStage(ins)
 	if from != "scratch" {
@@ -72,7 +75,7 @@ func TestDockerfileMatchesMkimage(t *testing.T) {
 			buildRun = in.args
 		}
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w -X main.version=${VERSION}"`, "./cmd/nri-cpualign"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", buildFlags, "./cmd/nri-cpualign"} {
 		if !strings.Contains(buildRun, want) {
 			t.Errorf("the Dockerfile's go build (%q) lacks %s, which scripts/image.sh uses", buildRun, want)
 		}
@@ -81,7 +84,7 @@ func TestDockerfileMatchesMkimage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w -X main.version=${VERSION}"`, "./cmd/nri-cpualign"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", buildFlags, "./cmd/nri-cpualign"} {
 		if !strings.Contains(string(script), want) {
 			t.Errorf("scripts/image.sh lacks %s, which the Dockerfile's build uses", want)
 		}
