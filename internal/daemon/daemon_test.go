@@ -356,7 +356,6 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	}{
 		{"static without reservation", "cpu_manager_policy = \"static\"\n", []string{`key "cpu_manager_policy"`, "reserved_system_cpus or reserved_cpu_count"}},
 		{"reserved CPU offline", "reserved_system_cpus = \"0,64\"\n", []string{`line 1: key "reserved_system_cpus"`, "not online"}},
-		{"unknown policy option", "reserved_cpu_count = 2\n[cpu_manager_policy_options]\nfull-pcpus-onyl = \"true\"\n", []string{`line 2: key "cpu_manager_policy_options"`, "full-pcpus-onyl"}},
 		{"bad topology option", "reserved_cpu_count = 2\n[topology_manager_policy_options]\nmax-allowable-numa-nodes = \"many\"\n", []string{`key "topology_manager_policy_options"`}},
 		{"reserving every CPU", "reserved_cpu_count = 8\n", []string{`line 1: key "reserved_cpu_count"`}},
 		{"none with options", "cpu_manager_policy = \"none\"\n[cpu_manager_policy_options]\nfull-pcpus-only = true\n", []string{`key "cpu_manager_policy_options"`}},

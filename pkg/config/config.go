@@ -315,7 +315,8 @@ func load(data []byte, file string) (Config, error) {
 
 // optionTable converts a policy-options table: the kubelet writes option
 // values as strings ("true"), TOML users write booleans; both are kept as
-// the string the kubelet would see. Option names are checked by the policy.
+// the string the kubelet would see. Option names are checked by problems,
+// their values by the policy.
 func optionTable(key string, in map[string]any, bad func(key, value, format string, args ...any)) map[string]string {
 	out := map[string]string{}
 	for name, v := range in {
@@ -374,12 +375,15 @@ func (c Config) problems() []*Error {
 		out = append(out, &Error{Key: key, Value: value, Msg: fmt.Sprintf(format, args...)})
 	}
 	oneOf := func(key, value string, allowed string) {
-		for _, a := range strings.Split(allowed, ",") {
-			if value == a {
-				return
-			}
+		values := strings.Split(allowed, ",")
+		if contains(values, value) {
+			return
 		}
-		bad(key, value, "want one of %s", strings.ReplaceAll(allowed, ",", ", "))
+		if near := nearest(value, values, normOption); near != "" {
+			bad(key, value, "want one of %s; did you mean %q?", strings.Join(values, ", "), near)
+			return
+		}
+		bad(key, value, "want one of %s", strings.Join(values, ", "))
 	}
 	oneOf(KeyCPUManagerPolicy, c.CPUManagerPolicy, cpuPolicies)
 	oneOf(KeyTopologyManagerPolicy, c.TopologyManagerPolicy, topologyPolicies)
@@ -424,6 +428,7 @@ func (c Config) problems() []*Error {
 				bad(t.key, "", "an option name must not be empty")
 			}
 		}
+		optionProblems(t.key, t.opts, bad)
 	}
 	return out
 }
@@ -544,7 +549,8 @@ func decodeError(err error, file string) error {
 		for i := range strict.Errors {
 			e := &strict.Errors[i]
 			line, _ := e.Position()
-			errs = append(errs, &Error{File: file, Line: line, Key: strings.Join(e.Key(), "."), Msg: "unknown key"})
+			key := strings.Join(e.Key(), ".")
+			errs = append(errs, &Error{File: file, Line: line, Key: key, Msg: unknownKeyMsg(key)})
 		}
 		return errors.Join(errs...)
 	}
