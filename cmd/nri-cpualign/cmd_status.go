@@ -234,7 +234,10 @@ func buildStatus(address string, st stateDoc, topo *topology.Topology, topoErr e
 	doc.Reserved, doc.Shared, doc.Exclusive, doc.Free = countOf(reserved), countOf(shared), countOf(exclusive), countOf(free)
 
 	if topo == nil {
-		doc.TopologyNote = topoErr.Error()
+		doc.TopologyNote = "no topology"
+		if topoErr != nil {
+			doc.TopologyNote = topoErr.Error()
+		}
 		return doc, nil
 	}
 	// Every online CPU is reserved, shared or exclusive; a topology that
