@@ -8,9 +8,11 @@ BIN := bin/nri-cpualign
 # start-up log line, nri_cpualign_build_info). The date is the commit's
 # (SOURCE_DATE_EPOCH), so one commit always builds the same binary.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# Outside a git checkout REVISION and BUILD_DATE stay empty: the binary
+# then says "unknown" rather than a wrong commit or 1970.
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-BUILD_DATE ?= $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+BUILD_DATE ?= $(shell [ "$(SOURCE_DATE_EPOCH)" != 0 ] && date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
 BUILDINFO := github.com/nri-cpualign/nri-cpualign/internal/buildinfo
 LDFLAGS := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) -X $(BUILDINFO).date=$(BUILD_DATE)
 

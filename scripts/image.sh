@@ -26,7 +26,11 @@ REVISION=${REVISION:-$(git rev-parse HEAD 2>/dev/null || true)}
 GOARCH=${GOARCH:-$($GO env GOARCH)}
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 # The binary's build date is the image's: the commit's time, reproducible.
-BUILD_DATE=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+# (empty without a commit: the binary then says "unknown", not 1970).
+BUILD_DATE=
+if [ "$SOURCE_DATE_EPOCH" != 0 ]; then
+	BUILD_DATE=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+fi
 
 bin=_output/image/linux-$GOARCH/nri-cpualign
 mkdir -p "$(dirname "$bin")"
