@@ -4,7 +4,9 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 GO ?= go
 BIN := bin/nri-cpualign
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release: the image tag, deploy/kustomization.yaml's newTag and the
+# chart's appVersion (deploy's tests check that they agree).
+VERSION ?= 0.1.0
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
 .PHONY: all build test vet unit e2e fmt-check tidy-check staticcheck
@@ -87,7 +89,7 @@ demo-down:
 
 ## image: the container image as an OCI archive, built without a container
 ## engine (same image as the Dockerfile; import with ctr -n k8s.io images import)
-IMAGE ?= ghcr.io/nri-cpualign/nri-cpualign:latest
+IMAGE ?= ghcr.io/nri-cpualign/nri-cpualign:$(VERSION)
 IMAGE_ARCHIVE ?= _output/nri-cpualign-image.tar
 .PHONY: image
 image:
