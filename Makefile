@@ -17,9 +17,9 @@ build:
 
 ## test: everything — gofmt, tidy modules, vet, staticcheck, unit tests with
 ## -race (the churn test's 10000 operations included), brief fuzzing of every
-## target, the e2e suite, the real-kubelet suite and the DaemonSet on a real
-## control plane (each on containerd and CRI-O)
-test: fmt-check tidy-check vet staticcheck unit fuzz-short e2e e2e-kubelet e2e-cluster
+## target, the Helm chart's checks, the e2e suite, the real-kubelet suite and
+## the DaemonSet on a real control plane (each on containerd and CRI-O)
+test: fmt-check tidy-check vet staticcheck unit fuzz-short chart-check e2e e2e-kubelet e2e-cluster
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -57,6 +57,22 @@ staticcheck: staticcheck-install
 CHURN_SEED ?= 20261121
 unit:
 	CHURN_SEED=$(CHURN_SEED) $(GO) test -race -count=1 ./...
+
+## chart-check: helm lint and helm template of the chart
+## (deploy/helm/nri-cpualign), then deploy's tests with that helm: the chart
+## renders deploy/'s objects for its default values, follows every value,
+## refuses probes without a metrics address. helm is pinned and built into
+## bin/ from the module proxy on first use (scripts/setup-helm.sh).
+CHART := deploy/helm/nri-cpualign
+.PHONY: chart-check helm-install
+helm-install:
+	@bash scripts/setup-helm.sh >/dev/null
+
+chart-check: helm-install
+	bin/helm lint --strict $(CHART)
+	bin/helm lint --strict $(CHART) --set prometheusRule.enabled=true
+	bin/helm template nri-cpualign $(CHART) >/dev/null
+	HELM=$(CURDIR)/bin/helm $(GO) test -count=1 ./deploy
 
 ## e2e: the real-runtime suite (test/e2e), run on ../shared/e2e's containerd and
 ## then its CRI-O (E2E_RUNTIMES=containerd|crio for one); root, builds the
