@@ -4,12 +4,14 @@ SHELL := /bin/bash
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 GO ?= go
 BIN := bin/nri-cpualign
-# The binary's version, commit and build date (nri-cpualign version, the
-# start-up log line, nri_cpualign_build_info). The date is the commit's
-# (SOURCE_DATE_EPOCH), so one commit always builds the same binary.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-# Outside a git checkout REVISION and BUILD_DATE stay empty: the binary
-# then says "unknown" rather than a wrong commit or 1970.
+# The release: the image tag, deploy/kustomization.yaml's newTag and the
+# chart's appVersion (deploy's tests check that they agree); also what
+# nri-cpualign version, the start-up log line and nri_cpualign_build_info say.
+VERSION ?= 0.1.0
+# The commit and build date. The date is the commit's (SOURCE_DATE_EPOCH),
+# so one commit always builds the same binary. Outside a git checkout
+# REVISION and BUILD_DATE stay empty: the binary then says "unknown" rather
+# than a wrong commit or 1970.
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 BUILD_DATE ?= $(shell [ "$(SOURCE_DATE_EPOCH)" != 0 ] && date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
@@ -24,9 +26,9 @@ build:
 
 ## test: everything — gofmt, tidy modules, vet, staticcheck, unit tests with
 ## -race (the churn test's 10000 operations included), brief fuzzing of every
-## target, the e2e suite, the real-kubelet suite and the DaemonSet on a real
-## control plane (each on containerd and CRI-O)
-test: fmt-check tidy-check vet staticcheck unit fuzz-short e2e e2e-kubelet e2e-cluster
+## target, the Helm chart's checks, the e2e suite, the real-kubelet suite and
+## the DaemonSet on a real control plane (each on containerd and CRI-O)
+test: fmt-check tidy-check vet staticcheck unit fuzz-short chart-check e2e e2e-kubelet e2e-cluster
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -65,6 +67,22 @@ CHURN_SEED ?= 20261121
 unit:
 	CHURN_SEED=$(CHURN_SEED) $(GO) test -race -count=1 ./...
 
+## chart-check: helm lint and helm template of the chart
+## (deploy/helm/nri-cpualign), then deploy's tests with that helm: the chart
+## renders deploy/'s objects for its default values, follows every value,
+## refuses probes without a metrics address. helm is pinned and built into
+## bin/ from the module proxy on first use (scripts/setup-helm.sh).
+CHART := deploy/helm/nri-cpualign
+.PHONY: chart-check helm-install
+helm-install:
+	@bash scripts/setup-helm.sh >/dev/null
+
+chart-check: helm-install
+	bin/helm lint --strict $(CHART)
+	bin/helm lint --strict $(CHART) --set prometheusRule.enabled=true
+	bin/helm template nri-cpualign $(CHART) >/dev/null
+	HELM=$(CURDIR)/bin/helm $(GO) test -count=1 ./deploy
+
 ## e2e: the real-runtime suite (test/e2e), run on ../shared/e2e's containerd and
 ## then its CRI-O (E2E_RUNTIMES=containerd|crio for one); root, builds the
 ## runtimes on first use, one run at a time (flock)
@@ -96,7 +114,7 @@ demo-down:
 
 ## image: the container image as an OCI archive, built without a container
 ## engine (same image as the Dockerfile; import with ctr -n k8s.io images import)
-IMAGE ?= ghcr.io/nri-cpualign/nri-cpualign:latest
+IMAGE ?= ghcr.io/nri-cpualign/nri-cpualign:$(VERSION)
 IMAGE_ARCHIVE ?= _output/nri-cpualign-image.tar
 .PHONY: image
 image:

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
@@ -35,12 +38,13 @@ const pluginName = daemon.PluginName
 // configFile is the ConfigMap key the DaemonSet passes to --config.
 const configFile = "config.toml"
 
-// manifests is every Kubernetes object in deploy/*.yaml, decoded strictly.
+// manifests is every Kubernetes object deploy/ (or the chart) renders,
+// decoded strictly.
 type manifests struct {
-	files      []string // base names, sorted
 	namespaces []*corev1.Namespace
 	configMaps []*corev1.ConfigMap
 	daemonSets []*appsv1.DaemonSet
+	rules      []*prometheusRule
 }
 
 // splitDocuments splits a multi-document YAML stream at "---" lines.
@@ -79,6 +83,8 @@ func decodeStrict(doc []byte) (any, error) {
 		obj = &corev1.ConfigMap{}
 	case "apps/v1 DaemonSet":
 		obj = &appsv1.DaemonSet{}
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		obj = &prometheusRule{}
 	default:
 		return nil, &unknownKindError{tm.APIVersion, tm.Kind}
 	}
@@ -94,44 +100,52 @@ func (e *unknownKindError) Error() string {
 	return "apiVersion " + e.apiVersion + " kind " + e.kind + " is not one this test knows; add its Go type to decodeStrict"
 }
 
+// loadManifests renders deploy/ as `kubectl apply -k deploy/` does and
+// decodes every object strictly.
 func loadManifests(t *testing.T) manifests {
 	t.Helper()
-	paths, err := filepath.Glob("*.yaml")
+	return decodeManifests(t, "kustomize deploy/", kustomize(t, filesys.MakeFsOnDisk(), "."))
+}
+
+// kustomize renders the kustomization in dir of fs, as kubectl's embedded
+// kustomize does, into one YAML stream.
+func kustomize(t *testing.T, fs filesys.FileSystem, dir string) []byte {
+	t.Helper()
+	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
+	if err != nil {
+		t.Fatalf("kustomize %s: %v", dir, err)
+	}
+	out, err := res.AsYaml()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out
+}
+
+// decodeManifests decodes a rendered YAML stream (what names it, for
+// errors) into one namespace, ConfigMap and DaemonSet.
+func decodeManifests(t *testing.T, what string, data []byte) manifests {
+	t.Helper()
 	var m manifests
-	for _, p := range paths {
-		if p == "kustomization.yaml" {
-			continue
-		}
-		m.files = append(m.files, p)
-		data, err := os.ReadFile(p)
+	docs := splitDocuments(data)
+	for i, doc := range docs {
+		obj, err := decodeStrict(doc)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: object %d: %v", what, i+1, err)
 		}
-		docs := splitDocuments(data)
-		if len(docs) == 0 {
-			t.Errorf("%s holds no Kubernetes object", p)
-		}
-		for i, doc := range docs {
-			obj, err := decodeStrict(doc)
-			if err != nil {
-				t.Fatalf("%s document %d: %v", p, i+1, err)
-			}
-			switch o := obj.(type) {
-			case *corev1.Namespace:
-				m.namespaces = append(m.namespaces, o)
-			case *corev1.ConfigMap:
-				m.configMaps = append(m.configMaps, o)
-			case *appsv1.DaemonSet:
-				m.daemonSets = append(m.daemonSets, o)
-			}
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			m.namespaces = append(m.namespaces, o)
+		case *corev1.ConfigMap:
+			m.configMaps = append(m.configMaps, o)
+		case *appsv1.DaemonSet:
+			m.daemonSets = append(m.daemonSets, o)
+		case *prometheusRule:
+			m.rules = append(m.rules, o)
 		}
 	}
-	sort.Strings(m.files)
 	if len(m.namespaces) != 1 || len(m.configMaps) != 1 || len(m.daemonSets) != 1 {
-		t.Fatalf("deploy/ has %d namespaces, %d ConfigMaps, %d DaemonSets; want one of each", len(m.namespaces), len(m.configMaps), len(m.daemonSets))
+		t.Fatalf("%s renders %d namespaces, %d ConfigMaps, %d DaemonSets; want one of each", what, len(m.namespaces), len(m.configMaps), len(m.daemonSets))
 	}
 	return m
 }
@@ -169,10 +183,18 @@ func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
 // kustomization is the part of kustomize's Kustomization these manifests
 // use; decoded strictly, so any other field is reported.
 type kustomization struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Resources  []string `json:"resources"`
-	Images     []struct {
+	APIVersion         string   `json:"apiVersion"`
+	Kind               string   `json:"kind"`
+	Resources          []string `json:"resources"`
+	ConfigMapGenerator []struct {
+		Name      string   `json:"name"`
+		Namespace string   `json:"namespace"`
+		Files     []string `json:"files"`
+		Options   struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"options"`
+	} `json:"configMapGenerator"`
+	Images []struct {
 		Name    string `json:"name"`
 		NewName string `json:"newName,omitempty"`
 		NewTag  string `json:"newTag,omitempty"`
@@ -192,20 +214,85 @@ func loadKustomization(t *testing.T) kustomization {
 	return k
 }
 
+// notInKustomization are deploy/'s YAML files kubectl apply -k must not
+// apply: the PrometheusRule needs the Prometheus operator's CRD.
+var notInKustomization = map[string]bool{"kustomization.yaml": true, "prometheus-rules.yaml": true}
+
 func TestKustomizationListsEveryManifest(t *testing.T) {
-	m := loadManifests(t)
 	k := loadKustomization(t)
 	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
 		t.Errorf("kustomization.yaml is %s %s", k.APIVersion, k.Kind)
 	}
+	files, err := filepath.Glob("*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, f := range files {
+		if !notInKustomization[f] {
+			want = append(want, f)
+		}
+	}
 	res := append([]string(nil), k.Resources...)
 	sort.Strings(res)
-	if !reflect.DeepEqual(res, m.files) {
-		t.Errorf("kustomization resources %q, manifests in deploy/ %q", res, m.files)
+	if !reflect.DeepEqual(res, want) {
+		t.Errorf("kustomization resources %q, manifests in deploy/ %q", res, want)
 	}
 	// Namespace first, so `kubectl apply -k` creates it before its objects.
 	if len(k.Resources) == 0 || k.Resources[0] != "namespace.yaml" {
 		t.Errorf("kustomization resources %q should start with namespace.yaml", k.Resources)
+	}
+	// The ConfigMap is generated from config.toml, with a content hash in
+	// its name (kustomize's default: no disableNameSuffixHash).
+	if len(k.ConfigMapGenerator) != 1 || !reflect.DeepEqual(k.ConfigMapGenerator[0].Files, []string{configFile}) {
+		t.Fatalf("configMapGenerator %+v, want one ConfigMap from %s", k.ConfigMapGenerator, configFile)
+	}
+	m := loadManifests(t)
+	cm := m.configMaps[0]
+	if !regexp.MustCompile(`^nri-cpualign-[a-z0-9]{10}$`).MatchString(cm.Name) {
+		t.Errorf("generated ConfigMap %q has no content hash suffix", cm.Name)
+	}
+	data, err := os.ReadFile(configFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data[configFile] != string(data) {
+		t.Errorf("ConfigMap %s does not hold %s as it is", cm.Name, configFile)
+	}
+}
+
+// TestConfigChangeRollsOut: a different config.toml is a ConfigMap with
+// another name, and the DaemonSet's pod template names it, so applying it
+// replaces the pods (a rolling update) as a new image would.
+func TestConfigChangeRollsOut(t *testing.T) {
+	base := loadManifests(t)
+	fs := filesys.MakeFsInMemory()
+	for _, f := range []string{"kustomization.yaml", "namespace.yaml", "daemonset.yaml", configFile} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == configFile {
+			data = bytes.Replace(data, []byte(`log_level = "info"`), []byte(`log_level = "debug"`), 1)
+		}
+		if err := fs.WriteFile("/deploy/"+f, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changed := decodeManifests(t, "kustomize deploy/ with log_level = debug", kustomize(t, fs, "/deploy"))
+	if !strings.Contains(changed.configMaps[0].Data[configFile], `log_level = "debug"`) {
+		t.Fatal("the edited config.toml did not reach the ConfigMap")
+	}
+	for _, m := range []manifests{base, changed} {
+		if v, _ := volumeFor(t, m.daemonSets[0], "/etc/nri-cpualign"); v.ConfigMap == nil || v.ConfigMap.Name != m.configMaps[0].Name {
+			t.Fatalf("the DaemonSet mounts %+v, not the generated ConfigMap %s", v.ConfigMap, m.configMaps[0].Name)
+		}
+	}
+	if base.configMaps[0].Name == changed.configMaps[0].Name {
+		t.Errorf("ConfigMap name %s is the same for another configuration: the pods would not roll", base.configMaps[0].Name)
+	}
+	if reflect.DeepEqual(base.daemonSets[0].Spec.Template, changed.daemonSets[0].Spec.Template) {
+		t.Error("the pod template is the same for another configuration: the pods would not roll")
 	}
 }
 
@@ -218,8 +305,25 @@ func container(t *testing.T, ds *appsv1.DaemonSet) corev1.Container {
 	return cs[0]
 }
 
-func TestDaemonSet(t *testing.T) {
-	m := loadManifests(t)
+// renders are deploy/ rendered by kustomize and, when helm is at hand, the
+// chart with its default values: the checks below hold for both.
+func renders(t *testing.T) map[string]func(*testing.T) manifests {
+	return map[string]func(*testing.T) manifests{
+		"kustomize": loadManifests,
+		"chart":     func(t *testing.T) manifests { return loadChart(t) },
+	}
+}
+
+// forEachRender runs check on every render, each as a subtest.
+func forEachRender(t *testing.T, check func(*testing.T, manifests)) {
+	for name, load := range renders(t) {
+		t.Run(name, func(t *testing.T) { check(t, load(t)) })
+	}
+}
+
+func TestDaemonSet(t *testing.T) { forEachRender(t, checkDaemonSet) }
+
+func checkDaemonSet(t *testing.T, m manifests) {
 	ds, ns := m.daemonSets[0], m.namespaces[0]
 	spec := ds.Spec.Template.Spec
 	c := container(t, ds)
@@ -258,8 +362,14 @@ func TestDaemonSet(t *testing.T) {
 	if !tolerateAll {
 		t.Errorf("tolerations %v lack {operator: Exists} (every taint)", spec.Tolerations)
 	}
-	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType {
-		t.Errorf("updateStrategy %q, want RollingUpdate", ds.Spec.UpdateStrategy.Type)
+	// One node at a time, behind the readiness probe (checked in
+	// checkMountsMatchConfig).
+	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil ||
+		u.RollingUpdate.MaxUnavailable == nil || u.RollingUpdate.MaxUnavailable.String() != "1" {
+		t.Errorf("updateStrategy %+v, want RollingUpdate with maxUnavailable 1", u)
+	}
+	if strings.HasSuffix(c.Image, ":latest") || !strings.Contains(c.Image, ":") {
+		t.Errorf("image %q: want a version tag, never latest", c.Image)
 	}
 
 	// Guaranteed QoS (requests == limits for CPU and memory) with a
@@ -407,7 +517,10 @@ func documentedKeys(doc string) map[string]bool {
 }
 
 func TestConfigMapLoadsAndDocumentsEveryKey(t *testing.T) {
-	m := loadManifests(t)
+	forEachRender(t, checkConfigMapDocumentsEveryKey)
+}
+
+func checkConfigMapDocumentsEveryKey(t *testing.T, m manifests) {
 	doc := configMapTOML(t, m)
 	cfg, err := config.Load(doc)
 	if err != nil {
@@ -469,8 +582,9 @@ func TestConfigMapLoadsAndDocumentsEveryKey(t *testing.T) {
 	}
 }
 
-func TestMountsMatchConfig(t *testing.T) {
-	m := loadManifests(t)
+func TestMountsMatchConfig(t *testing.T) { forEachRender(t, checkMountsMatchConfig) }
+
+func checkMountsMatchConfig(t *testing.T, m manifests) {
 	ds := m.daemonSets[0]
 	cfg, err := config.Load(configMapTOML(t, m))
 	if err != nil {
@@ -524,6 +638,9 @@ func TestMountsMatchConfig(t *testing.T) {
 		t.Fatalf("metrics_address %q: %v", cfg.MetricsAddress, err)
 	}
 	c := container(t, ds)
+	if !slices.Contains(c.Args, "--require-healthz") {
+		t.Errorf("args %q: with probes on /healthz the plugin must run with --require-healthz (refuse to start without a metrics endpoint)", c.Args)
+	}
 	for kind, probe := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
 		if probe == nil || probe.HTTPGet == nil {
 			t.Errorf("no HTTP %s probe", kind)
@@ -552,15 +669,20 @@ func TestImageName(t *testing.T) {
 	if mm == nil {
 		t.Fatal("the Makefile sets no IMAGE ?= default")
 	}
-	if string(mm[1]) != img {
-		t.Errorf("DaemonSet image %q, `make image` builds %q", img, mm[1])
+	version := makefileVersion(t)
+	if made := strings.ReplaceAll(string(mm[1]), "$(VERSION)", version); made != img {
+		t.Errorf("DaemonSet image %q, `make image` builds %q", img, made)
+	}
+	if !strings.HasSuffix(img, ":"+version) {
+		t.Errorf("DaemonSet image %q is not tagged with the Makefile's VERSION %s", img, version)
 	}
 	script, err := os.ReadFile("../scripts/image.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(script), "IMAGE=${IMAGE:-"+img+"}") {
-		t.Errorf("scripts/image.sh's default image is not %q", img)
+	repoOf := img[:strings.LastIndex(img, ":")]
+	if !strings.Contains(string(script), "IMAGE=${IMAGE:-"+repoOf+":$VERSION}") {
+		t.Errorf("scripts/image.sh's default image is not %s:$VERSION", repoOf)
 	}
 	if container(t, m.daemonSets[0]).ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Error("imagePullPolicy must be IfNotPresent: imported images are not in any registry")
@@ -571,6 +693,21 @@ func TestImageName(t *testing.T) {
 	if len(k.Images) != 1 || k.Images[0].Name != repo || k.Images[0].NewTag != tag || k.Images[0].NewName != "" {
 		t.Errorf("kustomization images %+v, want one entry %s with newTag %s", k.Images, repo, tag)
 	}
+}
+
+// makefileVersion is the Makefile's VERSION, the release the image tag,
+// the kustomization and the chart name.
+func makefileVersion(t *testing.T) string {
+	t.Helper()
+	mk, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mm := regexp.MustCompile(`(?m)^VERSION\s*\?=\s*([0-9]+\.[0-9]+\.[0-9]+\S*)\s*$`).FindSubmatch(mk)
+	if mm == nil {
+		t.Fatal("the Makefile sets no VERSION ?= x.y.z")
+	}
+	return string(mm[1])
 }
 
 // nriSection is containerd's [plugins.'io.containerd.nri.v1.nri'] table

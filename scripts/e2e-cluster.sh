@@ -21,6 +21,11 @@ source "$(dirname "$0")/lib-e2e.sh"
 # shellcheck source=scripts/lib-cluster.sh
 source "$(dirname "$0")/lib-cluster.sh"
 check_prereqs
+# helm (pinned, built into bin/ on first use): the suite installs the chart
+# on containerd and deploy/ with kubectl apply -k on CRI-O
+# (E2E_CLUSTER_INSTALL=helm|kustomize: one way on both).
+E2E_HELM=$(bash "$(dirname "$0")/setup-helm.sh") || die "helm setup failed (scripts/setup-helm.sh)"
+export E2E_HELM
 command -v openssl >/dev/null || die "openssl not found (it makes the cluster's certificates)"
 RUNTIMES=${E2E_CLUSTER_RUNTIMES:-containerd crio}
 for rt in $RUNTIMES; do

@@ -5,9 +5,9 @@
 # (go-containerregistry builds the image and the OCI layout).
 #
 # Environment (the Makefile's `image` target passes these):
-#   IMAGE          image reference      (default ghcr.io/nri-cpualign/nri-cpualign:latest)
+#   IMAGE          image reference      (default ghcr.io/nri-cpualign/nri-cpualign:$VERSION)
 #   IMAGE_ARCHIVE  output archive       (default _output/nri-cpualign-image.tar)
-#   VERSION        version label/ldflag (default: git describe)
+#   VERSION        version label/ldflag/tag (default: the Makefile's VERSION)
 #   REVISION       commit label/ldflag  (default: git rev-parse HEAD)
 #   GOARCH         target architecture  (default: go env GOARCH)
 #   SOURCE_DATE_EPOCH  image time       (default: time of the last commit, else 0)
@@ -19,9 +19,9 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 
 GO=${GO:-go}
-IMAGE=${IMAGE:-ghcr.io/nri-cpualign/nri-cpualign:latest}
+VERSION=${VERSION:-$(sed -n 's/^VERSION ?= *//p' Makefile)}
+IMAGE=${IMAGE:-ghcr.io/nri-cpualign/nri-cpualign:$VERSION}
 IMAGE_ARCHIVE=${IMAGE_ARCHIVE:-_output/nri-cpualign-image.tar}
-VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 REVISION=${REVISION:-$(git rev-parse HEAD 2>/dev/null || true)}
 GOARCH=${GOARCH:-$($GO env GOARCH)}
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -105,10 +104,10 @@ func podSpec(r corev1.ResourceRequirements) corev1.PodSpec {
 // reservation: the plugin's ConfigMap reserves one CPU.
 var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, func() {
 	var (
-		overlay, stateDir string
-		reserved          cpuset.CPUSet // the plugin's reservation: CPU 0 (worked out below)
-		pinnedCPUs        cpuset.CPUSet // the Guaranteed Deployment's exclusive CPU
-		baseConfig        string        // the ConfigMap's config.toml as deploy/ has it
+		stateDir   string
+		reserved   cpuset.CPUSet // the plugin's reservation: CPU 0 (worked out below)
+		pinnedCPUs cpuset.CPUSet // the Guaranteed Deployment's exclusive CPU
+		baseConfig string        // config.toml as deploy/ (and the chart, by default) has it
 	)
 
 	pluginLogs := func(ctx context.Context) string {
@@ -141,11 +140,9 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 
 		// The operator's ConfigMap decides what the plugin does; read the
 		// values the specs depend on from it.
-		data, err := os.ReadFile(filepath.Join(repoRoot, "deploy/configmap.yaml"))
+		data, err := os.ReadFile(filepath.Join(repoRoot, "deploy/config.toml"))
 		Expect(err).NotTo(HaveOccurred())
-		var cm corev1.ConfigMap
-		Expect(yaml.UnmarshalStrict(data, &cm)).To(Succeed())
-		baseConfig = cm.Data["config.toml"]
+		baseConfig = string(data)
 		cfg, err := config.Load([]byte(baseConfig))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cfg.CPUManagerPolicy).To(Equal("static"))
@@ -191,7 +188,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		}, NodeTimeout(2*time.Minute))
 	}, NodeTimeout(3*time.Minute))
 
-	It("installs with make image, the archive imported into the runtime, kubectl apply -k and the node label; the pod turns Ready and the runtime logs the plugin connected and synchronized", func(ctx SpecContext) {
+	It("installs with make image, the archive imported into the runtime, "+install.name()+" and the node label; the pod turns Ready and the runtime logs the plugin connected and synchronized", func(ctx SpecContext) {
 		// 1. The image, as the README builds and imports it.
 		archive := filepath.Join(Env.Dir, "nri-cpualign-image.tar")
 		out, err := exec.CommandContext(ctx, "make", "-s", "-C", repoRoot, "image", "IMAGE_ARCHIVE="+archive).CombinedOutput()
@@ -221,86 +218,13 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 			Expect(err).NotTo(HaveOccurred(), "skopeo copy:\n%s", out)
 		}
 
-		// 2. deploy/ through a kustomize overlay whose only differences are
-		// the test runtime's NRI socket directory and a fresh state
-		// directory (checked: everything else renders identically).
-		overlay = filepath.Join(Env.Dir, "overlay")
+		// 2. deploy/ (a kustomize overlay) or the chart (helm install
+		// --set), whose only differences are the test runtime's NRI socket
+		// directory and a fresh state directory (checked: everything else
+		// renders identically).
 		stateDir = filepath.Join(Env.Dir, "plugin-state")
-		socketDir := filepath.Dir(Env.NRISock)
-		Expect(os.MkdirAll(overlay, 0o755)).To(Succeed())
-		base, err := filepath.Abs(filepath.Join(repoRoot, "deploy"))
-		Expect(err).NotTo(HaveOccurred())
-		rel, err := filepath.Rel(overlay, base)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(fmt.Sprintf(`# Test-only differences from deploy/: the test runtime's NRI socket
-# directory and a state directory of this run.
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-patches:
-  - patch: |-
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata:
-        name: nri-cpualign
-        namespace: nri-cpualign
-      spec:
-        template:
-          spec:
-            volumes:
-              - name: nri-socket
-                hostPath:
-                  path: %s
-              - name: state
-                hostPath:
-                  path: %s
-`, rel, socketDir, stateDir)), 0o644)).To(Succeed())
-		want := yamlDocs(Default, mustKubectl(ctx, "kustomize", base))
-		got := yamlDocs(Default, mustKubectl(ctx, "kustomize", overlay))
-		Expect(got).To(HaveLen(len(want)))
-		// The volumes as a set (the patch moves the patched ones first).
-		volumes := func(doc map[string]any) []any {
-			spec := doc["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-			vols := spec["volumes"].([]any)
-			slices.SortFunc(vols, func(a, b any) int {
-				return strings.Compare(a.(map[string]any)["name"].(string), b.(map[string]any)["name"].(string))
-			})
-			return vols
-		}
-		for _, doc := range want {
-			if doc["kind"] == "DaemonSet" {
-				volumes(doc)
-			}
-		}
-		for i, doc := range got {
-			if doc["kind"] != "DaemonSet" {
-				continue
-			}
-			for _, v := range volumes(doc) {
-				v := v.(map[string]any)
-				hp, ok := v["hostPath"].(map[string]any)
-				if !ok {
-					continue
-				}
-				switch v["name"] {
-				case "nri-socket":
-					Expect(hp["path"]).To(Equal(socketDir))
-					hp["path"] = "/var/run/nri"
-				case "state":
-					Expect(hp["path"]).To(Equal(stateDir))
-					hp["path"] = "/var/lib/nri-cpualign"
-				}
-			}
-			got[i] = doc
-		}
-		Expect(got).To(Equal(want), "the overlay changes more than the two host paths")
-
 		offset := fileSize(Env.RuntimeLog)
-		out2 := mustKubectl(ctx, "apply", "-k", overlay)
-		Expect(out2).To(ContainSubstring("namespace/nri-cpualign"))
-		Expect(out2).To(ContainSubstring("configmap/nri-cpualign"))
-		Expect(out2).To(ContainSubstring("daemonset.apps/nri-cpualign"))
+		install.install(ctx, filepath.Dir(Env.NRISock), stateDir)
 
 		// 3. Opt-in: without the label the DaemonSet places no pod.
 		Eventually(func(g Gomega) {
@@ -395,11 +319,19 @@ patches:
 			g.Expect(cpusOf(g, ctx, runningPod(g, ctx, testNS, "app=shared"))).To(equalCPUs(HostCPUs), "the pinned CPU did not come back to the shared pod")
 		}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
 
+		// configure applies it as the operator would (an overlay's
+		// config.toml, helm upgrade --set): the configuration's hash in the
+		// pod template makes the DaemonSet replace the pod by itself, no
+		// rollout restart.
 		strict := strings.Replace(baseConfig, "reserved_cpu_count = 1", fmt.Sprintf("reserved_system_cpus = %q", HostCPUs.String()), 1)
 		Expect(strict).NotTo(Equal(baseConfig))
-		setConfig(ctx, strict)
-		mustKubectl(ctx, "-n", pluginNS, "rollout", "restart", "daemonset/nri-cpualign")
-		waitPluginReady(ctx)
+		before := waitPluginReady(ctx)
+		install.configure(ctx, strict)
+		after := waitPluginReady(ctx)
+		Expect(after.UID).NotTo(Equal(before.UID), "the configuration change did not replace the plugin's pod")
+		const revision = "controller-revision-hash" // the DaemonSet's pod template revision
+		Expect(before.Labels[revision]).NotTo(BeEmpty())
+		Expect(after.Labels[revision]).NotTo(Equal(before.Labels[revision]), "the pod template did not change")
 		Eventually(func(g Gomega) {
 			g.Expect(pluginState(g, ctx).Reserved).To(Equal(HostCPUs.String()))
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
@@ -458,9 +390,8 @@ patches:
 		Expect(metric(Default, ctx, "cpu_manager_pinning_errors_total")).To(BeNumerically(">=", 2))
 
 		mustKubectl(ctx, "-n", testNS, "delete", "pod", "refused", "--wait=true", "--timeout=60s")
-		// Back to the operator's configuration.
-		mustKubectl(ctx, "apply", "-k", overlay)
-		mustKubectl(ctx, "-n", pluginNS, "rollout", "restart", "daemonset/nri-cpualign")
+		// Back to the operator's configuration, rolled out the same way.
+		install.configure(ctx, baseConfig)
 		waitPluginReady(ctx)
 		Eventually(func(g Gomega) {
 			g.Expect(pluginState(g, ctx).Reserved).To(Equal(reserved.String()))
@@ -512,7 +443,7 @@ patches:
 		Expect(cpusOf(Default, ctx, shared)).To(equalCPUs(HostCPUs.Difference(pinnedCPUs)))
 	}, SpecTimeout(4*time.Minute))
 
-	It("uninstalls with kubectl delete -k as the README's Uninstalling section says", func(ctx SpecContext) {
+	It("uninstalls ("+map[bool]string{true: "helm uninstall", false: "kubectl delete -k"}[install.name() == "helm install"]+") as the README's Uninstalling section says", func(ctx SpecContext) {
 		var pinned, shared corev1.Pod
 		Eventually(func(g Gomega) {
 			pinned = runningPod(g, ctx, testNS, "app=pinned")
@@ -521,9 +452,10 @@ patches:
 			g.Expect(cpusOf(g, ctx, shared)).To(equalCPUs(HostCPUs.Difference(pinnedCPUs)))
 		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
 
-		// 2. "kubectl delete -k deploy/: the plugin stops".
+		// 2. "kubectl delete -k deploy/ (helm uninstall nri-cpualign): the
+		// plugin stops".
 		offset := fileSize(Env.RuntimeLog)
-		mustKubectl(ctx, "delete", "-k", overlay, "--wait=true", "--timeout=90s")
+		install.uninstall(ctx)
 		Eventually(pluginProcesses).WithContext(ctx).WithTimeout(60*time.Second).Should(BeEmpty(), "the plugin still runs")
 		_, err := kubectl(ctx, "get", "namespace", pluginNS)
 		Expect(err).To(MatchError(ContainSubstring("NotFound")))
@@ -559,19 +491,6 @@ patches:
 		Expect(node.Labels).To(HaveKeyWithValue(nodeLabel, "true"))
 	}, SpecTimeout(6*time.Minute))
 })
-
-// setConfig replaces the plugin ConfigMap's config.toml.
-func setConfig(ctx context.Context, doc string) {
-	GinkgoHelper()
-	var cm corev1.ConfigMap
-	Expect(getJSON(ctx, &cm, "-n", pluginNS, "get", "configmap", "nri-cpualign")).To(Succeed())
-	Expect(cm.Data).To(HaveKey("config.toml"))
-	apply(ctx, &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: cm.Name, Namespace: cm.Namespace, Labels: cm.Labels},
-		Data:       map[string]string{"config.toml": doc},
-	})
-}
 
 // portForwardGet GETs a path of the plugin's metrics endpoint through
 // `kubectl port-forward POD LOCAL:9464`, the README's way from a workstation.

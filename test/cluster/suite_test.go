@@ -42,6 +42,8 @@ type env struct {
 	Ctr, ContainerdAddress string
 	// CRI-O: its containers-storage ("driver@root+runroot"), for skopeo.
 	CrioStore string
+	// Helm is the helm binary (scripts/setup-helm.sh), for the chart.
+	Helm string
 }
 
 // The runtimes the suite runs against (setup-crio.sh sets E2E_RUNTIME=crio).
@@ -84,6 +86,9 @@ var _ = BeforeSuite(func() {
 	} else {
 		vars = append(vars, envVar{"E2E_CTR", &Env.Ctr}, envVar{"CONTAINERD_ADDRESS", &Env.ContainerdAddress},
 			envVar{"E2E_CONTAINERD_LOG", &Env.RuntimeLog})
+	}
+	if _, ok := install.(*helmInstaller); ok {
+		vars = append(vars, envVar{"E2E_HELM", &Env.Helm})
 	}
 	var unset []string
 	for _, v := range vars {

@@ -52,11 +52,10 @@ func readDeployment() deployment {
 	Expect(yaml.UnmarshalStrict(data, d.ds)).To(Succeed())
 	Expect(d.ds.Spec.Template.Spec.Containers).To(HaveLen(1))
 	d.ctr = d.ds.Spec.Template.Spec.Containers[0]
-	data, err = os.ReadFile(filepath.Join(repoRoot, "deploy/configmap.yaml"))
+	// kustomize's configMapGenerator makes the ConfigMap of this file.
+	data, err = os.ReadFile(filepath.Join(repoRoot, "deploy/config.toml"))
 	Expect(err).NotTo(HaveOccurred())
-	var cm corev1.ConfigMap
-	Expect(yaml.UnmarshalStrict(data, &cm)).To(Succeed())
-	d.configMap = cm.Data
+	d.configMap = map[string]string{"config.toml": string(data)}
 	return d
 }
 
