@@ -148,41 +148,6 @@ func TestCreateStopMoveSharedContainers(t *testing.T) {
 	}
 }
 
-// TestSharedUpdatesAfterAnswer: with shared_pool_updates = "after-answer"
-// the answers carry no updates of other containers, and the shared-pool
-// containers still follow the pool as it shrinks and grows.
-func TestSharedUpdatesAfterAnswer(t *testing.T) {
-	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t)
-	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0+"shared_pool_updates = \"after-answer\"\n"), topo)
-
-	be1, _, err := rt.create(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, ups, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The same placement as in-answer (core 1), no update in the answer;
-	// be1 shrinks to 0,2-4,6-7 once c2 has started.
-	if got := rt.cpus(c2); got != "1,5" || len(ups) != 0 {
-		t.Errorf("c2 cpus %q, updates %q; want 1,5 and none", got, rt.describe(ups))
-	}
-	postStart(t, r.d, c2)
-	settle(t, r.d)
-	if got := rt.cpus(be1); got != "0,2-4,6-7" {
-		t.Errorf("be1 on %q after the push, want 0,2-4,6-7", got)
-	}
-	if ups := rt.stop(c2); len(ups) != 0 {
-		t.Errorf("stop answered with updates %q, want none", rt.describe(ups))
-	}
-	settle(t, r.d)
-	if got := rt.cpus(be1); got != "0-7" {
-		t.Errorf("be1 on %q after the push, want 0-7", got)
-	}
-}
-
 func TestRestartKeepsAssignments(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
@@ -660,9 +625,9 @@ func TestReconnectAfterConnectionLoss(t *testing.T) {
 	}
 	mu.Unlock()
 	waitFor(t, "the daemon's second Synchronize", func() bool {
-		r.d.mu.Lock()
-		defer r.d.mu.Unlock()
-		return r.d.syncs >= 2
+		r.d.led.mu.Lock()
+		defer r.d.led.mu.Unlock()
+		return r.d.led.syncs >= 2
 	})
 	waitFor(t, "connected", r.d.Connected)
 	mu.Lock()
@@ -710,7 +675,7 @@ func TestConfigFromRuntimeDeferred(t *testing.T) {
 	if v := d.State(); v.Reserved != "0,4" || v.Shared != "0-7" {
 		t.Errorf("after Configure: %+v", v)
 	}
-	if !d.restored {
+	if !d.led.restored {
 		t.Error("state not restored after the first Configure")
 	}
 }
@@ -847,9 +812,9 @@ func testPersistFailure(t *testing.T, store Store) {
 	if store == StoreJournal {
 		// An append that fails (its file closed under it); the snapshot
 		// written instead cannot be renamed either.
-		r.d.mu.Lock()
-		r.d.jnl.j.Close()
-		r.d.mu.Unlock()
+		r.d.led.mu.Lock()
+		r.d.led.store.jnl.j.Close()
+		r.d.led.mu.Unlock()
 	}
 	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
 	_, _, err := rt.create(g1, "c2", 2000, 2000)

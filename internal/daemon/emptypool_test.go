@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 )
@@ -55,7 +57,7 @@ func rejection(err error) string {
 // exclusive CPUs are released. ht-1s-4c: core k = {k, k+4}; reserved
 // core 0.
 func TestSharedPoolEmptyStrict(t *testing.T) {
-	for _, mode := range []string{"in-answer", "after-answer"} {
+	for _, mode := range []string{"direct", "in-answer"} {
 		t.Run(mode, func(t *testing.T) {
 			topo := loadFixture(t, "ht-1s-4c")
 			rt := startRuntime(t)
@@ -65,16 +67,30 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			log, hook := hookedLogger(t)
 			r := startDaemon(t, rt, cfg, topo, WithLogger(log))
 			// The updates of other containers arrive in the answer
-			// (in-answer) or right after it (after-answer): wait for
-			// the runtime to have applied them either way.
+			// (in-answer) or are written into their cgroups before the
+			// new container's start returns (direct), which is then the
+			// truth: the runtime's record keeps the creation's cpuset.
 			follow := func(what string, cond func() bool) { t.Helper(); waitFor(t, what, cond) }
+			cpus := func(c *api.Container) string {
+				if mode == "direct" {
+					return cgroupCPUs(t, rt, c)
+				}
+				return rt.cpus(c)
+			}
+			start := func(c *api.Container) {
+				t.Helper()
+				if err := rt.StartContainer(context.Background(), c); err != nil {
+					t.Fatal(err)
+				}
+			}
 
 			be1, _, err := rt.create(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
+			start(be1)
 			// Strict: the reserved core is not shared.
-			if got := rt.cpus(be1); got != "1-3,5-7" {
+			if got := cpus(be1); got != "1-3,5-7" {
 				t.Fatalf("be1 on %q, want 1-3,5-7", got)
 			}
 			c2, _, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
@@ -84,8 +100,8 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			if got := rt.cpus(c2); got != "1,5" {
 				t.Fatalf("c2 on %q, want core 1 = 1,5", got)
 			}
-			postStart(t, r.d, c2) // after-answer pushes once it started
-			follow("be1 on 2-3,6-7", func() bool { return rt.cpus(be1) == "2-3,6-7" })
+			start(c2)
+			follow("be1 on 2-3,6-7", func() bool { return cpus(be1) == "2-3,6-7" })
 			// The last 4 non-reserved CPUs: admitted, the pool empties
 			// and be1 moves to the reserved core.
 			c4, _, err := rt.create(rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"}), "c4", 4000, 4000)
@@ -95,8 +111,8 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			if got := rt.cpus(c4); got != "2-3,6-7" {
 				t.Fatalf("c4 on %q, want 2-3,6-7", got)
 			}
-			postStart(t, r.d, c4)
-			follow("be1 on the reserved 0,4", func() bool { return rt.cpus(be1) == "0,4" })
+			start(c4)
+			follow("be1 on the reserved 0,4", func() bool { return cpus(be1) == "0,4" })
 			if !logged(hook, logrus.WarnLevel, "shared pool is empty: shared-pool containers run on the reserved CPUs") {
 				t.Error("no warning when the pool emptied")
 			}
@@ -106,7 +122,8 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := rt.cpus(bu); got != "0,4" || len(ups) != 0 {
+			start(bu)
+			if got := cpus(bu); got != "0,4" || len(ups) != 0 {
 				t.Fatalf("bu on %q with updates %q; want 0,4 and none", got, rt.describe(ups))
 			}
 			// One more exclusive CPU: none left.
@@ -120,9 +137,9 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			r.stop(t)
 			log2, _ := hookedLogger(t)
 			r = startDaemon(t, rt, cfg, topo, WithLogger(log2))
-			for c, want := range map[string]string{be1.Id: "0,4", bu.Id: "0,4", c2.Id: "1,5", c4.Id: "2-3,6-7"} {
-				if got, _, _ := rt.CPUs(c); got != want {
-					t.Errorf("after the restart %s is on %q, want %q", c, got, want)
+			for c, want := range map[*api.Container]string{be1: "0,4", bu: "0,4", c2: "1,5", c4: "2-3,6-7"} {
+				if got := cpus(c); got != want {
+					t.Errorf("after the restart %s is on %q, want %q", c.Name, got, want)
 				}
 			}
 			if v := r.d.State(); v.Shared != "0,4" {
@@ -132,7 +149,8 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			// c2 stops: core 1 is shared again and both shared-pool
 			// containers move there.
 			rt.stop(c2)
-			follow("be1 and bu on 1,5", func() bool { return rt.cpus(be1) == "1,5" && rt.cpus(bu) == "1,5" })
+			settle(t, r.d)
+			follow("be1 and bu on 1,5", func() bool { return cpus(be1) == "1,5" && cpus(bu) == "1,5" })
 			metricLines(t, r.d, "nri_cpualign_shared_pool_empty 0", "nri_cpualign_shared_cpus 2")
 			if !logged(hook, logrus.WarnLevel, "shared pool is empty") {
 				t.Error("the first daemon did not warn")
