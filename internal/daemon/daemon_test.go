@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/nri/pkg/stub"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
@@ -32,7 +33,9 @@ func TestCreateStopMoveSharedContainers(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
 	stateDir := t.TempDir()
-	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo)
+	// The answers' updates are what this test reads (direct's answers
+	// carry none: TestSharedUpdatesDirect).
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0+"shared_pool_updates = \"in-answer\"\n"), topo)
 
 	bePod := rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"})
 	be1, ups, err := rt.create(bePod, "be1", 0, 0)
@@ -207,7 +210,7 @@ func TestRestartKeepsAssignments(t *testing.T) {
 
 func TestCorruptCheckpointSetAside(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t)
+	rt := startRuntime(t, nritest.WithUnpinnedCPUs("0-7"))
 	stateDir := t.TempDir()
 	path := filepath.Join(stateDir, CheckpointName)
 	if err := os.WriteFile(path, []byte(`{"version":1,"checksum":"sha256:00","data":{"trunc`), 0o600); err != nil {
@@ -219,11 +222,13 @@ func TestCorruptCheckpointSetAside(t *testing.T) {
 	c2 := rt.createAway(g1, "c2", 2000, 2000)
 
 	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo)
-	// Rebuilt from the runtime, oldest first: be1 shared, c2 core 1.
+	// Rebuilt from the runtime, oldest first: be1 shared, c2 core 1
+	// (through the answer); be1's cgroup written by the plugin.
 	if got := rt.cpus(c2); got != "1,5" {
 		t.Errorf("c2 %q, want 1,5", got)
 	}
-	if got := rt.cpus(be1); got != "0,2-4,6-7" {
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
 		t.Errorf("be1 %q, want 0,2-4,6-7", got)
 	}
 	b, err := os.ReadFile(path + ".corrupt-1")
@@ -551,6 +556,45 @@ func TestConfigureFromRuntime(t *testing.T) {
 	}
 	if d.Config().ReservedSystemCPUs != "3,7" {
 		t.Error("a refused configuration changed the daemon")
+	}
+}
+
+// TestConfigureKeepsSharedPoolUpdates: the way the shared pool is applied
+// is chosen at start-up; a runtime configuration asking for another one is
+// refused with the key and line and changes nothing, the same value is
+// accepted, and the removed "after-answer" is refused naming "direct".
+func TestConfigureKeepsSharedPoolUpdates(t *testing.T) {
+	cgroupRoot := t.TempDir() // writable: the default "direct" stays
+	if err := os.MkdirAll(filepath.Join(cgroupRoot, "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\ncgroup_root = \"" + cgroupRoot + "\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, WithTopology(loadFixture(t, "ht-1s-4c")), WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := d.applier().mode(); m != config.SharedUpdatesDirect {
+		t.Fatalf("mode %q at start, want the default direct", m)
+	}
+	err = d.configure("reserved_system_cpus = \"3,7\"\nshared_pool_updates = \"in-answer\"\n")
+	if err == nil || !strings.Contains(err.Error(), `line 2: key "shared_pool_updates"`) || !strings.Contains(err.Error(), "restart the plugin") {
+		t.Errorf("configure changing shared_pool_updates: %v, want a refusal naming the key, line 2, and the restart", err)
+	}
+	if got := d.Config(); got.ReservedSystemCPUs == "3,7" || got.SharedPoolUpdates != config.SharedUpdatesDirect {
+		t.Errorf("a refused configuration changed the daemon: reserved %q, shared_pool_updates %q", got.ReservedSystemCPUs, got.SharedPoolUpdates)
+	}
+	if err := d.configure("reserved_system_cpus = \"3,7\"\nshared_pool_updates = \"direct\"\n"); err != nil {
+		t.Errorf("configure with the running mode: %v", err)
+	}
+	if got := d.Config(); got.ReservedSystemCPUs != "3,7" || d.applier().mode() != config.SharedUpdatesDirect {
+		t.Errorf("after configure: reserved %q, mode %q; want 3,7 and direct", got.ReservedSystemCPUs, d.applier().mode())
+	}
+	err = d.configure("shared_pool_updates = \"after-answer\"\n")
+	if err == nil || !strings.Contains(err.Error(), `use "direct"`) {
+		t.Errorf("configure with after-answer: %v, want a refusal naming direct", err)
 	}
 }
 

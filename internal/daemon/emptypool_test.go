@@ -8,6 +8,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 )
 
@@ -199,7 +201,13 @@ func TestZeroReservation(t *testing.T) {
 	if got := rt.cpus(g7); got != "0-6" {
 		t.Fatalf("seven on %q, want 0-6", got)
 	}
-	waitFor(t, "be1 on 7", func() bool { return rt.cpus(be1) == "7" })
+	// Its start waits until the plugin wrote be1's cgroup.
+	if err := rt.StartContainer(context.Background(), g7); err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupCPUs(t, rt, be1); got != "7" {
+		t.Fatalf("be1 on %q once seven started, want 7", got)
+	}
 
 	// Without shared-pool containers the last CPU may go, as in the
 	// kubelet.
@@ -241,13 +249,14 @@ func TestZeroReservation(t *testing.T) {
 // container no CPU stays in the shared pool, with a warning.
 func TestZeroReservationSynchronize(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t)
+	rt := startRuntime(t, nritest.WithUnpinnedCPUs("0-7"))
 	all := rt.createAway(rt.addPod(podSpec{uid: "g8", name: "g8", qos: "guaranteed"}), "all", 8000, 8000)
 	be1 := rt.createAway(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
 	log, hook := hookedLogger(t)
 	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), "cpu_manager_policy = \"static\"\nreserved_cpu_count = 0\n"), topo, WithLogger(log))
 	// Oldest first: all 8 CPUs would strand be1, so "all" stays shared.
-	if got, got2 := rt.cpus(all), rt.cpus(be1); got != "0-7" || got2 != "0-7" {
+	settle(t, r.d)
+	if got, got2 := cgroupCPUs(t, rt, all), cgroupCPUs(t, rt, be1); got != "0-7" || got2 != "0-7" {
 		t.Fatalf("all on %q, be1 on %q; want both on 0-7", got, got2)
 	}
 	for _, c := range r.d.State().Containers {
