@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
@@ -392,10 +393,20 @@ func TestResizeOfExclusiveCountRefused(t *testing.T) {
 	}
 }
 
+// TestReconcileRestoresDrift: a cgroup something else changed is put back
+// by the reconcile loop, through the runtime (in-answer) or by writing it
+// (direct, the default); a cgroup that is gone is skipped; the drift is
+// counted.
 func TestReconcileRestoresDrift(t *testing.T) {
+	for _, mode := range []string{config.SharedUpdatesDirect, config.SharedUpdatesInAnswer} {
+		t.Run(mode, func(t *testing.T) { testReconcileRestoresDrift(t, mode) })
+	}
+}
+
+func testReconcileRestoresDrift(t *testing.T, mode string) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
-	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0+"shared_pool_updates = \""+mode+"\"\n"), topo)
 	bePod := rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"})
 	be1, _, err := rt.create(bePod, "be1", 0, 0)
 	if err != nil {
@@ -406,19 +417,32 @@ func TestReconcileRestoresDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	settle(t, r.d) // direct: be1's cgroup written by the pass
 	if n := r.d.ReconcileNow(); n != 0 {
 		t.Errorf("reconcile with no drift restored %d containers", n)
 	}
-	// Something else widens be1 to the whole machine.
+	// Something else widens be1 to the whole machine and moves c2 onto
+	// the reserved core.
 	if err := os.WriteFile(rt.cgroupFile(be1), []byte("0-7\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.d.ReconcileNow(); n != 1 {
-		t.Errorf("reconcile restored %d containers, want 1", n)
+	if err := os.WriteFile(rt.cgroupFile(c2), []byte("0,4\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(rt.cgroupFile(be1))
-	if got := strings.TrimSpace(string(b)); got != "0,2-4,6-7" {
-		t.Errorf("be1 cgroup after reconcile %q, want 0,2-4,6-7", got)
+	if n := r.d.ReconcileNow(); n != 2 {
+		t.Errorf("reconcile restored %d containers, want 2", n)
+	}
+	for c, want := range map[*api.Container]string{be1: "0,2-4,6-7", c2: "1,5"} {
+		if got := cgroupCPUs(t, rt, c); got != want {
+			t.Errorf("%s cgroup after reconcile %q, want %q", c.Name, got, want)
+		}
+	}
+	pushes := rt.Pushes()
+	if mode == config.SharedUpdatesDirect && pushes != 0 {
+		t.Errorf("direct restored through the runtime: %d pushes", pushes)
+	}
+	if mode == config.SharedUpdatesInAnswer && pushes == 0 {
+		t.Error("in-answer restored without the runtime")
 	}
 	// A container whose cgroup is gone is skipped, not an error.
 	if err := os.RemoveAll(filepath.Dir(rt.cgroupFile(c2))); err != nil {
@@ -431,7 +455,7 @@ func TestReconcileRestoresDrift(t *testing.T) {
 	srv := httptest.NewServer(r.d.Handler())
 	defer srv.Close()
 	body := get(t, srv.URL+"/metrics")
-	if !strings.Contains(body, "nri_cpualign_reconcile_drift_total 1") {
+	if !strings.Contains(body, "nri_cpualign_reconcile_drift_total 2") {
 		t.Errorf("drift metric missing:\n%s", grepLines(body, "drift"))
 	}
 }
@@ -712,6 +736,28 @@ func TestConfigFromRuntimeDeferred(t *testing.T) {
 	}
 	if _, err := (&plugin{d: d}).Synchronize(t.Context(), nil, nil); err == nil || !strings.HasPrefix(err.Error(), "InvalidConfig") {
 		t.Errorf("Synchronize before configuration = %v", err)
+	}
+	// Every other event before the configuration: a creation is refused
+	// with the reason word, the rest find nothing to do.
+	p, ctx := &plugin{d: d}, t.Context()
+	pod, c := testPod("u"), testCtr("c-1", "c", 1000)
+	if _, _, err := p.CreateContainer(ctx, pod, c); err == nil || !strings.HasPrefix(err.Error(), "InvalidConfig") {
+		t.Errorf("CreateContainer before configuration = %v", err)
+	}
+	if err := p.StartContainer(ctx, pod, c); err != nil {
+		t.Errorf("StartContainer before configuration = %v", err)
+	}
+	if _, err := p.UpdateContainer(ctx, pod, c, milliCPU(2000, 2000)); err != nil {
+		t.Errorf("UpdateContainer before configuration = %v", err)
+	}
+	if ups, err := p.StopContainer(ctx, pod, c); err != nil || len(ups) != 0 {
+		t.Errorf("StopContainer before configuration = %v, %v", ups, err)
+	}
+	if err := p.RemoveContainer(ctx, pod, c); err != nil {
+		t.Errorf("RemoveContainer before configuration = %v", err)
+	}
+	if err := p.RemovePodSandbox(ctx, pod); err != nil {
+		t.Errorf("RemovePodSandbox before configuration = %v", err)
 	}
 	if err := d.configure("reserved_cpu_count = 2\n"); err != nil {
 		t.Fatal(err)
