@@ -18,7 +18,7 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/eintr"
+	"github.com/nri-cpualign/nri-cpualign/pkg/eintr"
 )
 
 // ErrGone means the container's cgroup does not exist: not yet (the OCI

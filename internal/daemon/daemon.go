@@ -9,14 +9,15 @@
 //	d, err := daemon.New(cfg, daemon.WithTopology(topo), daemon.WithLogger(log))
 //	err = d.Run(ctx) // returns when ctx is cancelled, or on a fatal error
 //
-// One Daemon owns the engine State and the container index under one mutex.
-// Every NRI event takes the mutex, computes the next state with the engine,
-// writes the checkpoint, and commits the next state only after the write is
-// durable; the runtime gets its answer after that. Updates for other
-// containers are returned from the handler (never pushed with
-// stub.UpdateContainers inside a handler, which deadlocks the runtime);
-// events that cannot return updates (RemoveContainer, RemovePodSandbox)
-// wake a worker that pushes them from outside any handler.
+// The layout, the lock order and one CreateContainer's way through it are
+// in docs/architecture.md. In short: the ledger owns the engine state and
+// the container index under one mutex; every NRI event takes it, computes
+// the next state with the engine, and commits it (ledger.commit) only
+// after the store made it durable; the runtime gets its answer after
+// that. The applier, chosen once at start-up, brings the shared-pool
+// containers along: in the answer or from its worker through the runtime
+// (in-answer; never stub.UpdateContainers inside a handler, which
+// deadlocks the runtime), or by writing their cgroups (direct).
 //
 // Connection loss: in the external (DaemonSet) mode the daemon reconnects
 // with exponential backoff (1 s doubling to 30 s) and re-synchronizes;

@@ -101,8 +101,8 @@ func (s *journalStore) reset() {
 }
 
 // headFor is st's head, reusing the texts of the head on disk for sets
-// that did not change: printing them was a good part of a decision's
-// encoding.
+// that did not change: a decision that leaves a set alone does not pay
+// for printing it again.
 func (s *journalStore) headFor(e *policy.Engine, st policy.State) (journalHead, cpumask.Mask) {
 	pool := e.SharedPool(st)
 	h := s.head
