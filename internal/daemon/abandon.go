@@ -48,7 +48,8 @@ type startWait struct {
 
 // startTimedOut gives back the CPUs of a container that did not start
 // within container_start_timeout (the start timer's event).
-func (d *Daemon) startTimedOut(id string, seq uint64) {
+func (p *plugin) startTimedOut(id string, seq uint64) {
+	d := p.d
 	l := d.led
 	l.mu.Lock()
 	if !l.takeTimedOut(id, seq) {
@@ -61,7 +62,7 @@ func (d *Daemon) startTimedOut(id string, seq uint64) {
 		return
 	}
 	cpus := l.rightCPUs(r)
-	changed, err := d.release(r)
+	changed, err := p.release(r)
 	if err != nil {
 		// The checkpoint could not be written; the CPUs stay assigned.
 		// Try again after another timeout rather than never.
@@ -72,7 +73,7 @@ func (d *Daemon) startTimedOut(id string, seq uint64) {
 		return
 	}
 	l.gaveUp[id] = r.Pod
-	d.logAbandoned(r, cpus.String(), l.engine.SharedMask(l.st).String(),
+	p.logAbandoned(r, cpus.String(), l.engine.SharedMask(l.st).String(),
 		"no StartContainer within container_start_timeout ("+time.Duration(l.cfg.ContainerStartTimeout).String()+")",
 		"container never started: CPUs given back")
 	l.mu.Unlock()
@@ -83,7 +84,8 @@ func (d *Daemon) startTimedOut(id string, seq uint64) {
 
 // logAbandoned writes the one line and counts the metric for a container
 // given up as never started; shared is the shared pool it leaves.
-func (d *Daemon) logAbandoned(r ctrRecord, cpus, shared, why, msg string) {
+func (p *plugin) logAbandoned(r ctrRecord, cpus, shared, why, msg string) {
+	d := p.d
 	d.obs.abandoned.Inc()
 	d.log.WithFields(logrus.Fields{
 		"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": cpus, "exclusive": r.Exclusive,
@@ -102,9 +104,9 @@ type lateStartInput struct {
 	devErr error
 }
 
-func (d *Daemon) lateRequest(pod *api.PodSandbox, ctr *api.Container) lateStartInput {
+func (p *plugin) lateRequest(pod *api.PodSandbox, ctr *api.Container) lateStartInput {
 	in := lateStartInput{pod: pod, ctr: ctr, req: requestFor(pod, ctr)}
-	in.nodes, in.devErr = d.deviceReader().nodes(ctr)
+	in.nodes, in.devErr = p.deviceReader().nodes(ctr)
 	return in
 }
 
@@ -113,7 +115,8 @@ func (d *Daemon) lateRequest(pod *api.PodSandbox, ctr *api.Container) lateStartI
 // keeps the exclusive CPUs it runs on when they are still free, else it
 // is admitted afresh and the reconcile loop moves its cgroup to the new
 // assignment. It reports whether the shared pool changed. l.mu is held.
-func (d *Daemon) startedLate(in lateStartInput) bool {
+func (p *plugin) startedLate(in lateStartInput) bool {
+	d := p.d
 	l := d.led
 	pod, ctr := in.pod, in.ctr
 	id := ctr.GetId()

@@ -177,7 +177,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	l := newLedger(cfg, topo, engine, pendingErr)
 	l.store = &store{ckpt: checkpoint.New(cfg.StateDir, CheckpointName), kubeletFile: o.kubeletFile,
 		jnl: journalStore{mode: o.store}, log: o.log}
-	l.obs, l.log, l.clock, l.timedOut = d.obs, o.log, o.clock, d.startTimedOut
+	l.obs, l.log, l.clock, l.timedOut = d.obs, o.log, o.clock, (&plugin{d: d}).startTimedOut
 	if l.clock == nil {
 		l.clock = wallClock{}
 	}

@@ -35,7 +35,8 @@ type deviceReader struct {
 }
 
 // deviceReader is the device reader of the current configuration.
-func (d *Daemon) deviceReader() deviceReader {
+func (p *plugin) deviceReader() deviceReader {
+	d := p.d
 	cfg := d.led.config()
 	return deviceReader{topologyPolicy: cfg.TopologyManagerPolicy, sysfsRoot: cfg.SysfsRoot}
 }

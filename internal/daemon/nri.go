@@ -15,8 +15,11 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
-// plugin is what the NRI stub sees; it forwards every event to the daemon.
-// Keeping it separate keeps the handler methods off Daemon's API.
+// plugin is the NRI adapter (docs/architecture.md): what the NRI stub
+// sees. It holds no state of its own: each event becomes a plan on the
+// ledger's values and a ledger commit, and the result an NRI answer; the
+// applier is told when the shared pool changed. Requests and device NUMA
+// nodes are read before the ledger's lock is taken.
 type plugin struct{ d *Daemon }
 
 // The NRI events the plugin handles (the stub subscribes to exactly these).
@@ -85,7 +88,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	defer p.d.obs.timeEvent("Synchronize")()
 	d := p.d
 	l, a := d.led, d.applier()
-	in := d.syncInput(pods, ctrs)
+	in := p.syncInput(pods, ctrs)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.engine == nil {
@@ -93,7 +96,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	in.State, in.Records, in.Static = l.st, l.ctrs, l.static()
 	plan := planSync(l.engine, in)
-	d.logSyncEvents(plan.Events)
+	p.logSyncEvents(plan.Events)
 	for _, adm := range plan.Admissions {
 		d.obs.observeAdmission(adm.Request, adm.Err, 0, l.static(), l.cfg.TopologyManagerScope)
 	}
@@ -130,14 +133,15 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 // NUMA nodes of their devices (planSync uses them for those it admits),
 // and, when the applier says so, the cpuset in a running container's
 // cgroup.
-func (d *Daemon) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncInput {
+func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncInput {
+	d := p.d
 	in := syncInput{Pods: make([]syncPod, 0, len(pods)), Ctrs: make([]syncCtr, 0, len(ctrs))}
 	podByID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		podByID[pod.GetId()] = pod
 		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: podKey(pod), Name: podName(pod)})
 	}
-	devs := d.deviceReader()
+	devs := p.deviceReader()
 	readCgroups := d.applier().syncReadsCgroups()
 	cg := d.applier().cgroupRoot()
 	for _, c := range ctrs {
@@ -170,7 +174,8 @@ func phaseOf(c *api.Container) ctrPhase {
 }
 
 // logSyncEvents writes the log lines a sync plan asks for, in order.
-func (d *Daemon) logSyncEvents(events []syncEvent) {
+func (p *plugin) logSyncEvents(events []syncEvent) {
+	d := p.d
 	for _, ev := range events {
 		entry := d.log.WithFields(logrus.Fields{"pod": ev.Pod, "container": ev.Container, "id": ev.ID})
 		switch ev.Kind {
@@ -183,7 +188,7 @@ func (d *Daemon) logSyncEvents(events []syncEvent) {
 			entry.WithError(ev.Err).WithField("reason", reasonOf(ev.Err)).
 				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
 		case evPlaced:
-			d.logDecision(entry, ev.Decision, "placed at synchronize")
+			p.logDecision(entry, ev.Decision, "placed at synchronize")
 		}
 	}
 }
@@ -221,7 +226,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	l, a := d.led, d.applier()
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
-	nodes, devErr := d.deviceReader().nodes(ctr)
+	nodes, devErr := p.deviceReader().nodes(ctr)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -259,7 +264,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, err
 	}
 	for i, r := range superseded {
-		d.logAbandoned(r, supersededCPUs[i], prevShared, "created again as "+rec.ID+" before it started",
+		p.logAbandoned(r, supersededCPUs[i], prevShared, "created again as "+rec.ID+" before it started",
 			"container never started: its pod created it again, the new attempt takes its place")
 	}
 	l.armStartTimer(rec.ID)
@@ -273,7 +278,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if poolChanged {
 		updates = a.poolChanged(rec.ID)
 	}
-	d.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
+	p.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
 	return adj, updates, nil
 }
 
@@ -307,7 +312,8 @@ func adjustmentOf(dec policy.Decision) *api.ContainerAdjustment {
 }
 
 // logDecision writes the one info line per decision.
-func (d *Daemon) logDecision(entry *logrus.Entry, dec policy.Decision, msg string) {
+func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg string) {
+	d := p.d
 	topo := d.led.topo
 	entry.WithFields(logrus.Fields{
 		"cpus":      dec.CPUs.String(),
@@ -333,9 +339,9 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	l.mu.Unlock()
 	changed := false
 	if givenUp {
-		late := d.lateRequest(pod, ctr)
+		late := p.lateRequest(pod, ctr)
 		l.mu.Lock()
-		changed = d.startedLate(late)
+		changed = p.startedLate(late)
 		l.mu.Unlock()
 	}
 	if changed {
@@ -352,7 +358,7 @@ func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Co
 	d := p.d
 	d.led.mu.Lock()
 	defer d.led.mu.Unlock()
-	changed, err := d.forget(ctr.GetId(), "stopped")
+	changed, err := p.forget(ctr.GetId(), "stopped")
 	if err != nil || !changed {
 		return nil, err
 	}
@@ -361,14 +367,15 @@ func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Co
 
 // forget releases and drops one container; it reports whether the shared
 // pool changed. Unknown containers are no-ops (idempotent). l.mu is held.
-func (d *Daemon) forget(id, why string) (bool, error) {
+func (p *plugin) forget(id, why string) (bool, error) {
+	d := p.d
 	l := d.led
 	l.forgetGaveUp(id, "")
 	r, ok := l.ctrs[id]
 	if !ok {
 		return false, nil
 	}
-	changed, err := d.release(r)
+	changed, err := p.release(r)
 	if err == nil && r.Exclusive {
 		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id, "shared": l.engine.SharedMask(l.st).String()}).
 			Info("container " + why + ": exclusive CPUs released")
@@ -378,7 +385,8 @@ func (d *Daemon) forget(id, why string) (bool, error) {
 
 // release gives a known container's CPUs back and drops it from the
 // index; it reports whether the shared pool changed. l.mu is held.
-func (d *Daemon) release(r ctrRecord) (bool, error) {
+func (p *plugin) release(r ctrRecord) (bool, error) {
+	d := p.d
 	l := d.led
 	changed, err := l.commit(l.engine.Remove(l.st, r.Pod, r.Name), indexChange{edit: ctrEdit{del: []string{r.ID}}})
 	if err != nil {
@@ -393,7 +401,7 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	defer p.d.obs.timeEvent("RemoveContainer")()
 	d := p.d
 	d.led.mu.Lock()
-	changed, err := d.forget(ctr.GetId(), "removed")
+	changed, err := p.forget(ctr.GetId(), "removed")
 	d.led.mu.Unlock()
 	if changed {
 		d.applier().kick()
