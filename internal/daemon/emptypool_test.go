@@ -139,6 +139,7 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			r.stop(t)
 			log2, _ := hookedLogger(t)
 			r = startDaemon(t, rt, cfg, topo, WithLogger(log2))
+			settle(t, r.d) // direct: the pass after Synchronize rewrites every shared-pool cgroup
 			for c, want := range map[*api.Container]string{be1: "0,4", bu: "0,4", c2: "1,5", c4: "2-3,6-7"} {
 				if got := cpus(c); got != want {
 					t.Errorf("after the restart %s is on %q, want %q", c.Name, got, want)
