@@ -110,7 +110,7 @@ if [ "$mode" = cri ] || [ "$mode" = cri-only ]; then
 	trap 'teardown_containerd; teardown_crio' EXIT
 	build_plugin
 	shared=${CRI_SHARED:-0,20,50}
-	modes=${CRI_MODES:-direct,in-answer,after-answer}
+	modes=${CRI_MODES:-direct,in-answer}
 	log "plugin latency on the real containerd (${CRI_N:-30} samples per mode, $shared shared containers)"
 	setup_containerd
 	go run ./test/bench/cmd/crilatency -bin "$PLUGIN_BIN" -n "${CRI_N:-30}" -shared "$shared" -modes "$modes" | tee "$OUT/cri-containerd.txt"

@@ -46,127 +46,100 @@ type startWait struct {
 	stop func() bool
 }
 
-// awaitStart arms the start timer of a container just placed (or found
-// created but not started at Synchronize). d.mu is held.
-func (d *Daemon) awaitStart(id string) {
-	d.started(id)
-	timeout := time.Duration(d.cfg.ContainerStartTimeout)
-	if timeout <= 0 {
-		return
-	}
-	d.startSeq++
-	seq := d.startSeq
-	d.starting[id] = startWait{seq: seq, stop: d.clock.AfterFunc(timeout, func() { d.startTimedOut(id, seq) })}
-}
-
-// started disarms the container's start timer, if any: it started, stopped
-// or is gone. d.mu is held.
-func (d *Daemon) started(id string) {
-	if w, ok := d.starting[id]; ok {
-		w.stop()
-		delete(d.starting, id)
-	}
-}
-
-// awaitingStart reports whether the container was placed and has not
-// started yet. d.mu is held.
-func (d *Daemon) awaitingStart(id string) bool {
-	_, ok := d.starting[id]
-	return ok
-}
-
 // startTimedOut gives back the CPUs of a container that did not start
-// within container_start_timeout.
-func (d *Daemon) startTimedOut(id string, seq uint64) {
-	d.mu.Lock()
-	w, ok := d.starting[id]
-	if !ok || w.seq != seq {
-		d.mu.Unlock()
+// within container_start_timeout (the start timer's event).
+func (p *plugin) startTimedOut(id string, seq uint64) {
+	d := p.d
+	l := d.led
+	l.mu.Lock()
+	if !l.takeTimedOut(id, seq) {
+		l.mu.Unlock()
 		return
 	}
-	delete(d.starting, id)
-	r, ok := d.ctrs[id]
+	r, ok := l.ctrs[id]
 	if !ok {
-		d.mu.Unlock()
+		l.mu.Unlock()
 		return
 	}
-	cpus := d.rightCPUs(r)
-	changed, err := d.drop(id)
+	cpus := l.rightCPUs(r)
+	changed, err := p.release(r)
 	if err != nil {
 		// The checkpoint could not be written; the CPUs stay assigned.
 		// Try again after another timeout rather than never.
 		d.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id}).
 			Error("cannot release a container that never started; retrying after container_start_timeout")
-		d.awaitStart(id)
-		d.mu.Unlock()
+		l.armStartTimer(id)
+		l.mu.Unlock()
 		return
 	}
-	d.gaveUp[id] = r.Pod
-	d.logAbandoned(r, cpus.String(), "no StartContainer within container_start_timeout ("+time.Duration(d.cfg.ContainerStartTimeout).String()+")",
+	l.gaveUp[id] = r.Pod
+	p.logAbandoned(r, cpus.String(), l.engine.SharedMask(l.st).String(),
+		"no StartContainer within container_start_timeout ("+time.Duration(l.cfg.ContainerStartTimeout).String()+")",
 		"container never started: CPUs given back")
-	d.mu.Unlock()
+	l.mu.Unlock()
 	if changed {
-		d.kick()
+		d.applier().kick()
 	}
 }
 
 // logAbandoned writes the one line and counts the metric for a container
-// given up as never started. d.mu is held.
-func (d *Daemon) logAbandoned(r ctrRecord, cpus, why, msg string) {
-	d.metrics.abandoned.Inc()
+// given up as never started; shared is the shared pool it leaves.
+func (p *plugin) logAbandoned(r ctrRecord, cpus, shared, why, msg string) {
+	d := p.d
+	d.obs.abandoned.Inc()
 	d.log.WithFields(logrus.Fields{
 		"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": cpus, "exclusive": r.Exclusive,
-		"reason": reasonNeverStarted, "detail": why, "shared": d.engine.SharedMask(d.st).String(),
+		"reason": reasonNeverStarted, "detail": why, "shared": shared,
 	}).Warn(msg)
+}
+
+// lateStartInput is what StartContainer reads, without the ledger's lock, for
+// a container its start timer may have given up: its request with the
+// device hints, and the CPUs the runtime says it runs on.
+type lateStartInput struct {
+	pod    *api.PodSandbox
+	ctr    *api.Container
+	req    policy.Request
+	nodes  []int
+	devErr error
+}
+
+func (p *plugin) lateRequest(pod *api.PodSandbox, ctr *api.Container) lateStartInput {
+	in := lateStartInput{pod: pod, ctr: ctr, req: requestFor(pod, ctr)}
+	in.nodes, in.devErr = p.deviceReader().nodes(ctr)
+	return in
 }
 
 // startedLate places again a container given up by its start timer that
 // starts after all (a runtime slower than container_start_timeout): it
 // keeps the exclusive CPUs it runs on when they are still free, else it
 // is admitted afresh and the reconcile loop moves its cgroup to the new
-// assignment. It reports whether the shared pool changed. d.mu is held.
-func (d *Daemon) startedLate(pod *api.PodSandbox, ctr *api.Container) bool {
+// assignment. It reports whether the shared pool changed. l.mu is held.
+func (p *plugin) startedLate(in lateStartInput) bool {
+	d := p.d
+	l := d.led
+	pod, ctr := in.pod, in.ctr
 	id := ctr.GetId()
-	if _, ok := d.gaveUp[id]; !ok || d.engine == nil {
+	if _, ok := l.gaveUp[id]; !ok || l.engine == nil {
 		return false
 	}
-	delete(d.gaveUp, id)
+	delete(l.gaveUp, id)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": id})
-	req := d.withDeviceHints(requestFor(pod, ctr), ctr, entry)
+	req := withDeviceHints(l.engine, in.req, in.nodes, in.devErr, entry)
 	rec := ctrRecord{ID: id, Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(), CgroupsPath: ctr.GetLinux().GetCgroupsPath()}
-	late := planLateStart(d.engine, d.st, d.cfg.CPUManagerPolicy == policy.CPUPolicyStatic, req, ctr.GetLinux().GetResources().GetCpu().GetCpus())
+	late := planLateStart(l.engine, l.st, l.static(), req, ctr.GetLinux().GetResources().GetCpu().GetCpus())
 	if err := late.Err; err != nil {
 		entry.WithError(err).WithField("reason", reasonOf(err)).
 			Warn("container started after its CPUs were given back and cannot be placed again; it stays in the shared pool")
 		return false
 	}
-	st, kept := late.State, late.Kept
 	rec.Exclusive, rec.Mems = late.Exclusive, late.Mems
-	edit := ctrEdit{put: []ctrRecord{rec}}
-	if err := d.persistEdit(st, edit); err != nil {
+	changed, err := l.commit(late.State, indexChange{edit: ctrEdit{put: []ctrRecord{rec}}})
+	if err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; the late container stays untracked")
 		return false
 	}
-	prevShared := d.engine.SharedMask(d.st)
-	d.st = st
-	d.commitEdit(edit)
-	d.gen++
-	d.metrics.updateGauges()
-	entry.WithFields(logrus.Fields{"cpus": d.rightCPUs(rec).String(), "exclusive": rec.Exclusive, "kept_cpus": kept}).
+	entry.WithFields(logrus.Fields{"cpus": l.rightCPUs(rec).String(), "exclusive": rec.Exclusive, "kept_cpus": late.Kept}).
 		Warn("container started after container_start_timeout had given its CPUs back; placed again (raise container_start_timeout if this runtime is that slow)")
-	return !prevShared.Equals(d.engine.SharedMask(d.st))
-}
-
-// forgetGaveUp drops the given-up entries of a container, or of a whole
-// pod when id is "". d.mu is held.
-func (d *Daemon) forgetGaveUp(id, pod string) {
-	if id != "" {
-		delete(d.gaveUp, id)
-		return
-	}
-	for k, p := range d.gaveUp {
-		if p == pod {
-			delete(d.gaveUp, k)
-		}
-	}
+	return changed
 }

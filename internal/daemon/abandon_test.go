@@ -141,16 +141,16 @@ func (h *handlerDaemon) start(t *testing.T, pod *api.PodSandbox, c *api.Containe
 }
 
 func (h *handlerDaemon) tracked(id string) bool {
-	h.d.mu.Lock()
-	defer h.d.mu.Unlock()
-	_, ok := h.d.ctrs[id]
+	h.d.led.mu.Lock()
+	defer h.d.led.mu.Unlock()
+	_, ok := h.d.led.ctrs[id]
 	return ok
 }
 
 func (h *handlerDaemon) shared() string {
-	h.d.mu.Lock()
-	defer h.d.mu.Unlock()
-	return h.d.engine.SharedMask(h.d.st).String()
+	h.d.led.mu.Lock()
+	defer h.d.led.mu.Unlock()
+	return h.d.led.engine.SharedMask(h.d.led.st).String()
 }
 
 // abandoned is nri_cpualign_abandoned_containers_total as /metrics serves it.
@@ -180,7 +180,7 @@ func (h *handlerDaemon) abandonLines() []*logrus.Entry {
 
 func (h *handlerDaemon) kicked() bool {
 	select {
-	case <-h.d.kickC:
+	case <-h.d.kickC():
 		return true
 	default:
 		return false
@@ -244,7 +244,7 @@ func TestNeverStartedContainerGivesCPUsBack(t *testing.T) {
 		t.Errorf("abandon line %v %q %v", l.Level, l.Message, l.Data)
 	}
 	// The checkpoint no longer holds it: a restarted daemon has nothing.
-	h2 := newHandlerDaemon(t, h.d.cfg.StateDir, "")
+	h2 := newHandlerDaemon(t, h.d.led.cfg.StateDir, "")
 	if h2.tracked("g-1") || h2.shared() != "0-7" {
 		t.Errorf("after a restart: g-1 tracked=%v, shared %s; want gone and 0-7", h2.tracked("g-1"), h2.shared())
 	}

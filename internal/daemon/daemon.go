@@ -9,14 +9,15 @@
 //	d, err := daemon.New(cfg, daemon.WithTopology(topo), daemon.WithLogger(log))
 //	err = d.Run(ctx) // returns when ctx is cancelled, or on a fatal error
 //
-// One Daemon owns the engine State and the container index under one mutex.
-// Every NRI event takes the mutex, computes the next state with the engine,
-// writes the checkpoint, and commits the next state only after the write is
-// durable; the runtime gets its answer after that. Updates for other
-// containers are returned from the handler (never pushed with
-// stub.UpdateContainers inside a handler, which deadlocks the runtime);
-// events that cannot return updates (RemoveContainer, RemovePodSandbox)
-// wake a worker that pushes them from outside any handler.
+// The layout, the lock order and one CreateContainer's way through it are
+// in docs/architecture.md. In short: the ledger owns the engine state and
+// the container index under one mutex; every NRI event takes it, computes
+// the next state with the engine, and commits it (ledger.commit) only
+// after the store made it durable; the runtime gets its answer after
+// that. The applier, chosen once at start-up, brings the shared-pool
+// containers along: in the answer or from its worker through the runtime
+// (in-answer; never stub.UpdateContainers inside a handler, which
+// deadlocks the runtime), or by writing their cgroups (direct).
 //
 // Connection loss: in the external (DaemonSet) mode the daemon reconnects
 // with exponential backoff (1 s doubling to 30 s) and re-synchronizes;
@@ -100,60 +101,34 @@ func WithStubOptions(opts ...stub.Option) Option {
 }
 
 // Daemon is the NRI plugin. Create it with New and start it with Run.
+// It holds the wiring (docs/architecture.md): the ledger owns the policy
+// state, its store the disk, the applier the way the shared pool reaches
+// the cgroups, the metrics what is observed; the NRI adapter (plugin)
+// translates events into their calls.
 type Daemon struct {
-	// topo and ckpt are set by New and replaced only by the first
-	// Configure of a pre-registered plugin (under mu, before any event).
-	topo        *topology.Topology
-	ckpt        *checkpoint.File
-	log         *logrus.Logger
-	kubeletFile string
-	stubOpts    []stub.Option
-	metrics     *metrics
-	pool        poolState // the shared pool's emptiness, as reported; under mu
-	clock       clock
+	led       *ledger
+	app       atomic.Pointer[applierRef] // replaced only by the first Configure of a pre-registered plugin
+	conn      connection
+	obs       *metrics
+	log       *logrus.Logger
+	stubOpts  []stub.Option
+	fixedTopo bool // the topology came from WithTopology, not sysfs_root
+	connected atomic.Bool
+	syncedC   chan struct{} // closed after the first Synchronize
 
-	// mu guards everything below it. Handlers hold it for a whole event.
-	mu     sync.Mutex
-	cfg    config.Config
-	engine *policy.Engine // nil until configured (WithConfigFromRuntime)
-	// pendingErr is why engine is nil: the start-up configuration was
-	// refused and the runtime's Configure must bring a valid one.
-	pendingErr error
-	restored   bool // the checkpoint (or kubelet state) has been loaded
-	fixedTopo  bool // the topology came from WithTopology, not sysfs_root
-	st         policy.State
-	// Set by Run for what starts once the configuration is final.
+	// Set by Run, under led.mu, for what starts once the configuration is
+	// final (startLocked).
 	runCtx      context.Context
 	runWG       *sync.WaitGroup
 	unlockState func() error
-	ctrs        map[string]ctrRecord // by container ID
-	enc         payloadEncoder       // the checkpoint's encoding of ctrs
-	jnl         journalStore         // the journal and the state on disk (journal.go)
-	fp          string               // fingerprint() of fpEngine
-	fpEngine    *policy.Engine
-	gen         uint64        // bumped on every committed change
-	syncs       int           // completed Synchronize calls
-	stub        stub.Stub     // current connection, nil between connections
-	syncedC     chan struct{} // closed after the first Synchronize
-	// starting holds the containers placed but not started yet, by ID
-	// (see abandon.go); not checkpointed: Synchronize rebuilds it.
-	starting map[string]startWait
-	startSeq uint64
-	// pushOnStart holds the containers whose creation shrank the shared
-	// pool under after-answer: pushed at their PostStartContainer (poststart.go)
-	pushOnStart map[string]struct{}
-	// gaveUp holds the containers whose start timer gave their CPUs back
-	// (ID -> pod key), until they start, go, or Synchronize comes.
-	gaveUp map[string]string
-
-	// cgw: the cgroups written under shared_pool_updates = "direct"
-	// (direct.go).
-	cgw cgroupWrites
-
-	connected atomic.Bool
-	kickC     chan struct{} // wakes the update worker
-	kicks     kickLedger    // kicks asked and served (Settle)
+	workerOn    bool
 }
+
+// applierRef boxes an applier for atomic.Pointer.
+type applierRef struct{ a applier }
+
+// applier is the way the shared pool is applied.
+func (d *Daemon) applier() applier { return d.app.Load().a }
 
 // New validates cfg, reads the topology (unless WithTopology), builds the
 // engine and returns the daemon. It refuses the static policy without a
@@ -174,9 +149,6 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		o.log.SetOutput(os.Stderr)
 	}
 	applyLogSettings(o.log, cfg)
-	if err := checkDirect(&cfg, o.log); err != nil {
-		return nil, err
-	}
 	topo := o.topo
 	if topo == nil {
 		t, warns, err := sysfs.ReadWithWarnings(cfg.SysfsRoot)
@@ -196,32 +168,26 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		pendingErr = err
 	}
 	d := &Daemon{
-		topo:        topo,
-		log:         o.log,
-		ckpt:        checkpoint.New(cfg.StateDir, CheckpointName),
-		kubeletFile: o.kubeletFile,
-		fixedTopo:   o.topo != nil,
-		stubOpts:    o.stubOpts,
-		cfg:         cfg,
-		engine:      engine,
-		pendingErr:  pendingErr,
-		ctrs:        map[string]ctrRecord{},
-		syncedC:     make(chan struct{}),
-		kickC:       make(chan struct{}, 1),
-		clock:       o.clock,
-		starting:    map[string]startWait{},
-		gaveUp:      map[string]string{},
-		jnl:         journalStore{mode: o.store},
+		log:       o.log,
+		fixedTopo: o.topo != nil,
+		stubOpts:  o.stubOpts,
+		obs:       newMetrics(),
+		syncedC:   make(chan struct{}),
 	}
-	if d.clock == nil {
-		d.clock = wallClock{}
+	l := newLedger(cfg, topo, engine, pendingErr)
+	l.store = &store{ckpt: checkpoint.New(cfg.StateDir, CheckpointName), kubeletFile: o.kubeletFile,
+		jnl: journalStore{mode: o.store}, log: o.log}
+	l.obs, l.log, l.clock, l.timedOut = d.obs, o.log, o.clock, (&plugin{d: d}).startTimedOut
+	if l.clock == nil {
+		l.clock = wallClock{}
 	}
-	if engine != nil {
-		d.st = engine.NewState()
+	d.led = l
+	app, err := newApplier(&l.cfg, l, &d.conn, o.log)
+	if err != nil {
+		return nil, err
 	}
-	d.metrics = newMetrics(d)
-	d.pool.register(d.metrics.reg)
-	d.warnZeroReservation()
+	d.app.Store(&applierRef{app})
+	warnZeroReservation(l, d.log)
 	return d, nil
 }
 
@@ -263,11 +229,7 @@ func applyLogSettings(l *logrus.Logger, cfg config.Config) {
 }
 
 // Config returns the effective configuration.
-func (d *Daemon) Config() config.Config {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cfg
-}
+func (d *Daemon) Config() config.Config { return d.led.config() }
 
 // Synchronized is closed once the runtime's first Synchronize is handled.
 func (d *Daemon) Synchronized() <-chan struct{} { return d.syncedC }
@@ -281,12 +243,12 @@ func preRegistered() bool { return os.Getenv(api.PluginSocketEnvVar) != "" }
 
 // Run locks the state directory, restores the state (checkpoint, or the
 // kubelet's state on a first start), starts the metrics server and the
-// reconcile loop, and serves the runtime until ctx is cancelled. It returns
-// nil on cancellation and an error when it cannot go on (state directory
-// locked, unreadable checkpoint, lost connection in pre-registered mode).
-// With WithConfigFromRuntime and a start-up configuration the engine
-// refused, the state directory, restore and metrics server wait for the
-// runtime's Configure.
+// applier's worker, and serves the runtime until ctx is cancelled. It
+// returns nil on cancellation and an error when it cannot go on (state
+// directory locked, unreadable checkpoint, lost connection in
+// pre-registered mode). With WithConfigFromRuntime and a start-up
+// configuration the engine refused, the state directory, restore, metrics
+// server and worker wait for the runtime's Configure.
 func (d *Daemon) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -295,55 +257,63 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer cancel()
 	defer d.releaseStateDir()
 
-	d.mu.Lock()
+	l := d.led
+	l.mu.Lock()
 	d.runCtx, d.runWG = ctx, &wg
-	configured := d.engine != nil
-	d.mu.Unlock()
+	configured := l.engine != nil
+	pendingErr := l.pendingErr
+	l.mu.Unlock()
 	d.logStartup()
 	if configured {
-		d.mu.Lock()
+		l.mu.Lock()
 		err := d.startLocked()
-		d.mu.Unlock()
+		l.mu.Unlock()
 		if err != nil {
 			return err
 		}
 	} else {
-		d.log.WithField("start_up_config_error", d.pendingErr.Error()).
+		d.log.WithField("start_up_config_error", pendingErr.Error()).
 			Info("waiting for the configuration from the runtime (pre-registered plugin)")
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.updateWorker(ctx)
-	}()
 	return d.serve(ctx)
 }
 
 // startLocked takes the state directory, restores the state and starts
-// the metrics server: what needs the final configuration. d.mu is held.
+// the metrics server and the applier's worker: what needs the final
+// configuration. led.mu is held.
 func (d *Daemon) startLocked() error {
-	d.ckpt = checkpoint.New(d.cfg.StateDir, CheckpointName)
-	unlock, err := d.ckpt.Lock()
+	l := d.led
+	l.store.ckpt = checkpoint.New(l.cfg.StateDir, CheckpointName)
+	unlock, err := l.store.ckpt.Lock()
 	if err != nil {
 		return err
 	}
 	d.unlockState = unlock
-	if err := d.ckpt.RemoveStaleTemps(); err != nil {
+	if err := l.store.ckpt.RemoveStaleTemps(); err != nil {
 		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
 	}
-	if err := d.restoreLocked(); err != nil {
+	if err := l.store.load(l); err != nil {
 		return err
 	}
-	addr := d.cfg.MetricsAddress
+	ctx, wg := d.runCtx, d.runWG
+	if !d.workerOn {
+		d.workerOn = true
+		app := d.applier()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			app.run(ctx)
+		}()
+	}
+	addr := l.cfg.MetricsAddress
 	if addr == "" {
 		return nil
 	}
-	srv, err := d.metrics.listen(addr)
+	srv, err := listen(addr, d.Handler())
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	d.log.WithField("address", srv.Addr).Info("serving /metrics, /state and /healthz")
-	ctx, wg := d.runCtx, d.runWG
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -357,11 +327,11 @@ func (d *Daemon) startLocked() error {
 
 // releaseStateDir drops the state directory lock taken by startLocked.
 func (d *Daemon) releaseStateDir() {
-	d.mu.Lock()
+	d.led.mu.Lock()
 	unlock := d.unlockState
 	d.unlockState = nil
-	d.jnl.reset()
-	d.mu.Unlock()
+	d.led.store.jnl.reset()
+	d.led.mu.Unlock()
 	if unlock != nil {
 		_ = unlock()
 	}
@@ -436,16 +406,16 @@ func (l nriLogger) Warnf(_ context.Context, format string, args ...any)  { l.e.W
 func (l nriLogger) Errorf(_ context.Context, format string, args ...any) { l.e.Errorf(format, args...) }
 
 func (d *Daemon) setStub(s stub.Stub) {
-	d.mu.Lock()
-	d.stub = s
-	d.mu.Unlock()
+	d.conn.set(s)
 	if s == nil {
 		d.connected.Store(false)
 	}
 }
 
 func (d *Daemon) logStartup() {
-	t := d.topo
+	d.led.mu.Lock()
+	t, cfg, engine := d.led.topo, d.led.cfg, d.led.engine
+	d.led.mu.Unlock()
 	d.log.WithFields(logrus.Fields{
 		"cpus":             t.CPUs().String(),
 		"num_cpus":         t.NumCPUs(),
@@ -457,9 +427,6 @@ func (d *Daemon) logStartup() {
 		"memory_nodes":     fmt.Sprint(t.MemoryNodes()),
 		"isolated":         t.Isolated().String(),
 	}).Info("detected CPU topology")
-	d.mu.Lock()
-	cfg, engine := d.cfg, d.engine
-	d.mu.Unlock()
 	if engine == nil {
 		return
 	}
@@ -478,13 +445,18 @@ func (d *Daemon) logStartup() {
 // pre-registered plugin's config file): policy keys, log settings and the
 // reconcile period take effect; process-level keys (state_dir,
 // socket_path, sysfs_root, cgroup_root, metrics_address) are fixed at
-// start-up and only logged when they differ.
+// start-up and only logged when they differ. shared_pool_updates is fixed
+// once the plugin runs: a configuration asking for another value is
+// refused, since the way the pool reaches the cgroups is chosen once and
+// silently keeping the old one would leave the operator believing in a
+// mode that is not running.
 func (d *Daemon) configure(doc string) error {
+	l := d.led
 	if strings.TrimSpace(doc) == "" {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.engine == nil {
-			return fmt.Errorf("the runtime sent no plugin configuration and the start-up one is refused: %w", d.pendingErr)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.engine == nil {
+			return fmt.Errorf("the runtime sent no plugin configuration and the start-up one is refused: %w", l.pendingErr)
 		}
 		return nil
 	}
@@ -492,48 +464,57 @@ func (d *Daemon) configure(doc string) error {
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	next := withRuntimeKeys(d.cfg, in)
-	if err := checkDirect(&next, d.log); err != nil {
-		return fmt.Errorf("configuration from the runtime: %w", err)
-	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := withRuntimeKeys(l.cfg, in)
 	topo, err := d.processKeys(&next, in)
 	if err != nil {
 		return err
 	}
-	engine, err := buildEngine(topo, next, in.Line(config.KeyReservedCPUCount) > 0 || d.cfg.Line(config.KeyReservedCPUCount) > 0)
+	engine, err := buildEngine(topo, next, in.Line(config.KeyReservedCPUCount) > 0 || l.cfg.Line(config.KeyReservedCPUCount) > 0)
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
-	defer d.warnZeroReservation()
-	if d.engine == nil {
-		// First configuration (pre-registered plugin): start now.
-		d.cfg, d.topo, d.engine, d.st, d.pendingErr = next, topo, engine, engine.NewState(), nil
-		d.kick() // the worker picks up a new reconcile_period
+	if l.engine == nil {
+		// First configuration (pre-registered plugin): the applier is
+		// chosen now, and everything starts.
+		app, err := newApplier(&next, l, &d.conn, d.log)
+		if err != nil {
+			return fmt.Errorf("configuration from the runtime: %w", err)
+		}
+		d.app.Store(&applierRef{app})
+		l.cfg, l.topo, l.engine, l.st, l.pendingErr = next, topo, engine, engine.NewState(), nil
 		applyLogSettings(d.log, next)
 		d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String(), "cpus": topo.CPUs().String()}).
 			Info("effective configuration (from the runtime)")
+		warnZeroReservation(l, d.log)
 		if d.runCtx == nil {
 			// Not running (tests call configure directly): restore only.
-			return d.restoreLocked()
+			return l.store.load(l)
 		}
 		return d.startLocked()
 	}
+	if mode := d.applier().mode(); in.Line(config.KeySharedPoolUpdates) > 0 && in.SharedPoolUpdates != mode {
+		return fmt.Errorf("configuration from the runtime: %w", in.KeyError(config.KeySharedPoolUpdates, in.SharedPoolUpdates,
+			fmt.Sprintf("the plugin runs with shared_pool_updates = %q, chosen at start-up; it cannot change while the plugin runs: "+
+				"change it in the plugin's configuration and restart the plugin", mode)))
+	}
+	next.SharedPoolUpdates = l.cfg.SharedPoolUpdates
 	// The state built under the old engine is carried over through a
 	// snapshot, which the new engine reconciles (reserved set, options).
-	st, notes, err := engine.FromSnapshot(d.engine.Snapshot(d.st))
+	st, notes, err := engine.FromSnapshot(l.engine.Snapshot(l.st))
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: rebuild state: %w", err)
 	}
 	for _, n := range notes {
 		d.log.WithField("note", n).Warn("state reconciled with the runtime's configuration")
 	}
-	d.cfg, d.engine, d.st = next, engine, st
-	d.kick() // the worker picks up a new reconcile_period
+	l.cfg, l.engine, l.st = next, engine, st
+	d.applier().kick() // the worker picks up a new reconcile_period
 	applyLogSettings(d.log, next)
 	d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String()}).
 		Info("configuration from the runtime applied")
+	warnZeroReservation(l, d.log)
 	return nil
 }
 
@@ -583,23 +564,24 @@ func withRuntimeKeys(cfg config.Config, in config.Config) config.Config {
 // processKeys handles the process-level keys of the runtime's
 // configuration in: before anything started they complete next (a new
 // sysfs_root gives the topology returned), afterwards they are fixed and
-// only logged when they differ. d.mu is held.
+// only logged when they differ. led.mu is held.
 func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.Topology, error) {
+	l := d.led
 	set := func(key string) bool { return in.Line(key) > 0 }
-	if d.engine != nil {
+	if l.engine != nil {
 		for _, k := range []struct{ key, got, have string }{
-			{config.KeyStateDir, in.StateDir, d.cfg.StateDir},
-			{config.KeySocketPath, in.SocketPath, d.cfg.SocketPath},
-			{config.KeySysfsRoot, in.SysfsRoot, d.cfg.SysfsRoot},
-			{config.KeyCgroupRoot, in.CgroupRoot, d.cfg.CgroupRoot},
-			{config.KeyMetricsAddress, in.MetricsAddress, d.cfg.MetricsAddress},
+			{config.KeyStateDir, in.StateDir, l.cfg.StateDir},
+			{config.KeySocketPath, in.SocketPath, l.cfg.SocketPath},
+			{config.KeySysfsRoot, in.SysfsRoot, l.cfg.SysfsRoot},
+			{config.KeyCgroupRoot, in.CgroupRoot, l.cfg.CgroupRoot},
+			{config.KeyMetricsAddress, in.MetricsAddress, l.cfg.MetricsAddress},
 		} {
 			if set(k.key) && k.got != k.have {
 				d.log.WithFields(logrus.Fields{"key": k.key, "runtime_value": k.got, "value": k.have}).
 					Warn("ignoring a process-level key from the runtime's configuration; set it with a flag or --config")
 			}
 		}
-		return d.topo, nil
+		return l.topo, nil
 	}
 	// Nothing has started yet (pre-registered plugin without --config):
 	// the runtime's configuration is the whole one.
@@ -616,8 +598,8 @@ func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.T
 			*k.dst = *k.src
 		}
 	}
-	if next.SysfsRoot == d.cfg.SysfsRoot || d.fixedTopo {
-		return d.topo, nil
+	if next.SysfsRoot == l.cfg.SysfsRoot || d.fixedTopo {
+		return l.topo, nil
 	}
 	t, warns, err := sysfs.ReadWithWarnings(next.SysfsRoot)
 	if err != nil {
@@ -626,3 +608,10 @@ func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.T
 	logDiscoveryWarnings(d.log, warns)
 	return t, nil
 }
+
+// ReconcileNow compares every known container's cgroup cpuset with its
+// assignment and restores the ones that differ (through the runtime under
+// in-answer, by writing the cgroup under direct). A container whose cgroup
+// is gone is skipped. It returns how many containers drifted. The daemon
+// runs it every reconcile_period; it is exported for tests and tools.
+func (d *Daemon) ReconcileNow() int { return d.applier().reconcile() }

@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
@@ -32,7 +34,9 @@ func TestCreateStopMoveSharedContainers(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
 	stateDir := t.TempDir()
-	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo)
+	// The answers' updates are what this test reads (direct's answers
+	// carry none: TestSharedUpdatesDirect).
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0+"shared_pool_updates = \"in-answer\"\n"), topo)
 
 	bePod := rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"})
 	be1, ups, err := rt.create(bePod, "be1", 0, 0)
@@ -148,41 +152,6 @@ func TestCreateStopMoveSharedContainers(t *testing.T) {
 	}
 }
 
-// TestSharedUpdatesAfterAnswer: with shared_pool_updates = "after-answer"
-// the answers carry no updates of other containers, and the shared-pool
-// containers still follow the pool as it shrinks and grows.
-func TestSharedUpdatesAfterAnswer(t *testing.T) {
-	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t)
-	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0+"shared_pool_updates = \"after-answer\"\n"), topo)
-
-	be1, _, err := rt.create(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2, ups, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The same placement as in-answer (core 1), no update in the answer;
-	// be1 shrinks to 0,2-4,6-7 once c2 has started.
-	if got := rt.cpus(c2); got != "1,5" || len(ups) != 0 {
-		t.Errorf("c2 cpus %q, updates %q; want 1,5 and none", got, rt.describe(ups))
-	}
-	postStart(t, r.d, c2)
-	settle(t, r.d)
-	if got := rt.cpus(be1); got != "0,2-4,6-7" {
-		t.Errorf("be1 on %q after the push, want 0,2-4,6-7", got)
-	}
-	if ups := rt.stop(c2); len(ups) != 0 {
-		t.Errorf("stop answered with updates %q, want none", rt.describe(ups))
-	}
-	settle(t, r.d)
-	if got := rt.cpus(be1); got != "0-7" {
-		t.Errorf("be1 on %q after the push, want 0-7", got)
-	}
-}
-
 func TestRestartKeepsAssignments(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
@@ -242,7 +211,7 @@ func TestRestartKeepsAssignments(t *testing.T) {
 
 func TestCorruptCheckpointSetAside(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t)
+	rt := startRuntime(t, nritest.WithUnpinnedCPUs("0-7"))
 	stateDir := t.TempDir()
 	path := filepath.Join(stateDir, CheckpointName)
 	if err := os.WriteFile(path, []byte(`{"version":1,"checksum":"sha256:00","data":{"trunc`), 0o600); err != nil {
@@ -254,11 +223,13 @@ func TestCorruptCheckpointSetAside(t *testing.T) {
 	c2 := rt.createAway(g1, "c2", 2000, 2000)
 
 	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo)
-	// Rebuilt from the runtime, oldest first: be1 shared, c2 core 1.
+	// Rebuilt from the runtime, oldest first: be1 shared, c2 core 1
+	// (through the answer); be1's cgroup written by the plugin.
 	if got := rt.cpus(c2); got != "1,5" {
 		t.Errorf("c2 %q, want 1,5", got)
 	}
-	if got := rt.cpus(be1); got != "0,2-4,6-7" {
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
 		t.Errorf("be1 %q, want 0,2-4,6-7", got)
 	}
 	b, err := os.ReadFile(path + ".corrupt-1")
@@ -421,10 +392,20 @@ func TestResizeOfExclusiveCountRefused(t *testing.T) {
 	}
 }
 
+// TestReconcileRestoresDrift: a cgroup something else changed is put back
+// by the reconcile loop, through the runtime (in-answer) or by writing it
+// (direct, the default); a cgroup that is gone is skipped; the drift is
+// counted.
 func TestReconcileRestoresDrift(t *testing.T) {
+	for _, mode := range []string{config.SharedUpdatesDirect, config.SharedUpdatesInAnswer} {
+		t.Run(mode, func(t *testing.T) { testReconcileRestoresDrift(t, mode) })
+	}
+}
+
+func testReconcileRestoresDrift(t *testing.T, mode string) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
-	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0+"shared_pool_updates = \""+mode+"\"\n"), topo)
 	bePod := rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"})
 	be1, _, err := rt.create(bePod, "be1", 0, 0)
 	if err != nil {
@@ -435,19 +416,32 @@ func TestReconcileRestoresDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	settle(t, r.d) // direct: be1's cgroup written by the pass
 	if n := r.d.ReconcileNow(); n != 0 {
 		t.Errorf("reconcile with no drift restored %d containers", n)
 	}
-	// Something else widens be1 to the whole machine.
+	// Something else widens be1 to the whole machine and moves c2 onto
+	// the reserved core.
 	if err := os.WriteFile(rt.cgroupFile(be1), []byte("0-7\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.d.ReconcileNow(); n != 1 {
-		t.Errorf("reconcile restored %d containers, want 1", n)
+	if err := os.WriteFile(rt.cgroupFile(c2), []byte("0,4\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(rt.cgroupFile(be1))
-	if got := strings.TrimSpace(string(b)); got != "0,2-4,6-7" {
-		t.Errorf("be1 cgroup after reconcile %q, want 0,2-4,6-7", got)
+	if n := r.d.ReconcileNow(); n != 2 {
+		t.Errorf("reconcile restored %d containers, want 2", n)
+	}
+	for c, want := range map[*api.Container]string{be1: "0,2-4,6-7", c2: "1,5"} {
+		if got := cgroupCPUs(t, rt, c); got != want {
+			t.Errorf("%s cgroup after reconcile %q, want %q", c.Name, got, want)
+		}
+	}
+	pushes := rt.Pushes()
+	if mode == config.SharedUpdatesDirect && pushes != 0 {
+		t.Errorf("direct restored through the runtime: %d pushes", pushes)
+	}
+	if mode == config.SharedUpdatesInAnswer && pushes == 0 {
+		t.Error("in-answer restored without the runtime")
 	}
 	// A container whose cgroup is gone is skipped, not an error.
 	if err := os.RemoveAll(filepath.Dir(rt.cgroupFile(c2))); err != nil {
@@ -460,7 +454,7 @@ func TestReconcileRestoresDrift(t *testing.T) {
 	srv := httptest.NewServer(r.d.Handler())
 	defer srv.Close()
 	body := get(t, srv.URL+"/metrics")
-	if !strings.Contains(body, "nri_cpualign_reconcile_drift_total 1") {
+	if !strings.Contains(body, "nri_cpualign_reconcile_drift_total 2") {
 		t.Errorf("drift metric missing:\n%s", grepLines(body, "drift"))
 	}
 }
@@ -588,6 +582,45 @@ func TestConfigureFromRuntime(t *testing.T) {
 	}
 }
 
+// TestConfigureKeepsSharedPoolUpdates: the way the shared pool is applied
+// is chosen at start-up; a runtime configuration asking for another one is
+// refused with the key and line and changes nothing, the same value is
+// accepted, and the removed "after-answer" is refused naming "direct".
+func TestConfigureKeepsSharedPoolUpdates(t *testing.T) {
+	cgroupRoot := t.TempDir() // writable: the default "direct" stays
+	if err := os.MkdirAll(filepath.Join(cgroupRoot, "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\ncgroup_root = \"" + cgroupRoot + "\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(cfg, WithTopology(loadFixture(t, "ht-1s-4c")), WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := d.applier().mode(); m != config.SharedUpdatesDirect {
+		t.Fatalf("mode %q at start, want the default direct", m)
+	}
+	err = d.configure("reserved_system_cpus = \"3,7\"\nshared_pool_updates = \"in-answer\"\n")
+	if err == nil || !strings.Contains(err.Error(), `line 2: key "shared_pool_updates"`) || !strings.Contains(err.Error(), "restart the plugin") {
+		t.Errorf("configure changing shared_pool_updates: %v, want a refusal naming the key, line 2, and the restart", err)
+	}
+	if got := d.Config(); got.ReservedSystemCPUs == "3,7" || got.SharedPoolUpdates != config.SharedUpdatesDirect {
+		t.Errorf("a refused configuration changed the daemon: reserved %q, shared_pool_updates %q", got.ReservedSystemCPUs, got.SharedPoolUpdates)
+	}
+	if err := d.configure("reserved_system_cpus = \"3,7\"\nshared_pool_updates = \"direct\"\n"); err != nil {
+		t.Errorf("configure with the running mode: %v", err)
+	}
+	if got := d.Config(); got.ReservedSystemCPUs != "3,7" || d.applier().mode() != config.SharedUpdatesDirect {
+		t.Errorf("after configure: reserved %q, mode %q; want 3,7 and direct", got.ReservedSystemCPUs, d.applier().mode())
+	}
+	err = d.configure("shared_pool_updates = \"after-answer\"\n")
+	if err == nil || !strings.Contains(err.Error(), `use "direct"`) {
+		t.Errorf("configure with after-answer: %v, want a refusal naming direct", err)
+	}
+}
+
 func get(t *testing.T, url string) string {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -659,9 +692,9 @@ func TestReconnectAfterConnectionLoss(t *testing.T) {
 	}
 	mu.Unlock()
 	waitFor(t, "the daemon's second Synchronize", func() bool {
-		r.d.mu.Lock()
-		defer r.d.mu.Unlock()
-		return r.d.syncs >= 2
+		r.d.led.mu.Lock()
+		defer r.d.led.mu.Unlock()
+		return r.d.led.syncs >= 2
 	})
 	waitFor(t, "connected", r.d.Connected)
 	mu.Lock()
@@ -703,13 +736,35 @@ func TestConfigFromRuntimeDeferred(t *testing.T) {
 	if _, err := (&plugin{d: d}).Synchronize(t.Context(), nil, nil); err == nil || !strings.HasPrefix(err.Error(), "InvalidConfig") {
 		t.Errorf("Synchronize before configuration = %v", err)
 	}
+	// Every other event before the configuration: a creation is refused
+	// with the reason word, the rest find nothing to do.
+	p, ctx := &plugin{d: d}, t.Context()
+	pod, c := testPod("u"), testCtr("c-1", "c", 1000)
+	if _, _, err := p.CreateContainer(ctx, pod, c); err == nil || !strings.HasPrefix(err.Error(), "InvalidConfig") {
+		t.Errorf("CreateContainer before configuration = %v", err)
+	}
+	if err := p.StartContainer(ctx, pod, c); err != nil {
+		t.Errorf("StartContainer before configuration = %v", err)
+	}
+	if _, err := p.UpdateContainer(ctx, pod, c, milliCPU(2000, 2000)); err != nil {
+		t.Errorf("UpdateContainer before configuration = %v", err)
+	}
+	if ups, err := p.StopContainer(ctx, pod, c); err != nil || len(ups) != 0 {
+		t.Errorf("StopContainer before configuration = %v, %v", ups, err)
+	}
+	if err := p.RemoveContainer(ctx, pod, c); err != nil {
+		t.Errorf("RemoveContainer before configuration = %v", err)
+	}
+	if err := p.RemovePodSandbox(ctx, pod); err != nil {
+		t.Errorf("RemovePodSandbox before configuration = %v", err)
+	}
 	if err := d.configure("reserved_cpu_count = 2\n"); err != nil {
 		t.Fatal(err)
 	}
 	if v := d.State(); v.Reserved != "0,4" || v.Shared != "0-7" {
 		t.Errorf("after Configure: %+v", v)
 	}
-	if !d.restored {
+	if !d.led.restored {
 		t.Error("state not restored after the first Configure")
 	}
 }
@@ -846,9 +901,9 @@ func testPersistFailure(t *testing.T, store Store) {
 	if store == StoreJournal {
 		// An append that fails (its file closed under it); the snapshot
 		// written instead cannot be renamed either.
-		r.d.mu.Lock()
-		r.d.jnl.j.Close()
-		r.d.mu.Unlock()
+		r.d.led.mu.Lock()
+		r.d.led.store.jnl.j.Close()
+		r.d.led.mu.Unlock()
 	}
 	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
 	_, _, err := rt.create(g1, "c2", 2000, 2000)

@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -308,5 +309,87 @@ func TestDirectReadOnlyMount(t *testing.T) {
 	_, err = New(cfg, WithTopology(topo), WithLogger(logrus.New()))
 	if err == nil || !strings.Contains(err.Error(), "shared_pool_updates") || !strings.Contains(err.Error(), "read-only") {
 		t.Errorf("New with direct on a read-only cgroup_root: %v; want an error naming shared_pool_updates and the read-only file system", err)
+	}
+}
+
+// TestDirectRestartRestores: a node running under direct restarts. The
+// state comes back from the checkpoint (the exclusive container keeps its
+// CPUs); the Synchronize answer carries no shared-pool update, since the
+// runtime's record of those containers is stale by design; instead the
+// plugin writes every shared-pool cgroup again: one widened while it was
+// down and one created meanwhile (unpinned) both end on the pool. A new
+// exclusive admission after the restart moves them through the start
+// barrier.
+func TestDirectRestartRestores(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t, nritest.WithUnpinnedCPUs("0-7"))
+	stateDir := t.TempDir()
+	cfg := testConfig(t, rt, stateDir, reserveCore0)
+	ctx := context.Background()
+	start := func(c *api.Container) {
+		t.Helper()
+		if err := rt.StartContainer(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := startDaemon(t, rt, cfg, topo)
+	bePod := rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"})
+	be1, _, err := rt.create(bePod, "be1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(be1)
+	c2, _, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(c2)
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Fatalf("be1 cgroup %q once c2 started, want 0,2-4,6-7", got)
+	}
+	r.stop(t)
+
+	// While the plugin is down: be1's cgroup is widened, be2 is created
+	// unpinned.
+	if err := os.WriteFile(rt.cgroupFile(be1), []byte("0-7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	be2 := rt.createAway(bePod, "be2", 0, 0)
+
+	log, hook := hookedLogger(t)
+	r = startDaemon(t, rt, cfg, topo, WithLogger(log))
+	if !logged(hook, logrus.InfoLevel, "state restored from checkpoint") {
+		t.Error("no restore from the checkpoint logged")
+	}
+	if ups := rt.describe(rt.SyncUpdates()); ups != "" {
+		t.Errorf("Synchronize answered %q, want no update (c2 is where it was, the rest is written by the plugin)", ups)
+	}
+	settle(t, r.d)
+	for c, want := range map[*api.Container]string{be1: "0,2-4,6-7", be2: "0,2-4,6-7", c2: "1,5"} {
+		if got := cgroupCPUs(t, rt, c); got != want {
+			t.Errorf("%s cgroup %q after the restart, want %q", c.Name, got, want)
+		}
+	}
+	if got := rt.cpus(be1); got != "0-7" {
+		t.Errorf("the runtime's record of be1 %q, want 0-7: the creation's cpuset, never updated under direct", got)
+	}
+	v := r.d.State()
+	if v.Shared != "0,2-4,6-7" || len(v.Containers) != 3 {
+		t.Errorf("/state after the restart: shared %q, %d containers; want 0,2-4,6-7 and 3", v.Shared, len(v.Containers))
+	}
+
+	// Core 2 = {2,6} for c3: its start returns with both moved.
+	c3, ups, err := rt.create(rt.addPod(podSpec{uid: "g3", name: "g3", qos: "guaranteed"}), "c3", 2000, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.cpus(c3); got != "2,6" || len(ups) != 0 {
+		t.Fatalf("c3 on %q with updates %q, want 2,6 and none", got, rt.describe(ups))
+	}
+	start(c3)
+	for _, c := range []*api.Container{be1, be2} {
+		if got := cgroupCPUs(t, rt, c); got != "0,3-4,7" {
+			t.Errorf("%s cgroup %q once c3 started, want 0,3-4,7", c.Name, got)
+		}
 	}
 }

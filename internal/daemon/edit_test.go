@@ -72,12 +72,10 @@ func TestEditDeltaMatchesIndexDelta(t *testing.T) {
 			}
 		}
 		before := len(committed)
-		d := Daemon{ctrs: committed}
-		d.commitEdit(e)
-		if !reflect.DeepEqual(d.ctrs, next) {
-			t.Fatalf("step %d: commitEdit gave %v, the edit's index is %v (%d records before)", step, d.ctrs, next, before)
+		e.applyTo(committed)
+		if !reflect.DeepEqual(committed, next) {
+			t.Fatalf("step %d: applyTo gave %v, the edit's index is %v (%d records before)", step, committed, next, before)
 		}
-		committed = d.ctrs
 	}
 	for i, n := range kinds {
 		if n == 0 {

@@ -1,11 +1,15 @@
 package daemon
 
 import (
+	"context"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 )
 
@@ -55,7 +59,7 @@ func rejection(err error) string {
 // exclusive CPUs are released. ht-1s-4c: core k = {k, k+4}; reserved
 // core 0.
 func TestSharedPoolEmptyStrict(t *testing.T) {
-	for _, mode := range []string{"in-answer", "after-answer"} {
+	for _, mode := range []string{"direct", "in-answer"} {
 		t.Run(mode, func(t *testing.T) {
 			topo := loadFixture(t, "ht-1s-4c")
 			rt := startRuntime(t)
@@ -65,16 +69,30 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			log, hook := hookedLogger(t)
 			r := startDaemon(t, rt, cfg, topo, WithLogger(log))
 			// The updates of other containers arrive in the answer
-			// (in-answer) or right after it (after-answer): wait for
-			// the runtime to have applied them either way.
+			// (in-answer) or are written into their cgroups before the
+			// new container's start returns (direct), which is then the
+			// truth: the runtime's record keeps the creation's cpuset.
 			follow := func(what string, cond func() bool) { t.Helper(); waitFor(t, what, cond) }
+			cpus := func(c *api.Container) string {
+				if mode == "direct" {
+					return cgroupCPUs(t, rt, c)
+				}
+				return rt.cpus(c)
+			}
+			start := func(c *api.Container) {
+				t.Helper()
+				if err := rt.StartContainer(context.Background(), c); err != nil {
+					t.Fatal(err)
+				}
+			}
 
 			be1, _, err := rt.create(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
+			start(be1)
 			// Strict: the reserved core is not shared.
-			if got := rt.cpus(be1); got != "1-3,5-7" {
+			if got := cpus(be1); got != "1-3,5-7" {
 				t.Fatalf("be1 on %q, want 1-3,5-7", got)
 			}
 			c2, _, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
@@ -84,8 +102,8 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			if got := rt.cpus(c2); got != "1,5" {
 				t.Fatalf("c2 on %q, want core 1 = 1,5", got)
 			}
-			postStart(t, r.d, c2) // after-answer pushes once it started
-			follow("be1 on 2-3,6-7", func() bool { return rt.cpus(be1) == "2-3,6-7" })
+			start(c2)
+			follow("be1 on 2-3,6-7", func() bool { return cpus(be1) == "2-3,6-7" })
 			// The last 4 non-reserved CPUs: admitted, the pool empties
 			// and be1 moves to the reserved core.
 			c4, _, err := rt.create(rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"}), "c4", 4000, 4000)
@@ -95,8 +113,8 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			if got := rt.cpus(c4); got != "2-3,6-7" {
 				t.Fatalf("c4 on %q, want 2-3,6-7", got)
 			}
-			postStart(t, r.d, c4)
-			follow("be1 on the reserved 0,4", func() bool { return rt.cpus(be1) == "0,4" })
+			start(c4)
+			follow("be1 on the reserved 0,4", func() bool { return cpus(be1) == "0,4" })
 			if !logged(hook, logrus.WarnLevel, "shared pool is empty: shared-pool containers run on the reserved CPUs") {
 				t.Error("no warning when the pool emptied")
 			}
@@ -106,7 +124,8 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := rt.cpus(bu); got != "0,4" || len(ups) != 0 {
+			start(bu)
+			if got := cpus(bu); got != "0,4" || len(ups) != 0 {
 				t.Fatalf("bu on %q with updates %q; want 0,4 and none", got, rt.describe(ups))
 			}
 			// One more exclusive CPU: none left.
@@ -120,9 +139,10 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			r.stop(t)
 			log2, _ := hookedLogger(t)
 			r = startDaemon(t, rt, cfg, topo, WithLogger(log2))
-			for c, want := range map[string]string{be1.Id: "0,4", bu.Id: "0,4", c2.Id: "1,5", c4.Id: "2-3,6-7"} {
-				if got, _, _ := rt.CPUs(c); got != want {
-					t.Errorf("after the restart %s is on %q, want %q", c, got, want)
+			settle(t, r.d) // direct: the pass after Synchronize rewrites every shared-pool cgroup
+			for c, want := range map[*api.Container]string{be1: "0,4", bu: "0,4", c2: "1,5", c4: "2-3,6-7"} {
+				if got := cpus(c); got != want {
+					t.Errorf("after the restart %s is on %q, want %q", c.Name, got, want)
 				}
 			}
 			if v := r.d.State(); v.Shared != "0,4" {
@@ -132,7 +152,8 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			// c2 stops: core 1 is shared again and both shared-pool
 			// containers move there.
 			rt.stop(c2)
-			follow("be1 and bu on 1,5", func() bool { return rt.cpus(be1) == "1,5" && rt.cpus(bu) == "1,5" })
+			settle(t, r.d)
+			follow("be1 and bu on 1,5", func() bool { return cpus(be1) == "1,5" && cpus(bu) == "1,5" })
 			metricLines(t, r.d, "nri_cpualign_shared_pool_empty 0", "nri_cpualign_shared_cpus 2")
 			if !logged(hook, logrus.WarnLevel, "shared pool is empty") {
 				t.Error("the first daemon did not warn")
@@ -181,7 +202,13 @@ func TestZeroReservation(t *testing.T) {
 	if got := rt.cpus(g7); got != "0-6" {
 		t.Fatalf("seven on %q, want 0-6", got)
 	}
-	waitFor(t, "be1 on 7", func() bool { return rt.cpus(be1) == "7" })
+	// Its start waits until the plugin wrote be1's cgroup.
+	if err := rt.StartContainer(context.Background(), g7); err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupCPUs(t, rt, be1); got != "7" {
+		t.Fatalf("be1 on %q once seven started, want 7", got)
+	}
 
 	// Without shared-pool containers the last CPU may go, as in the
 	// kubelet.
@@ -223,13 +250,14 @@ func TestZeroReservation(t *testing.T) {
 // container no CPU stays in the shared pool, with a warning.
 func TestZeroReservationSynchronize(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t)
+	rt := startRuntime(t, nritest.WithUnpinnedCPUs("0-7"))
 	all := rt.createAway(rt.addPod(podSpec{uid: "g8", name: "g8", qos: "guaranteed"}), "all", 8000, 8000)
 	be1 := rt.createAway(rt.addPod(podSpec{uid: "be", name: "be", qos: "besteffort"}), "be1", 0, 0)
 	log, hook := hookedLogger(t)
 	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), "cpu_manager_policy = \"static\"\nreserved_cpu_count = 0\n"), topo, WithLogger(log))
 	// Oldest first: all 8 CPUs would strand be1, so "all" stays shared.
-	if got, got2 := rt.cpus(all), rt.cpus(be1); got != "0-7" || got2 != "0-7" {
+	settle(t, r.d)
+	if got, got2 := cgroupCPUs(t, rt, all), cgroupCPUs(t, rt, be1); got != "0-7" || got2 != "0-7" {
 		t.Fatalf("all on %q, be1 on %q; want both on 0-7", got, got2)
 	}
 	for _, c := range r.d.State().Containers {

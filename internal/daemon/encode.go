@@ -16,11 +16,12 @@ import (
 // payloadEncoder writes the checkpoint payload byte for byte as
 // json.Marshal(payload{fp, engine.Snapshot(st), ctrs}) would, but keeps
 // each container record's and each pod's assignment rendering, and the
-// sorted key lists, from one event to the next: every event rewrites the
-// checkpoint, and with 500 containers re-encoding (and sorting, through
-// reflection) both maps was most of a CreateContainer. Entries are keyed
-// by content, so tentative states that are never committed cannot leave a
-// stale rendering. Guarded by Daemon.mu.
+// sorted key lists, from one call to the next: the snapshot-only store
+// writes it on every event and the journal at every compaction, where
+// re-encoding (and sorting, through reflection) 500 records costs more
+// than the rest of the event. Entries are keyed by content, so tentative
+// states that are never committed cannot leave a stale rendering. Used
+// under ledger.mu.
 type payloadEncoder struct {
 	ctrs   keyedJSON[ctrRecord]
 	assign keyedJSON[map[string]cpuset.CPUSet]
@@ -80,7 +81,7 @@ func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st po
 
 // appendTo appends the record as json.Marshal would write the
 // journalRecord it stands for (TestRecordDeltaMatchesJSON), without
-// reflection or maps: encoding it was a good part of a decision.
+// reflection or maps: every decision encodes one, under the lock.
 func (r *recordDelta) appendTo(b []byte) []byte {
 	h := r.head
 	b = append(b, `{"shared":`...)

@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"reflect"
 	"testing"
+
+	"github.com/sirupsen/logrus"
 )
 
 // TestEventDurationMetric: every NRI event the plugin answers, refused
@@ -51,5 +54,22 @@ func TestEventDurationMetric(t *testing.T) {
 		if got[ev] != n {
 			t.Errorf("%s observed %d times, want %d (all: %v)", ev, got[ev], n, got)
 		}
+	}
+}
+
+// TestShutdownLogged: the runtime's Shutdown is one info line and changes
+// nothing (the state is on disk already).
+func TestShutdownLogged(t *testing.T) {
+	h := newHandlerDaemon(t, t.TempDir(), "")
+	pod := testPod("p1")
+	c := testCtr("c1", "app", 2000)
+	h.create(t, pod, c)
+	before := h.d.State()
+	h.p.Shutdown(context.Background())
+	if !logged(h.log, logrus.InfoLevel, "runtime is shutting down") {
+		t.Error("no line for the runtime's Shutdown")
+	}
+	if after := h.d.State(); !reflect.DeepEqual(before, after) {
+		t.Errorf("Shutdown changed the state:\n%+v\n%+v", before, after)
 	}
 }

@@ -33,7 +33,7 @@ type fakeRuntime struct {
 	t *testing.T
 }
 
-func startRuntime(t *testing.T) *fakeRuntime {
+func startRuntime(t *testing.T, opts ...nritest.Option) *fakeRuntime {
 	t.Helper()
 	// Unix socket paths are limited to 108 bytes; t.TempDir() can be long.
 	dir, err := os.MkdirTemp("", "nri-rt-")
@@ -41,8 +41,8 @@ func startRuntime(t *testing.T) *fakeRuntime {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	r := nritest.New(dir, nritest.WithName("fake-runtime"), nritest.WithCgroupRoot(filepath.Join(dir, "cgroup")),
-		nritest.WithErrorf(t.Errorf))
+	r := nritest.New(dir, append([]nritest.Option{nritest.WithName("fake-runtime"), nritest.WithCgroupRoot(filepath.Join(dir, "cgroup")),
+		nritest.WithErrorf(t.Errorf)}, opts...)...)
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -164,16 +164,14 @@ type running struct {
 	done   chan error
 }
 
-// testConfig is a config for the fixture machine with a state dir and the
-// runtime's socket; extra is TOML appended to it. Unless extra says
-// otherwise, shared-pool containers follow the pool through the runtime
-// (in-answer), whose view the tests read; the direct mode's tests set it.
+// testConfig is a config for the fixture machine with a state dir, the
+// runtime's socket and its fake cgroup tree; extra is TOML appended to it.
+// shared_pool_updates is the shipped default (direct) unless extra sets
+// it: under direct the cgroups are the truth (cgroupCPUs), the runtime's
+// record of a shared-pool container keeps its creation's cpuset.
 func testConfig(t *testing.T, rt *fakeRuntime, stateDir, extra string) config.Config {
 	t.Helper()
 	mode := ""
-	if !strings.Contains(extra, "shared_pool_updates") {
-		mode = "shared_pool_updates = \"in-answer\"\n"
-	}
 	if err := os.MkdirAll(filepath.Join(rt.CgroupRoot(), "cpuset"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +254,7 @@ func settle(t *testing.T, d *Daemon) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.kicks.wait(ctx); err != nil {
+	if err := d.applier().kickLedger().wait(ctx); err != nil {
 		t.Fatalf("the update worker did not settle: %v", err)
 	}
 }

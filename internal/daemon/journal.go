@@ -70,7 +70,7 @@ type journalRecord struct {
 
 type journalHead struct{ shared, reserved, reusablePod, reusable string }
 
-// journalStore is the journal's side of the daemon, under Daemon.mu.
+// journalStore is the journal's side of the store, under ledger.mu.
 type journalStore struct {
 	mode Store
 	size int64 // of a new journal file; tests shrink it
@@ -101,8 +101,8 @@ func (s *journalStore) reset() {
 }
 
 // headFor is st's head, reusing the texts of the head on disk for sets
-// that did not change: printing them was a good part of a decision's
-// encoding.
+// that did not change: a decision that leaves a set alone does not pay
+// for printing it again.
 func (s *journalStore) headFor(e *policy.Engine, st policy.State) (journalHead, cpumask.Mask) {
 	pool := e.SharedPool(st)
 	h := s.head
@@ -129,13 +129,13 @@ func (s *journalStore) headFor(e *policy.Engine, st policy.State) (journalHead, 
 // journal. The record is what differs from the state on disk; finding it
 // costs a lookup per container changed (per container for a whole new
 // index) and nothing for the engine's maps when they are the ones on disk.
-func (d *Daemon) persistJournal(st policy.State, c indexChange) error {
-	s := &d.jnl
-	fp := d.fingerprint()
-	if s.j == nil || s.engine != d.engine || s.fp != fp {
-		return d.compact(st, c.index(d.ctrs))
+func (sto *store) persistJournal(l *ledger, st policy.State, c indexChange) error {
+	s := &sto.jnl
+	fp := sto.fingerprint(l)
+	if s.j == nil || s.engine != l.engine || s.fp != fp {
+		return sto.compact(l, st, c.index(l.ctrs))
 	}
-	head, pool := s.deltaFor(d.engine, st, c)
+	head, pool := s.deltaFor(l.engine, st, c)
 	r := &s.delta
 	if head == s.head && r.empty() {
 		return nil // the disk holds this state already
@@ -143,7 +143,7 @@ func (d *Daemon) persistJournal(st policy.State, c indexChange) error {
 	s.buf = r.appendTo(s.buf[:0])
 	switch err := s.j.Append(s.buf); {
 	case errors.Is(err, checkpoint.ErrJournalFull):
-		return d.compact(st, c.index(d.ctrs))
+		return sto.compact(l, st, c.index(l.ctrs))
 	case err != nil:
 		// What reached the disk is unknown: a new journal next time.
 		s.reset()
@@ -287,18 +287,18 @@ func sortDelta[V any](d []keyDelta[V]) {
 // compact writes the snapshot of (st, ctrs), naming the journal and its
 // last record, and starts the journal again at its first slot. A journal
 // file is created first when there is none to reuse.
-func (d *Daemon) compact(st policy.State, ctrs map[string]ctrRecord) error {
-	s := &d.jnl
+func (sto *store) compact(l *ledger, st policy.State, ctrs map[string]ctrRecord) error {
+	s := &sto.jnl
 	s.engine = nil // until the snapshot is known to be on disk
-	fp := d.fingerprint()
+	fp := sto.fingerprint(l)
 	if s.j == nil {
 		// A journal file there may hold records the snapshot on disk
 		// needs (after a failed append): the committed state goes into a
 		// snapshot of its own before the new journal replaces that file.
-		if _, err := os.Lstat(checkpoint.JournalPath(d.ckpt.Dir(), CheckpointName)); err == nil {
-			data, err := d.enc.encode(fp, d.engine, d.st, d.ctrs)
+		if _, err := os.Lstat(checkpoint.JournalPath(sto.ckpt.Dir(), CheckpointName)); err == nil {
+			data, err := sto.enc.encode(fp, l.engine, l.st, l.ctrs)
 			if err == nil {
-				err = d.ckpt.SaveCompact(data)
+				err = sto.ckpt.SaveCompact(data)
 			}
 			if err != nil {
 				return err
@@ -308,13 +308,13 @@ func (d *Daemon) compact(st policy.State, ctrs map[string]ctrRecord) error {
 		if size == 0 {
 			size = checkpoint.DefaultJournalSize
 		}
-		j, err := checkpoint.CreateJournal(d.ckpt.Dir(), CheckpointName, size, 1)
+		j, err := checkpoint.CreateJournal(sto.ckpt.Dir(), CheckpointName, size, 1)
 		if err != nil {
 			return err
 		}
 		s.j = j
 	}
-	data, err := d.enc.encode(fp, d.engine, st, ctrs)
+	data, err := sto.enc.encode(fp, l.engine, st, ctrs)
 	if err != nil {
 		return err
 	}
@@ -324,13 +324,13 @@ func (d *Daemon) compact(st policy.State, ctrs map[string]ctrRecord) error {
 	}
 	// data ends with the payload's closing brace; the mark goes before it.
 	data = append(append(append(data[:len(data)-1], `,"journal":`...), mark...), '}')
-	d.enc.buf = data
-	if err := d.ckpt.SaveCompactVersion(data, checkpoint.VersionJournal); err != nil {
+	sto.enc.buf = data
+	if err := sto.ckpt.SaveCompactVersion(data, checkpoint.VersionJournal); err != nil {
 		return err
 	}
 	s.j.Rewind()
-	s.head, s.pool = s.headFor(d.engine, st) // s.engine is nil: every text printed
-	s.engine, s.fp, s.reusable = d.engine, fp, st.Alloc.Reusable
+	s.head, s.pool = s.headFor(l.engine, st) // s.engine is nil: every text printed
+	s.engine, s.fp, s.reusable = l.engine, fp, st.Alloc.Reusable
 	s.assign, s.aff = st.Alloc.Assignments, st.PodAffinity
 	s.ctrs = cloneRecords(ctrs)
 	return nil
@@ -341,22 +341,22 @@ func (d *Daemon) compact(st policy.State, ctrs map[string]ctrRecord) error {
 // before the tail, a record that does not parse) is a
 // *checkpoint.CorruptError: the caller sets it aside with the snapshot.
 // Under StoreJournal the journal stays open for the next records.
-func (d *Daemon) replayJournal(p *payload) error {
-	j, n, torn, err := replay(d.ckpt.Dir(), p)
+func (s *store) replayJournal(p *payload) error {
+	j, n, torn, err := replay(s.ckpt.Dir(), p)
 	if err != nil {
 		return err
 	}
 	fields := logrus.Fields{"file": j.Path(), "records": n}
 	if torn != nil {
-		d.log.WithFields(fields).WithFields(logrus.Fields{"offset": torn.Offset, "record": torn.Seq}).
+		s.log.WithFields(fields).WithFields(logrus.Fields{"offset": torn.Offset, "record": torn.Seq}).
 			Warn("journal ends with a torn record (an append cut short, never answered); dropped")
 	} else if n > 0 {
-		d.log.WithFields(fields).Info("journal replayed")
+		s.log.WithFields(fields).Info("journal replayed")
 	}
-	if d.jnl.mode == StoreSnapshot {
+	if s.jnl.mode == StoreSnapshot {
 		return j.Close()
 	}
-	d.jnl.j = j
+	s.jnl.j = j
 	return nil
 }
 
@@ -424,8 +424,8 @@ func apply[V any](m map[string]V, delta map[string]*V) map[string]V {
 
 // setAsideJournal moves an untrusted or orphaned journal out of the way
 // (with its snapshot), for an operator to inspect.
-func (d *Daemon) setAsideJournal(entry *logrus.Entry) *logrus.Entry {
-	aside, err := checkpoint.SetAsideJournal(d.ckpt.Dir(), CheckpointName)
+func (s *store) setAsideJournal(entry *logrus.Entry) *logrus.Entry {
+	aside, err := checkpoint.SetAsideJournal(s.ckpt.Dir(), CheckpointName)
 	switch {
 	case errors.Is(err, checkpoint.ErrNotFound):
 		return entry

@@ -26,9 +26,9 @@ const (
 )
 
 // metrics are the daemon's Prometheus metrics, on a registry of its own so
-// that several daemons can live in one test process.
+// that several daemons can live in one test process. Handlers count into
+// them; the ledger's commit sets the gauges.
 type metrics struct {
-	d   *Daemon
 	reg *prometheus.Registry
 
 	pinningRequests   prometheus.Counter
@@ -46,18 +46,19 @@ type metrics struct {
 	drift            prometheus.Counter
 	checkpointErrors prometheus.Counter
 	abandoned        prometheus.Counter
+	poolEmpty        prometheus.Gauge
 	eventDuration    *prometheus.HistogramVec
 
-	// exclusiveCount's last assignments map and count, and its bitmap.
-	exclOf      map[string]map[string]cpuset.CPUSet
-	excl        int
-	exclCounted bool
-	exclBits    []uint64
+	// heldCPUs' last assignments map and count, and its bitmap; under
+	// ledger.mu (updateGauges).
+	heldOf      map[string]map[string]cpuset.CPUSet
+	held        int
+	heldCounted bool
+	heldBits    []uint64
 }
 
-func newMetrics(d *Daemon) *metrics {
+func newMetrics() *metrics {
 	m := &metrics{
-		d:   d,
 		reg: prometheus.NewRegistry(),
 		pinningRequests: prometheus.NewCounter(prometheus.CounterOpts{Name: "cpu_manager_pinning_requests_total",
 			Help: "Containers that asked for exclusive CPUs."}),
@@ -88,6 +89,8 @@ func newMetrics(d *Daemon) *metrics {
 			Help: "Checkpoint writes that failed and corrupt checkpoints set aside."}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_abandoned_containers_total",
 			Help: "Containers placed at CreateContainer that never started (container_start_timeout passed, or their pod and name were created again) and whose CPUs were given back."}),
+		poolEmpty: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_shared_pool_empty",
+			Help: "1 while the shared pool is empty (exclusive containers hold every non-reserved CPU) and shared-pool containers run on the reserved CPUs, else 0."}),
 		// 10 µs to 1.3 s: a handler is ~0.1 ms; a StartContainer that
 		// waits for the cgroup writes of 500 containers some ms.
 		eventDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nri_cpualign_event_duration_seconds",
@@ -96,7 +99,7 @@ func newMetrics(d *Daemon) *metrics {
 	}
 	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
 		m.admissionErrors, m.admissionDuration, m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
-		m.drift, m.checkpointErrors, m.abandoned, m.eventDuration)
+		m.drift, m.checkpointErrors, m.abandoned, m.eventDuration, m.poolEmpty)
 	return m
 }
 
@@ -107,22 +110,23 @@ func (m *metrics) timeEvent(event string) func() {
 	return func() { m.eventDuration.WithLabelValues(event).Observe(time.Since(t0).Seconds()) }
 }
 
-// scope is the label value for the topology manager scope.
-func (m *metrics) scope() string {
-	if m.d.cfg.TopologyManagerScope == "pod" {
+// scopeLabel is the label value for the topology manager scope.
+func scopeLabel(scope string) string {
+	if scope == "pod" {
 		return "pod"
 	}
 	return "container"
 }
 
-// observeAdmission counts one admission; the caller holds d.mu. dur 0
-// (admissions during Synchronize) is not put in the histogram.
-func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Duration) {
+// observeAdmission counts one admission under the static policy (static)
+// and the topology manager scope. dur 0 (admissions during Synchronize)
+// is not put in the histogram.
+func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Duration, static bool, scope string) {
 	m.admissionRequests.Inc()
 	if dur > 0 {
 		m.admissionDuration.Observe(dur.Seconds())
 	}
-	pinning := m.d.exclusiveCount(req) > 0
+	pinning := exclusiveCPUsFor(static, req) > 0
 	if pinning {
 		m.pinningRequests.Inc()
 	}
@@ -132,11 +136,11 @@ func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Durat
 	m.admissionErrors.Inc()
 	switch reasonOf(err) {
 	case reasonSMT:
-		m.alignedFailures.WithLabelValues(m.scope(), boundaryPhysicalCPU).Inc()
+		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryPhysicalCPU).Inc()
 	case reasonTopologyAffine:
-		m.alignedFailures.WithLabelValues(m.scope(), boundaryNUMANode).Inc()
+		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryNUMANode).Inc()
 	case allocator.ReasonUncoreCacheAlignment:
-		m.alignedFailures.WithLabelValues(m.scope(), boundaryUncoreCache).Inc()
+		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryUncoreCache).Inc()
 	}
 	if pinning {
 		m.pinningErrors.Inc()
@@ -145,63 +149,68 @@ func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Durat
 
 // observeDecision counts the boundaries an exclusive allocation is
 // aligned on.
-func (m *metrics) observeDecision(dec policy.Decision, topo *topology.Topology) {
+func (m *metrics) observeDecision(dec policy.Decision, topo *topology.Topology, engine *policy.Engine, scope string) {
 	if !dec.Exclusive || dec.CPUs.IsEmpty() {
 		return
 	}
 	if topo.CPUsInCores(topo.CoresOf(dec.CPUs)...).Equals(dec.CPUs) {
-		m.aligned.WithLabelValues(m.scope(), boundaryPhysicalCPU).Inc()
+		m.aligned.WithLabelValues(scopeLabel(scope), boundaryPhysicalCPU).Inc()
 	}
 	if len(topo.NUMANodesOf(dec.CPUs)) == 1 {
-		m.aligned.WithLabelValues(m.scope(), boundaryNUMANode).Inc()
+		m.aligned.WithLabelValues(scopeLabel(scope), boundaryNUMANode).Inc()
 	}
 	// Under strict-align-cpus-by-uncorecache every admitted exclusive
 	// container is aligned by its rules (a larger one on whole caches).
-	if len(topo.L3GroupsOf(dec.CPUs)) == 1 || (!dec.Existing && m.d.engine != nil && m.d.engine.StrictUncore() != allocator.UncoreStrictOff) {
-		m.aligned.WithLabelValues(m.scope(), boundaryUncoreCache).Inc()
+	if len(topo.L3GroupsOf(dec.CPUs)) == 1 || (!dec.Existing && engine.StrictUncore() != allocator.UncoreStrictOff) {
+		m.aligned.WithLabelValues(scopeLabel(scope), boundaryUncoreCache).Inc()
 	}
 }
 
-// updateGauges refreshes the pool gauges; the caller holds d.mu.
-func (m *metrics) updateGauges() {
-	d := m.d
-	if d.engine == nil {
-		return
-	}
-	m.sharedCPUs.Set(float64(d.engine.SharedPool(d.st).Size()))
-	m.exclusiveCPUs.Set(float64(m.exclusiveCount(d.st.Alloc.Assignments)))
-	m.reservedCPUs.Set(float64(d.engine.Reserved().Size()))
-	m.containers.Set(float64(len(d.ctrs)))
-	d.notePool()
+// updateGauges sets the pool gauges from a committed state with n
+// containers; ledger.mu is held.
+func (m *metrics) updateGauges(e *policy.Engine, st policy.State, n int) {
+	m.sharedCPUs.Set(float64(e.SharedPool(st).Size()))
+	m.exclusiveCPUs.Set(float64(m.heldCPUs(st.Alloc.Assignments)))
+	m.reservedCPUs.Set(float64(e.Reserved().Size()))
+	m.containers.Set(float64(n))
 }
 
-// exclusiveCount is how many CPUs the assignments hold. The engine
-// never changes an assignments map in place, so the same map as last
-// time has the same count: events that leave the exclusive CPUs alone
-// (shared-pool containers, half of all events on a busy node) count
-// nothing. The others count into a bitmap, one bit per CPU (not a sum of
-// sizes: an app container reusing its init container's CPUs overlaps it).
-func (m *metrics) exclusiveCount(assign map[string]map[string]cpuset.CPUSet) int {
-	if m.exclCounted && sameMap(assign, m.exclOf) {
-		return m.excl
+// setPoolEmpty sets nri_cpualign_shared_pool_empty.
+func (m *metrics) setPoolEmpty(empty bool) {
+	if empty {
+		m.poolEmpty.Set(1)
+	} else {
+		m.poolEmpty.Set(0)
 	}
-	clear(m.exclBits)
+}
+
+// heldCPUs is how many CPUs the assignments hold. The engine never
+// changes an assignments map in place, so the same map as last time has
+// the same count: events that leave the exclusive CPUs alone (shared-pool
+// containers) count nothing. The others count into a bitmap, one bit per
+// CPU (not a sum of sizes: an app container reusing its init container's
+// CPUs overlaps it).
+func (m *metrics) heldCPUs(assign map[string]map[string]cpuset.CPUSet) int {
+	if m.heldCounted && sameMap(assign, m.heldOf) {
+		return m.held
+	}
+	clear(m.heldBits)
 	n := 0
 	for _, byName := range assign {
 		for _, cpus := range byName {
 			for _, cpu := range cpus.UnsortedList() {
 				w := cpu / 64
-				if w >= len(m.exclBits) {
-					m.exclBits = append(m.exclBits, make([]uint64, w+1-len(m.exclBits))...)
+				if w >= len(m.heldBits) {
+					m.heldBits = append(m.heldBits, make([]uint64, w+1-len(m.heldBits))...)
 				}
-				if bit := uint64(1) << (cpu % 64); m.exclBits[w]&bit == 0 {
-					m.exclBits[w] |= bit
+				if bit := uint64(1) << (cpu % 64); m.heldBits[w]&bit == 0 {
+					m.heldBits[w] |= bit
 					n++
 				}
 			}
 		}
 	}
-	m.exclOf, m.excl, m.exclCounted = assign, n, true
+	m.heldOf, m.held, m.heldCounted = assign, n, true
 	return n
 }
 
@@ -235,30 +244,32 @@ type ContainerView struct {
 }
 
 // State returns the current assignments as served on /state.
-func (d *Daemon) State() StateView {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.engine == nil {
-		return StateView{Policy: d.cfg.CPUManagerPolicy, Containers: []ContainerView{}}
+func (d *Daemon) State() StateView { return stateView(d.led.view(), d.connected.Load()) }
+
+// stateView is the /state document of a ledger view.
+func stateView(lv ledgerView, connected bool) StateView {
+	if lv.engine == nil {
+		return StateView{Policy: lv.cfg.CPUManagerPolicy, Containers: []ContainerView{}}
 	}
+	e, st, topo := lv.engine, lv.st, lv.topo
 	v := StateView{
-		Connected:    d.connected.Load(),
-		Synchronized: d.syncs > 0,
-		Policy:       d.cfg.CPUManagerPolicy,
-		Topology:     d.cfg.TopologyManagerPolicy,
-		Scope:        d.cfg.TopologyManagerScope,
-		Reserved:     d.engine.Reserved().String(),
-		Shared:       d.engine.SharedMask(d.st).String(),
-		Containers:   []ContainerView{},
+		Connected:    connected,
+		Synchronized: lv.syncs > 0,
+		Policy:       lv.cfg.CPUManagerPolicy,
+		Topology:     lv.cfg.TopologyManagerPolicy,
+		Scope:        lv.cfg.TopologyManagerScope,
+		Reserved:     e.Reserved().String(),
+		Shared:       e.SharedMask(st).String(),
+		Containers:   make([]ContainerView, 0, len(lv.ctrs)),
 	}
-	if u := d.engine.StrictUncore(); u != allocator.UncoreStrictOff {
+	if u := e.StrictUncore(); u != allocator.UncoreStrictOff {
 		v.StrictUncore = u.String()
 	}
-	for id, r := range d.ctrs {
-		cpus := d.rightCPUs(r)
+	for _, r := range lv.ctrs {
+		cpus := rightCPUsIn(e, st, r)
 		v.Containers = append(v.Containers, ContainerView{
-			ID: id, Pod: r.PodName, PodUID: r.Pod, Container: r.Name, CPUs: cpus.String(), Mems: r.Mems,
-			Exclusive: r.Exclusive, NUMA: d.topo.NUMANodesOf(cpus), L3: d.topo.L3GroupsOf(cpus),
+			ID: r.ID, Pod: r.PodName, PodUID: r.Pod, Container: r.Name, CPUs: cpus.String(), Mems: r.Mems,
+			Exclusive: r.Exclusive, NUMA: topo.NUMANodesOf(cpus), L3: topo.L3GroupsOf(cpus),
 		})
 	}
 	sort.Slice(v.Containers, func(i, j int) bool {
@@ -277,7 +288,7 @@ func (d *Daemon) State() StateView {
 // Handler serves /metrics, /state and /healthz.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(d.obs.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/state", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
@@ -287,10 +298,7 @@ func (d *Daemon) Handler() http.Handler {
 	// Healthy means connected to the runtime and synchronized; between
 	// connections (runtime restarting) it answers 503.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		d.mu.Lock()
-		ok := d.syncs > 0 && d.connected.Load()
-		d.mu.Unlock()
-		if !ok {
+		if !d.led.synced() || !d.connected.Load() {
 			http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
 			return
 		}
@@ -300,16 +308,16 @@ func (d *Daemon) Handler() http.Handler {
 }
 
 // Registry is the daemon's metrics registry (for tests and embedding).
-func (d *Daemon) Registry() *prometheus.Registry { return d.metrics.reg }
+func (d *Daemon) Registry() *prometheus.Registry { return d.obs.reg }
 
-// listen starts the HTTP server on addr and returns it (Addr holds the
-// bound address, useful with port 0).
-func (m *metrics) listen(addr string) (*http.Server, error) {
+// listen starts the HTTP server for h on addr and returns it (Addr holds
+// the bound address, useful with port 0).
+func listen(addr string, h http.Handler) (*http.Server, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Addr: l.Addr().String(), Handler: m.d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: l.Addr().String(), Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	return srv, nil
 }

@@ -61,7 +61,7 @@ type syncInput struct {
 	Records map[string]ctrRecord // the container index before the sync
 	Pods    []syncPod
 	Ctrs    []syncCtr
-	// Static is cpu_manager_policy = static (exclusiveCountFor).
+	// Static is cpu_manager_policy = static (exclusiveCPUsFor).
 	Static bool
 }
 
@@ -220,7 +220,7 @@ func (p *planner) keepLostCPUs() {
 		if r, known := p.plan.Records[c.ID]; known && !r.Exclusive {
 			continue
 		}
-		n := exclusiveCountFor(p.in.Static, c.Request)
+		n := exclusiveCPUsFor(p.in.Static, c.Request)
 		have, err := cpuset.Parse(c.CPUs)
 		if n == 0 || err != nil || have.Size() != n || !alone(sets, i, have) {
 			continue
@@ -253,7 +253,7 @@ func (p *planner) placeUnknown() {
 	// those after it in this loop are not placed yet.
 	shared := 0
 	for _, c := range p.plan.Live {
-		if exclusiveCountFor(p.in.Static, c.Request) == 0 {
+		if exclusiveCPUsFor(p.in.Static, c.Request) == 0 {
 			shared++
 		}
 	}
@@ -345,9 +345,9 @@ func rightCPUsIn(e *policy.Engine, st policy.State, r ctrRecord) cpuset.CPUSet {
 	return e.SharedCPUs(st)
 }
 
-// exclusiveCountFor is how many exclusive CPUs the static policy gives
+// exclusiveCPUsFor is how many exclusive CPUs the static policy gives
 // req: a Guaranteed container with request equal to limit in whole CPUs.
-func exclusiveCountFor(static bool, req policy.Request) int {
+func exclusiveCPUsFor(static bool, req policy.Request) int {
 	if !static || req.QoS != policy.Guaranteed {
 		return 0
 	}
@@ -395,7 +395,7 @@ type lateStart struct {
 // runs on (cpus, as the runtime reports them) when they are exactly its
 // exclusive count and still free, else it is admitted afresh.
 func planLateStart(e *policy.Engine, st policy.State, static bool, req policy.Request, cpus string) lateStart {
-	if n := exclusiveCountFor(static, req); n > 0 {
+	if n := exclusiveCPUsFor(static, req); n > 0 {
 		if have, err := cpuset.Parse(cpus); err == nil && have.Size() == n {
 			if next, err := e.Assign(st, req.Pod, req.Container, have); err == nil {
 				return lateStart{State: next, Exclusive: true, Kept: true}

@@ -47,7 +47,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/eintr"
+	"github.com/nri-cpualign/nri-cpualign/pkg/eintr"
 )
 
 const (

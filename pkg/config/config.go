@@ -72,7 +72,7 @@ const (
 	topologyScopes   = "container,pod"
 	logLevels        = "trace,debug,info,warn,warning,error,fatal,panic"
 	logFormats       = "text,json"
-	sharedUpdates    = SharedUpdatesDirect + "," + SharedUpdatesInAnswer + "," + SharedUpdatesAfterAnswer
+	sharedUpdates    = SharedUpdatesDirect + "," + SharedUpdatesInAnswer
 )
 
 // Values of shared_pool_updates.
@@ -91,14 +91,12 @@ const (
 	// never shared, not even briefly. The answer grows with the number of
 	// shared-pool containers.
 	SharedUpdatesInAnswer = "in-answer"
-	// SharedUpdatesAfterAnswer: the answers carry only the container's own
-	// cpuset; the shared-pool containers are updated through the runtime's
-	// UpdateContainers once the new container has started (at once when
-	// CPUs are freed), so from its start until the runtime applied the last
-	// update (one OCI runtime update per container, ~10 ms each) they may
-	// still run on its exclusive CPUs (the kubelet allows its reconcile
-	// period, 10 s by default).
-	SharedUpdatesAfterAnswer = "after-answer"
+	// removedAfterAnswer was a third value: the runtime updated the
+	// shared-pool containers after the new container had started, which
+	// cost every container a PostStartContainer round trip and left its
+	// CPUs shared meanwhile. "direct" does the same job without either; a
+	// configuration that still names it is refused with that advice.
+	removedAfterAnswer = "after-answer"
 )
 
 // Config is the whole configuration of the daemon. The toml tags are the
@@ -119,8 +117,7 @@ type Config struct {
 	// ReconcilePeriod is how often the reconcile loop compares cgroups with
 	// the assignments; 0 turns the loop off.
 	ReconcilePeriod Duration `toml:"reconcile_period"`
-	// SharedPoolUpdates is SharedUpdatesDirect, SharedUpdatesInAnswer or
-	// SharedUpdatesAfterAnswer.
+	// SharedPoolUpdates is SharedUpdatesDirect or SharedUpdatesInAnswer.
 	SharedPoolUpdates string `toml:"shared_pool_updates"`
 	// ContainerStartTimeout is how long a container may stay created but
 	// not started before the plugin takes it for dead (the OCI runtime
@@ -390,7 +387,13 @@ func (c Config) problems() []*Error {
 	oneOf(KeyTopologyManagerScope, c.TopologyManagerScope, topologyScopes)
 	oneOf(KeyLogLevel, c.LogLevel, logLevels)
 	oneOf(KeyLogFormat, c.LogFormat, logFormats)
-	oneOf(KeySharedPoolUpdates, c.SharedPoolUpdates, sharedUpdates)
+	if c.SharedPoolUpdates == removedAfterAnswer {
+		bad(KeySharedPoolUpdates, c.SharedPoolUpdates, "%q is no longer supported: use %q (the default: the plugin writes the shared pool into the cgroups "+
+			"and the new container's start waits only for those writes), or %q where the plugin may not write cgroups",
+			removedAfterAnswer, SharedUpdatesDirect, SharedUpdatesInAnswer)
+	} else {
+		oneOf(KeySharedPoolUpdates, c.SharedPoolUpdates, sharedUpdates)
+	}
 	if strings.TrimSpace(c.ReservedSystemCPUs) != "" {
 		if _, err := sysfs.ParseList(c.ReservedSystemCPUs); err != nil { // bounded ids: "0-4000000000" must not hang
 			bad(KeyReservedSystemCPUs, c.ReservedSystemCPUs, `want a Linux CPU list like "0,1" or "0-3,8-11"`)

@@ -28,7 +28,7 @@ metrics_address = ""
 reconcile_period = "30s"
 log_level = "debug"
 log_format = "json"
-shared_pool_updates = "after-answer"
+shared_pool_updates = "in-answer"
 container_start_timeout = "45s"
 
 [cpu_manager_policy_options]
@@ -56,7 +56,7 @@ max-allowable-numa-nodes = 16
 		SocketPath:                   "/run/nri/nri.sock",
 		MetricsAddress:               "",
 		ReconcilePeriod:              Duration(30 * time.Second),
-		SharedPoolUpdates:            SharedUpdatesAfterAnswer,
+		SharedPoolUpdates:            SharedUpdatesInAnswer,
 		ContainerStartTimeout:        Duration(45 * time.Second),
 		LogLevel:                     "debug",
 		LogFormat:                    "json",
@@ -185,7 +185,9 @@ func TestLoadErrors(t *testing.T) {
 		{"start timeout without unit", "container_start_timeout = 30\n", "container_start_timeout", 1, "30", "no unit"},
 		{"bad log level", "log_level = \"loud\"\n", "log_level", 1, "loud", "debug"},
 		{"bad log format", "log_format = \"xml\"\n", "log_format", 1, "xml", "text, json"},
-		{"bad shared pool updates", "shared_pool_updates = \"later\"\n", "shared_pool_updates", 1, "later", "direct, in-answer, after-answer"},
+		{"bad shared pool updates", "shared_pool_updates = \"later\"\n", "shared_pool_updates", 1, "later", "direct, in-answer"},
+		// A removed value names its replacement.
+		{"removed after-answer", "\nshared_pool_updates = \"after-answer\"\n", "shared_pool_updates", 2, "after-answer", `no longer supported: use "direct"`},
 		{"empty state dir", "state_dir = \"\"\n", "state_dir", 1, "", "must not be empty"},
 		{"empty socket", "socket_path = \" \"\n", "socket_path", 1, "", "must not be empty"},
 		{"empty sysfs root", "sysfs_root = \"\"\n", "sysfs_root", 1, "", "must not be empty"},

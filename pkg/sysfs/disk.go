@@ -5,7 +5,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/eintr"
+	"github.com/nri-cpualign/nri-cpualign/pkg/eintr"
 )
 
 // diskFS is os.DirFS(root) with a cheaper way to read a whole small file.

@@ -40,8 +40,7 @@ const roundTripMachine = "epyc-9754"
 // state=tmpfs on /dev/shm: the same encode, write, rename and fsync calls,
 // without the storage latency, to separate the plugin's own cost from the
 // disk's. updates= is shared_pool_updates: in-answer puts the shared-pool
-// containers' updates in the answer, after-answer pushes them once the
-// container started, direct (the default) writes their cgroups (here plain
+// containers' updates in the answer, direct (the default) writes their cgroups (here plain
 // files of a fake tree) right after the answer (there, each iteration
 // waits outside the timer until the shared-pool containers follow the
 // pool). store= is how
@@ -54,7 +53,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 			for _, kind := range []string{"exclusive", "shared"} {
 				modes := []string{config.SharedUpdatesInAnswer}
 				if kind == "exclusive" {
-					modes = append(modes, config.SharedUpdatesAfterAnswer, config.SharedUpdatesDirect)
+					modes = append(modes, config.SharedUpdatesDirect)
 				}
 				for _, mode := range modes {
 					for _, store := range []daemon.Store{daemon.StoreJournal, daemon.StoreSnapshot} {
@@ -154,7 +153,7 @@ log_level = "info"
 		b.Fatal(err)
 	}
 	// settled reports whether every shared-pool container runs on the
-	// current shared pool (after-answer: the pushes have landed).
+	// current shared pool (direct: the passes have written it).
 	settled := func() bool {
 		eng, st := d.EngineState()
 		pool, n := eng.SharedMask(st), 0
@@ -202,12 +201,8 @@ log_level = "info"
 		if err != nil {
 			b.Fatal(err)
 		}
-		// direct's StartContainer waits for the shared-pool cgroups;
-		// after-answer pushes a shrunk pool at PostStartContainer.
+		// direct's StartContainer waits for the shared-pool cgroups.
 		if err := rt.StartContainer(ctx, c); err != nil {
-			b.Fatal(err)
-		}
-		if err := rt.PostStartContainer(ctx, c); err != nil {
 			b.Fatal(err)
 		}
 		wait()

@@ -73,9 +73,6 @@ func Populate(ctx context.Context, rt *nritest.Runtime, n, exclusiveCPUs int) er
 		if err := rt.StartContainer(ctx, c); err != nil {
 			return err
 		}
-		if err := rt.PostStartContainer(ctx, c); err != nil {
-			return err
-		}
 	}
 	return nil
 }

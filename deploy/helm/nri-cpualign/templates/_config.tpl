@@ -81,8 +81,7 @@ reconcile_period = {{ .Values.config.reconcile_period | toString | toJson }}
 # itself (~20 µs each) before the new container starts; the runtime's
 # record of their cpuset stays as created. "in-answer": the runtime
 # updates them before the new container starts (~10 ms each, which the
-# start waits for). "after-answer": the runtime updates them once the new
-# container started (until then they may share its exclusive CPUs).
+# start waits for). Fixed at start-up.
 shared_pool_updates = {{ .Values.config.shared_pool_updates | toString | toJson }}
 
 # A container given CPUs at CreateContainer that has not started after

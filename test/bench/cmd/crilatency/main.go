@@ -6,8 +6,8 @@
 //
 // Each cell (number of shared containers) sets its shared containers up
 // once, then takes samples in blocks that rotate over the modes: plugin off,
-// shared_pool_updates = "direct", "in-answer", "after-answer" (off, direct,
-// in, after; direct, in, after, off; ...), so drift of the machine hits
+// shared_pool_updates = "direct", "in-answer" (off, direct, in; direct,
+// in, off; ...), so drift of the machine hits
 // every mode alike; the k-th
 // sample of a mode is paired with the k-th sample of "off". After every
 // StartContainer returns, the cpuset.cpus files of all shared containers are
@@ -68,7 +68,7 @@ func main() {
 	n := flag.Int("n", 30, "samples per mode and cell")
 	block := flag.Int("block", 5, "samples per block between plugin starts and stops")
 	shared := flag.String("shared", "0,20,50", "numbers of running shared-pool containers, one cell each")
-	modes := flag.String("modes", "direct,in-answer,after-answer", "shared_pool_updates values measured against the plugin off")
+	modes := flag.String("modes", "direct,in-answer", "shared_pool_updates values measured against the plugin off")
 	work := flag.String("work", "", "work directory (default: a new temporary one, removed on success)")
 	flag.Parse()
 	var cells []int

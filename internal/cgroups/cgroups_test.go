@@ -1,4 +1,4 @@
-package daemon
+package cgroups
 
 import (
 	"errors"
@@ -15,18 +15,18 @@ func TestExpandSlice(t *testing.T) {
 		{"-.slice", ""},
 		{"", ""},
 	} {
-		if got := expandSlice(tc.in); got != tc.want {
-			t.Errorf("expandSlice(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := ExpandSlice(tc.in); got != tc.want {
+			t.Errorf("ExpandSlice(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
 
 func TestCgroupDir(t *testing.T) {
-	v1 := cgroupReader{root: "/host/cgroup"}
-	v2 := cgroupReader{root: "/host/cgroup", unified: true}
+	v1 := Root{root: "/host/cgroup"}
+	v2 := Root{root: "/host/cgroup", unified: true}
 	for _, tc := range []struct {
 		name string
-		r    cgroupReader
+		r    Root
 		path string
 		want string
 	}{
@@ -39,13 +39,13 @@ func TestCgroupDir(t *testing.T) {
 		{"dot-dot", v2, "/../../etc", "/host/cgroup/etc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := tc.r.dir(tc.path)
+			got, err := tc.r.Dir(tc.path)
 			if err != nil || got != tc.want {
 				t.Errorf("dir(%q) = %q, %v; want %q", tc.path, got, err, tc.want)
 			}
 		})
 	}
-	if _, err := v1.dir(""); err == nil {
+	if _, err := v1.Dir(""); err == nil {
 		t.Error("empty cgroups path accepted")
 	}
 }
@@ -55,7 +55,7 @@ func TestCgroupReadV2(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := newCgroupReader(root)
+	r := New(root)
 	if !r.unified {
 		t.Fatal("cgroup.controllers at the root not detected as v2")
 	}
@@ -65,18 +65,18 @@ func TestCgroupReadV2(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "cpuset.cpus"), []byte("2-3,6\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "cpuset.mems"), []byte("0\n"), 0o644)
-	cpus, mems, err := r.read("/kubepods/podu/c1")
+	cpus, mems, err := r.Read("/kubepods/podu/c1")
 	if err != nil || cpus.String() != "2-3,6" || mems.String() != "0" {
 		t.Errorf("read = %s, %s, %v", cpus, mems, err)
 	}
-	if _, _, err := r.read("/kubepods/podu/gone"); !errors.Is(err, errCgroupGone) {
-		t.Errorf("vanished cgroup: %v, want errCgroupGone", err)
+	if _, _, err := r.Read("/kubepods/podu/gone"); !errors.Is(err, ErrGone) {
+		t.Errorf("vanished cgroup: %v, want ErrGone", err)
 	}
 	os.WriteFile(filepath.Join(dir, "cpuset.cpus"), []byte("x-y\n"), 0o644)
-	if _, _, err := r.read("/kubepods/podu/c1"); err == nil || errors.Is(err, errCgroupGone) {
+	if _, _, err := r.Read("/kubepods/podu/c1"); err == nil || errors.Is(err, ErrGone) {
 		t.Errorf("garbage cpuset.cpus: %v", err)
 	}
-	if v1 := newCgroupReader(t.TempDir()); v1.unified {
+	if v1 := New(t.TempDir()); v1.unified {
 		t.Error("a root without cgroup.controllers detected as v2")
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
@@ -66,126 +65,110 @@ func fingerprint(cfg config.Config, engine *policy.Engine, cpus cpuset.CPUSet) s
 	return hex.EncodeToString(sum[:8])
 }
 
-// fingerprint is fingerprint of the current configuration. It is kept per
-// engine (configuration and topology change only together with it): every
-// event writes it, and printing the machine's CPU list was a tenth of a
-// CreateContainer without other containers.
-func (d *Daemon) fingerprint() string {
-	if d.fpEngine != d.engine {
-		d.fp, d.fpEngine = fingerprint(d.cfg, d.engine, d.topo.CPUs()), d.engine
+// store owns the state on disk (docs/architecture.md): the checkpoint
+// snapshot, the journal after it (journal.go) and, on a first start, the
+// kubelet's state to import. It is used under ledger.mu only.
+type store struct {
+	ckpt        *checkpoint.File
+	kubeletFile string
+	jnl         journalStore
+	enc         payloadEncoder // the snapshot's encoding of the index
+	log         *logrus.Logger
+	// fp is fingerprint() of fpEngine, kept per engine (configuration
+	// and topology change only together with it) since every record
+	// carries it.
+	fp       string
+	fpEngine *policy.Engine
+}
+
+// fingerprint is fingerprint() of l's configuration.
+func (s *store) fingerprint(l *ledger) string {
+	if s.fpEngine != l.engine {
+		s.fp, s.fpEngine = fingerprint(l.cfg, l.engine, l.topo.CPUs()), l.engine
 	}
-	return d.fp
+	return s.fp
 }
 
-// persist writes the checkpoint for (st, ctrs), a whole new index (a
-// synchronization). The caller commits them to the daemon only when
-// persist succeeds.
-func (d *Daemon) persist(st policy.State, ctrs map[string]ctrRecord) error {
-	return d.persistIndex(st, indexChange{all: ctrs})
-}
-
-// persistEdit writes the checkpoint for st and the committed index with e
-// applied; the caller commits them (d.st = st, d.commitEdit(e)) only when
-// it succeeds.
-func (d *Daemon) persistEdit(st policy.State, e ctrEdit) error {
-	return d.persistIndex(st, indexChange{edit: e})
-}
-
-func (d *Daemon) persistIndex(st policy.State, c indexChange) error {
-	var err error
-	if d.jnl.mode == StoreSnapshot {
-		var data []byte
-		data, err = d.enc.encode(d.fingerprint(), d.engine, st, c.index(d.ctrs))
-		if err == nil {
-			err = d.ckpt.SaveCompact(data)
+// save makes st and the index of c durable; the ledger commits them only
+// when it succeeds (ledger.commit).
+func (s *store) save(l *ledger, st policy.State, c indexChange) error {
+	if s.jnl.mode == StoreSnapshot {
+		data, err := s.enc.encode(s.fingerprint(l), l.engine, st, c.index(l.ctrs))
+		if err != nil {
+			return err
 		}
-	} else {
-		err = d.persistJournal(st, c)
+		return s.ckpt.SaveCompact(data)
 	}
-	if err != nil {
-		d.metrics.checkpointErrors.Inc()
-		return fmt.Errorf("PersistError: %w", err)
-	}
-	return nil
+	return s.persistJournal(l, st, c)
 }
 
-// restore loads the state before the first connection: from the
-// checkpoint; with none, from the kubelet's state file if one was given;
-// else empty. A corrupt checkpoint is set aside and the state rebuilt from
-// the runtime in Synchronize. Only an unreadable state directory (e.g.
-// permissions) stops the daemon.
-func (d *Daemon) restore() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.restoreLocked()
-}
-
-// restoreLocked is restore with d.mu held.
-func (d *Daemon) restoreLocked() error {
-	d.restored = true
-	d.jnl.reset()
+// load reads the state before the first connection into l: from the
+// checkpoint (and its journal); with none, from the kubelet's state file
+// if one was given; else empty. A corrupt checkpoint is set aside and the
+// state rebuilt from the runtime in Synchronize. Only an unreadable state
+// directory (e.g. permissions) is an error. l.mu is held.
+func (s *store) load(l *ledger) error {
+	l.restored = true
+	s.jnl.reset()
+	l.st, l.ctrs = l.engine.NewState(), map[string]ctrRecord{}
 	var p payload
-	err := d.ckpt.Load(&p)
+	err := s.ckpt.Load(&p)
 	if err == nil && p.Journal != nil {
-		err = d.replayJournal(&p)
+		err = s.replayJournal(&p)
 	}
 	var corrupt *checkpoint.CorruptError
 	switch {
 	case err == nil:
-		if d.kubeletFile != "" {
-			d.log.WithFields(logrus.Fields{"file": d.kubeletFile, "checkpoint": d.ckpt.Path()}).
+		if s.kubeletFile != "" {
+			s.log.WithFields(logrus.Fields{"file": s.kubeletFile, "checkpoint": s.ckpt.Path()}).
 				Info("a checkpoint exists: the kubelet state is imported only on a first start; ignoring it")
 		}
-		fp := d.fingerprint()
-		st, notes, ferr := d.engine.FromSnapshot(p.Engine)
+		fp := s.fingerprint(l)
+		st, notes, ferr := l.engine.FromSnapshot(p.Engine)
 		if ferr != nil {
-			d.jnl.reset()
-			aside, serr := d.ckpt.SetAside()
-			d.setAsideJournal(d.log.WithError(ferr).WithFields(logrus.Fields{"file": d.ckpt.Path(), "set_aside_as": aside, "set_aside_error": serr})).
+			s.jnl.reset()
+			aside, serr := s.ckpt.SetAside()
+			s.setAsideJournal(s.log.WithError(ferr).WithFields(logrus.Fields{"file": s.ckpt.Path(), "set_aside_as": aside, "set_aside_error": serr})).
 				Error("checkpoint state is unusable; set aside, state will be rebuilt from the runtime")
-			d.st, d.ctrs = d.engine.NewState(), map[string]ctrRecord{}
 			return nil
 		}
 		if p.Fingerprint != fp {
-			d.log.WithFields(logrus.Fields{"file": d.ckpt.Path(), "checkpoint": p.Fingerprint, "now": fp}).
+			s.log.WithFields(logrus.Fields{"file": s.ckpt.Path(), "checkpoint": p.Fingerprint, "now": fp}).
 				Warn("checkpoint was written under another configuration or machine; its assignments were reconciled, not trusted")
 		}
 		for _, n := range notes {
-			d.log.WithField("note", n).Warn("checkpoint entry dropped or changed while reconciling")
+			s.log.WithField("note", n).Warn("checkpoint entry dropped or changed while reconciling")
 		}
-		d.st = st
-		d.ctrs = map[string]ctrRecord{}
+		l.st = st
 		for id, r := range p.Containers {
 			r.ID = id
-			d.ctrs[id] = r
+			l.ctrs[id] = r
 		}
-		d.log.WithFields(logrus.Fields{"file": d.ckpt.Path(), "containers": len(d.ctrs), "shared": d.engine.SharedMask(st).String()}).
+		s.log.WithFields(logrus.Fields{"file": s.ckpt.Path(), "containers": len(l.ctrs), "shared": l.engine.SharedMask(st).String()}).
 			Info("state restored from checkpoint")
 		return nil
 	case errors.As(err, &corrupt):
-		aside, serr := d.ckpt.SetAside()
-		entry := d.setAsideJournal(d.log.WithError(err).WithField("file", corrupt.Path))
+		aside, serr := s.ckpt.SetAside()
+		entry := s.setAsideJournal(s.log.WithError(err).WithField("file", corrupt.Path))
 		if serr != nil {
 			entry = entry.WithField("set_aside_error", serr.Error())
 		} else {
 			entry = entry.WithField("set_aside_as", aside)
 		}
 		entry.Error("checkpoint is corrupt; set aside, state will be rebuilt from the runtime")
-		d.metrics.checkpointErrors.Inc()
-		d.st, d.ctrs = d.engine.NewState(), map[string]ctrRecord{}
+		l.obs.checkpointErrors.Inc()
 		return nil
 	case errors.Is(err, checkpoint.ErrNotFound):
-		d.st, d.ctrs = d.engine.NewState(), map[string]ctrRecord{}
-		if d.kubeletFile == "" {
-			d.log.WithField("file", d.ckpt.Path()).Info("no checkpoint: first start")
+		if s.kubeletFile == "" {
+			s.log.WithField("file", s.ckpt.Path()).Info("no checkpoint: first start")
 			return nil
 		}
-		st, n, err := importKubeletState(d.engine, d.st, d.kubeletFile, d.log)
+		st, n, err := importKubeletState(l.engine, l.st, s.kubeletFile, s.log)
 		if err != nil {
 			return err
 		}
-		d.st = st
-		d.log.WithFields(logrus.Fields{"file": d.kubeletFile, "assignments": n}).Info("imported the kubelet's CPU manager state")
+		l.st = st
+		s.log.WithFields(logrus.Fields{"file": s.kubeletFile, "assignments": n}).Info("imported the kubelet's CPU manager state")
 		return nil
 	default:
 		return fmt.Errorf("read checkpoint: %w", err)
@@ -254,20 +237,11 @@ func importKubeletState(engine *policy.Engine, st policy.State, path string, log
 	return st, n, nil
 }
 
-// rightCPUs is the cpuset a known container should have now.
-func (d *Daemon) rightCPUs(r ctrRecord) cpuset.CPUSet {
-	if r.Exclusive {
-		if cpus, ok := d.engine.Assignment(d.st, r.Pod, r.Name); ok {
-			return cpus
-		}
-	}
-	return d.engine.SharedCPUs(d.st)
-}
-
 // ctrEdit is what an event changes in the container index: records put
-// (new or replaced) and IDs removed. Events persist and commit an edit
-// rather than a new index: copying 500 records and comparing them all
-// with the store's on every event was a good part of a decision.
+// (new or replaced) and IDs removed. Events commit an edit rather than a
+// new index, so that an event's cost does not grow with the number of
+// containers (no copy of the index, and the journal compares only the
+// records edited).
 type ctrEdit struct {
 	put []ctrRecord
 	del []string
@@ -281,14 +255,6 @@ func (e ctrEdit) applyTo(m map[string]ctrRecord) {
 	for _, r := range e.put {
 		m[r.ID] = r
 	}
-}
-
-// commitEdit applies e to the committed index. d.mu is held.
-func (d *Daemon) commitEdit(e ctrEdit) {
-	if d.ctrs == nil {
-		d.ctrs = map[string]ctrRecord{}
-	}
-	e.applyTo(d.ctrs)
 }
 
 // indexChange is the index a checkpoint write is for: a whole new one
@@ -317,35 +283,4 @@ func cloneRecords(m map[string]ctrRecord) map[string]ctrRecord {
 		return out
 	}
 	return map[string]ctrRecord{}
-}
-
-// sharedUpdates are the updates moving every shared-pool container except
-// skip to the current shared pool. Failures are ignored by the runtime (a
-// container may be stopping); the reconcile loop repairs what is left.
-func (d *Daemon) sharedUpdates(skip string) []*api.ContainerUpdate {
-	if d.engine.SharedMask(d.st).IsEmpty() {
-		return nil // no CPU for them (nothing reserved): never an empty cpuset
-	}
-	shared := d.engine.SharedMask(d.st).String()
-	ids := make([]string, 0, len(d.ctrs))
-	for id, r := range d.ctrs {
-		if id != skip && !r.Exclusive {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	// Every update carries the same cpuset: one Linux part serves them all
-	// (they are only marshalled), and one block holds the updates, instead
-	// of five allocations per container.
-	lin := &api.LinuxContainerUpdate{Resources: &api.LinuxResources{Cpu: &api.LinuxCPU{Cpus: shared}}}
-	block := make([]api.ContainerUpdate, len(ids))
-	out := make([]*api.ContainerUpdate, len(ids))
-	for i, id := range ids {
-		u := &block[i]
-		u.SetContainerId(id)
-		u.Linux = lin
-		u.SetIgnoreFailure()
-		out[i] = u
-	}
-	return out
 }

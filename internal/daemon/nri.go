@@ -12,12 +12,14 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
-// plugin is what the NRI stub sees; it forwards every event to the daemon.
-// Keeping it separate keeps the handler methods off Daemon's API.
+// plugin is the NRI adapter (docs/architecture.md): what the NRI stub
+// sees. It holds no state of its own: each event becomes a plan on the
+// ledger's values and a ledger commit, and the result an NRI answer; the
+// applier is told when the shared pool changed. Requests and device NUMA
+// nodes are read before the ledger's lock is taken.
 type plugin struct{ d *Daemon }
 
 // The NRI events the plugin handles (the stub subscribes to exactly these).
@@ -81,86 +83,79 @@ func (p *plugin) Shutdown(context.Context) {
 // placed now (a rejection cannot fail a running container: it stays in the
 // shared pool and the rejection is logged), and the answer carries the
 // updates that bring every container to its right cpuset. planSync makes
-// the decision; this applies it.
+// the decision; this commits it.
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
-	defer p.d.metrics.timeEvent("Synchronize")()
+	defer p.d.obs.timeEvent("Synchronize")()
 	d := p.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.engine == nil {
-		return nil, fmt.Errorf("InvalidConfig: not configured: %w", d.pendingErr)
+	l, a := d.led, d.applier()
+	in := p.syncInput(pods, ctrs)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.engine == nil {
+		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.pendingErr)
 	}
-	plan := planSync(d.engine, d.syncInput(pods, ctrs))
-	d.logSyncEvents(plan.Events)
-	for _, a := range plan.Admissions {
-		d.metrics.observeAdmission(a.Request, a.Err, 0)
+	in.State, in.Records, in.Static = l.st, l.ctrs, l.static()
+	plan := planSync(l.engine, in)
+	p.logSyncEvents(plan.Events)
+	for _, adm := range plan.Admissions {
+		d.obs.observeAdmission(adm.Request, adm.Err, 0, l.static(), l.cfg.TopologyManagerScope)
 	}
-	if err := d.persist(plan.State, plan.Records); err != nil {
+	if _, err := l.commit(plan.State, indexChange{all: plan.Records}); err != nil {
 		d.log.WithError(err).Error("synchronize: cannot write the checkpoint")
 		return nil, err
 	}
-	d.st, d.ctrs = plan.State, plan.Records
-	d.gen++
-	d.syncs++
-	d.metrics.updateGauges()
+	l.syncs++
 	// The runtime's view decides which containers still wait for their
 	// start: timers of containers gone or running are dropped, and a
 	// container created but not started (while the plugin was away, or
 	// before a restart) gets a full timeout from now.
-	for id := range d.starting {
-		d.started(id)
+	for id := range l.starting {
+		l.disarmStartTimer(id)
 	}
-	clear(d.gaveUp)
+	clear(l.gaveUp)
 	for _, id := range plan.AwaitStart {
-		d.awaitStart(id)
+		l.armStartTimer(id)
 	}
-	planned := plan.Updates
-	if d.direct() {
-		// Shared-pool containers are written by a pass, and not sent to
-		// the runtime, whose record of them is stale by design (direct.go).
-		planned = exclusiveUpdates(planned, d.ctrs)
-		clear(d.cgw.written)
-		d.kick()
-	}
-	updates := nriUpdates(planned)
+	updates := a.synchronized(plan.Updates)
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
-		"updates": len(updates), "shared": d.engine.SharedMask(d.st).String(),
+		"updates": len(updates), "shared": l.engine.SharedMask(l.st).String(),
 	}).Info("synchronized with the runtime")
-	if d.syncs == 1 {
+	if l.syncs == 1 {
 		close(d.syncedC)
 	}
 	d.connected.Store(true)
 	return updates, nil
 }
 
-// syncInput is what Synchronize decides from, as plain data: the state,
-// the index, and the runtime's pods and containers. Device NUMA nodes are
-// read for every live container (planSync uses them for those it admits).
-func (d *Daemon) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncInput {
-	in := syncInput{State: d.st, Records: d.ctrs, Static: d.cfg.CPUManagerPolicy == policy.CPUPolicyStatic,
-		Pods: make([]syncPod, 0, len(pods)), Ctrs: make([]syncCtr, 0, len(ctrs))}
+// syncInput is what Synchronize decides from, read from the runtime's
+// pods and containers without the ledger's lock: their requests, the
+// NUMA nodes of their devices (planSync uses them for those it admits),
+// and, when the applier says so, the cpuset in a running container's
+// cgroup.
+func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncInput {
+	d := p.d
+	in := syncInput{Pods: make([]syncPod, 0, len(pods)), Ctrs: make([]syncCtr, 0, len(ctrs))}
 	podByID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		podByID[pod.GetId()] = pod
 		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: podKey(pod), Name: podName(pod)})
 	}
-	direct, cg := d.direct(), d.cgroups() // one cgroup version detection for all
+	devs := p.deviceReader()
+	readCgroups := d.applier().syncReadsCgroups()
+	cg := d.applier().cgroupRoot()
 	for _, c := range ctrs {
 		cpu := c.GetLinux().GetResources().GetCpu()
 		sc := syncCtr{ID: c.GetId(), SandboxID: c.GetPodSandboxId(), Name: c.GetName(), Phase: phaseOf(c),
 			CreatedAt: c.GetCreatedAt(), CPUs: cpu.GetCpus(), Mems: cpu.GetMems(), CgroupsPath: c.GetLinux().GetCgroupsPath()}
-		if direct && sc.Phase != phaseStopped {
-			// The runtime's record of a shared-pool container is the
-			// cpuset it was created with (direct.go): what it runs on is
-			// in its cgroup.
-			if cpus, _, err := cg.read(sc.CgroupsPath); err == nil {
+		if readCgroups && sc.Phase != phaseStopped {
+			if cpus, _, err := cg.Read(sc.CgroupsPath); err == nil {
 				sc.CPUs = cpus.String()
 			}
 		}
 		if pod := podByID[sc.SandboxID]; pod != nil && sc.Phase != phaseStopped {
 			sc.Request = requestFor(pod, c)
-			sc.DeviceNodes, sc.DeviceErr = d.deviceNodes(c)
+			sc.DeviceNodes, sc.DeviceErr = devs.nodes(c)
 		}
 		in.Ctrs = append(in.Ctrs, sc)
 	}
@@ -179,7 +174,8 @@ func phaseOf(c *api.Container) ctrPhase {
 }
 
 // logSyncEvents writes the log lines a sync plan asks for, in order.
-func (d *Daemon) logSyncEvents(events []syncEvent) {
+func (p *plugin) logSyncEvents(events []syncEvent) {
+	d := p.d
 	for _, ev := range events {
 		entry := d.log.WithFields(logrus.Fields{"pod": ev.Pod, "container": ev.Container, "id": ev.ID})
 		switch ev.Kind {
@@ -192,21 +188,9 @@ func (d *Daemon) logSyncEvents(events []syncEvent) {
 			entry.WithError(ev.Err).WithField("reason", reasonOf(ev.Err)).
 				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
 		case evPlaced:
-			d.logDecision(entry, ev.Decision, "placed at synchronize")
+			p.logDecision(entry, ev.Decision, "placed at synchronize")
 		}
 	}
-}
-
-// exclusiveUpdates are the updates of planned that are for exclusive
-// containers of recs.
-func exclusiveUpdates(planned []cpuUpdate, recs map[string]ctrRecord) []cpuUpdate {
-	var out []cpuUpdate
-	for _, u := range planned {
-		if recs[u.ID].Exclusive {
-			out = append(out, u)
-		}
-	}
-	return out
 }
 
 // nriUpdates are a plan's updates as the runtime takes them.
@@ -233,26 +217,29 @@ func sameList(a, b string) bool {
 
 // CreateContainer admits the container: the engine's decision becomes the
 // adjustment (cpuset.cpus and, for exclusive CPUs, cpuset.mems), and when
-// the shared pool changed every other shared-pool container gets an
-// update. A rejection fails the creation with the reason word first.
+// the shared pool changed the applier brings the other shared-pool
+// containers along. A rejection fails the creation with the reason word
+// first.
 func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	defer p.d.metrics.timeEvent("CreateContainer")()
+	defer p.d.obs.timeEvent("CreateContainer")()
 	d := p.d
+	l, a := d.led, d.applier()
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
+	nodes, devErr := p.deviceReader().nodes(ctr)
 
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.engine == nil {
-		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", d.pendingErr)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.engine == nil {
+		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.pendingErr)
 	}
-	req = d.withDeviceHints(req, ctr, entry)
+	req = withDeviceHints(l.engine, req, nodes, devErr, entry)
 	start := time.Now()
-	next, dec, err := d.engine.Add(d.st, req)
+	next, dec, err := l.engine.Add(l.st, req)
 	if err == nil {
-		err = d.strands(req, next, dec, sharedRecords(d.ctrs, ctr.GetId()))
+		err = stranding(l.engine, req, next, dec, l.sharedOthers(ctr.GetId()))
 	}
-	d.metrics.observeAdmission(req, err, time.Since(start))
+	d.obs.observeAdmission(req, err, time.Since(start), l.static(), l.cfg.TopologyManagerScope)
 	if err != nil {
 		err = admissionError(err)
 		entry.WithError(err).WithField("reason", reasonOf(err)).Warn("container rejected")
@@ -263,33 +250,35 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if dec.Exclusive && !dec.Mems.IsEmpty() {
 		rec.Mems = dec.Mems.String()
 	}
-	edit, superseded := d.withRecord(rec)
-	if err := d.persistEdit(next, edit); err != nil {
+	edit, superseded := withRecord(l, rec)
+	// Logged once the commit succeeded, with the state before it.
+	var supersededCPUs []string
+	var prevShared string
+	for _, r := range superseded {
+		supersededCPUs = append(supersededCPUs, l.rightCPUs(r).String())
+		prevShared = l.engine.SharedMask(l.st).String()
+	}
+	poolChanged, err := l.commit(next, indexChange{edit: edit})
+	if err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
 		return nil, nil, err
 	}
-	prevShared := d.engine.SharedMask(d.st)
-	for _, r := range superseded {
-		d.started(r.ID)
-		d.logAbandoned(r, d.rightCPUs(r).String(), "created again as "+rec.ID+" before it started",
+	for i, r := range superseded {
+		p.logAbandoned(r, supersededCPUs[i], prevShared, "created again as "+rec.ID+" before it started",
 			"container never started: its pod created it again, the new attempt takes its place")
 	}
-	d.st = next
-	d.commitEdit(edit)
-	d.gen++
-	d.awaitStart(rec.ID)
-	d.metrics.observeDecision(dec, d.topo)
-	d.metrics.updateGauges()
+	l.armStartTimer(rec.ID)
+	d.obs.observeDecision(dec, l.topo, l.engine, l.cfg.TopologyManagerScope)
 
 	adj := adjustmentOf(dec)
-	if d.direct() && !dec.Exclusive {
-		d.noteAnswered(rec.ID, dec.CPUs.String())
+	if !dec.Exclusive {
+		a.created(rec.ID, dec.CPUs.String())
 	}
 	var updates []*api.ContainerUpdate
-	if !prevShared.Equals(d.engine.SharedMask(d.st)) {
-		updates = d.sharedPoolShrunk(rec.ID)
+	if poolChanged {
+		updates = a.poolChanged(rec.ID)
 	}
-	d.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
+	p.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
 	return adj, updates, nil
 }
 
@@ -297,11 +286,11 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // re-created under the same pod and name (a restart) replaces the old
 // record; the engine already gave it the old CPUs. An old one that never
 // started is a dead attempt (the kubelet retries a failed creation with a
-// new ID): it is returned as superseded. d.mu is held.
-func (d *Daemon) withRecord(rec ctrRecord) (edit ctrEdit, superseded []ctrRecord) {
-	for id, r := range d.ctrs {
+// new ID): it is returned as superseded. l.mu is held.
+func withRecord(l *ledger, rec ctrRecord) (edit ctrEdit, superseded []ctrRecord) {
+	for id, r := range l.ctrs {
 		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
-			if d.awaitingStart(id) {
+			if l.awaitingStart(id) {
 				superseded = append(superseded, r)
 			}
 			edit.del = append(edit.del, id)
@@ -323,112 +312,99 @@ func adjustmentOf(dec policy.Decision) *api.ContainerAdjustment {
 }
 
 // logDecision writes the one info line per decision.
-func (d *Daemon) logDecision(entry *logrus.Entry, dec policy.Decision, msg string) {
+func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg string) {
+	d := p.d
+	topo := d.led.topo
 	entry.WithFields(logrus.Fields{
 		"cpus":      dec.CPUs.String(),
 		"mems":      dec.Mems.String(),
-		"numa":      fmt.Sprint(d.topo.NUMANodesOf(dec.CPUs)),
-		"l3":        fmt.Sprint(d.topo.L3GroupsOf(dec.CPUs)),
+		"numa":      fmt.Sprint(topo.NUMANodesOf(dec.CPUs)),
+		"l3":        fmt.Sprint(topo.L3GroupsOf(dec.CPUs)),
 		"exclusive": dec.Exclusive,
 	}).Info(msg)
 }
 
 // StartContainer is the sign that the container came to life: both
-// runtimes send it only after the OCI runtime created the container.
+// runtimes send it only after the OCI runtime created the container. Its
+// start timer is disarmed, a container given up by its timer is placed
+// again, and the applier holds the start until the container's CPUs are
+// its own (direct's start barrier).
 func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	defer p.d.metrics.timeEvent("StartContainer")()
+	defer p.d.obs.timeEvent("StartContainer")()
 	d := p.d
-	d.mu.Lock()
-	d.started(ctr.GetId())
-	changed := d.startedLate(pod, ctr)
-	d.mu.Unlock()
-	if changed {
-		d.kick()
+	l, a := d.led, d.applier()
+	l.mu.Lock()
+	l.disarmStartTimer(ctr.GetId())
+	_, givenUp := l.gaveUp[ctr.GetId()]
+	l.mu.Unlock()
+	changed := false
+	if givenUp {
+		late := p.lateRequest(pod, ctr)
+		l.mu.Lock()
+		changed = p.startedLate(late)
+		l.mu.Unlock()
 	}
-	d.directStart(ctr.GetId())
+	if changed {
+		a.kick()
+	}
+	a.starting(ctr.GetId())
 	return nil
 }
 
-// StopContainer releases the container's exclusive CPUs and returns the
-// updates that grow the shared pool of the others.
-func (p *plugin) StopContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
-	defer p.d.metrics.timeEvent("StopContainer")()
+// StopContainer releases the container's exclusive CPUs; the applier
+// brings the shared-pool containers to the grown pool.
+func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
+	defer p.d.obs.timeEvent("StopContainer")()
 	d := p.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	changed, err := d.forget(ctr.GetId(), "stopped")
+	d.led.mu.Lock()
+	defer d.led.mu.Unlock()
+	changed, err := p.forget(ctr.GetId(), "stopped")
 	if err != nil || !changed {
 		return nil, err
 	}
-	return d.sharedPoolChanged(ctr.GetId()), nil
-}
-
-// sharedPoolChanged is what an answer carries after the shared pool
-// changed: under shared_pool_updates = "in-answer" the updates of every
-// shared-pool container but skip; otherwise nothing, with the update
-// worker woken to push them (after-answer) or write them (direct) once the
-// answer is out (d.mu is held until then).
-func (d *Daemon) sharedPoolChanged(skip string) []*api.ContainerUpdate {
-	if d.cfg.SharedPoolUpdates == config.SharedUpdatesInAnswer {
-		return d.sharedUpdates(skip)
-	}
-	// Waking the worker for nothing costs the answer a goroutine handoff
-	// (0.1 ms here): only when some shared-pool container must follow.
-	for id, r := range d.ctrs {
-		if id != skip && !r.Exclusive {
-			d.kick()
-			break
-		}
-	}
-	return nil
+	return d.applier().poolChanged(ctr.GetId()), nil
 }
 
 // forget releases and drops one container; it reports whether the shared
-// pool changed. Unknown containers are no-ops (idempotent).
-func (d *Daemon) forget(id, why string) (bool, error) {
-	d.forgetGaveUp(id, "")
-	r, ok := d.ctrs[id]
+// pool changed. Unknown containers are no-ops (idempotent). l.mu is held.
+func (p *plugin) forget(id, why string) (bool, error) {
+	d := p.d
+	l := d.led
+	l.forgetGaveUp(id, "")
+	r, ok := l.ctrs[id]
 	if !ok {
 		return false, nil
 	}
-	changed, err := d.drop(id)
+	changed, err := p.release(r)
 	if err == nil && r.Exclusive {
-		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id, "shared": d.engine.SharedMask(d.st).String()}).
+		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id, "shared": l.engine.SharedMask(l.st).String()}).
 			Info("container " + why + ": exclusive CPUs released")
 	}
 	return changed, err
 }
 
-// drop releases and drops one known container without logging the
-// release; it reports whether the shared pool changed.
-func (d *Daemon) drop(id string) (bool, error) {
-	r := d.ctrs[id]
-	next := d.engine.Remove(d.st, r.Pod, r.Name)
-	edit := ctrEdit{del: []string{id}}
-	if err := d.persistEdit(next, edit); err != nil {
+// release gives a known container's CPUs back and drops it from the
+// index; it reports whether the shared pool changed. l.mu is held.
+func (p *plugin) release(r ctrRecord) (bool, error) {
+	d := p.d
+	l := d.led
+	changed, err := l.commit(l.engine.Remove(l.st, r.Pod, r.Name), indexChange{edit: ctrEdit{del: []string{r.ID}}})
+	if err != nil {
 		d.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name}).Error("cannot write the checkpoint; the container's CPUs stay assigned")
-		return false, err
 	}
-	d.started(id)
-	d.dropPushAfterStart(id)
-	prevShared := d.engine.SharedMask(d.st)
-	d.st = next
-	d.commitEdit(edit)
-	d.gen++
-	d.metrics.updateGauges()
-	return !prevShared.Equals(d.engine.SharedMask(d.st)), nil
+	return changed, err
 }
 
 // RemoveContainer forgets the container (idempotent). It cannot return
-// updates, so a grown shared pool is pushed by the update worker.
+// updates: the applier's worker brings the shared-pool containers along.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
-	defer p.d.metrics.timeEvent("RemoveContainer")()
+	defer p.d.obs.timeEvent("RemoveContainer")()
 	d := p.d
-	d.mu.Lock()
-	changed, err := d.forget(ctr.GetId(), "removed")
-	d.mu.Unlock()
+	d.led.mu.Lock()
+	changed, err := p.forget(ctr.GetId(), "removed")
+	d.led.mu.Unlock()
 	if changed {
-		d.kick()
+		d.applier().kick()
 	}
 	return err
 }
@@ -436,41 +412,34 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 // RemovePodSandbox forgets every container of the pod and its pod-scope
 // affinity (idempotent).
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	defer p.d.metrics.timeEvent("RemovePodSandbox")()
+	defer p.d.obs.timeEvent("RemovePodSandbox")()
 	d := p.d
-	d.mu.Lock()
+	l := d.led
 	key := podKey(pod)
-	d.forgetGaveUp("", key)
-	next := d.engine.RemovePod(d.st, key)
+	l.mu.Lock()
+	if l.engine == nil {
+		l.mu.Unlock()
+		return nil
+	}
+	l.forgetGaveUp("", key)
+	next := l.engine.RemovePod(l.st, key)
 	var edit ctrEdit
-	for id, r := range d.ctrs {
+	for id, r := range l.ctrs {
 		if r.Pod == key {
-			next = d.engine.Remove(next, r.Pod, r.Name)
+			next = l.engine.Remove(next, r.Pod, r.Name)
 			edit.del = append(edit.del, id)
 		}
 	}
-	if len(edit.del) == 0 && podUnknown(d.st, key) {
-		d.mu.Unlock()
+	if len(edit.del) == 0 && podUnknown(l.st, key) {
+		l.mu.Unlock()
 		return nil
 	}
-	if err := d.persistEdit(next, edit); err != nil {
-		d.mu.Unlock()
-		return err
-	}
-	prevShared := d.engine.SharedMask(d.st)
-	for _, id := range edit.del {
-		d.started(id)
-	}
-	d.st = next
-	d.commitEdit(edit)
-	d.gen++
-	d.metrics.updateGauges()
-	changed := !prevShared.Equals(d.engine.SharedMask(d.st))
-	d.mu.Unlock()
+	changed, err := l.commit(next, indexChange{edit: edit})
+	l.mu.Unlock()
 	if changed {
-		d.kick()
+		d.applier().kick()
 	}
-	return nil
+	return err
 }
 
 // podUnknown reports whether st holds nothing for pod.
@@ -488,25 +457,27 @@ func podUnknown(st policy.State, pod string) bool {
 // the container keeps its cpuset (the runtime leaves an empty cpuset
 // alone).
 func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
-	defer p.d.metrics.timeEvent("UpdateContainer")()
+	defer p.d.obs.timeEvent("UpdateContainer")()
 	d := p.d
+	l := d.led
 	cpu := cpuOf(res)
 	if cpu == nil || (cpu.GetShares() == nil && cpu.GetQuota() == nil) {
 		return nil, nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	r, ok := d.ctrs[ctr.GetId()]
+	resized := requestWithCPU(pod, ctr, cpu)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.ctrs[ctr.GetId()]
 	if !ok {
 		return nil, nil
 	}
 	have := 0
 	if r.Exclusive {
-		if cpus, ok := d.engine.Assignment(d.st, r.Pod, r.Name); ok {
+		if cpus, ok := l.engine.Assignment(l.st, r.Pod, r.Name); ok {
 			have = cpus.Size()
 		}
 	}
-	want := d.exclusiveCount(requestWithCPU(pod, ctr, cpu))
+	want := exclusiveCPUsFor(l.static(), resized)
 	if want != have {
 		err := fmt.Errorf("InPlaceResizeRejected: container %s of pod %s holds %d exclusive CPUs and the resize asks for %d; "+
 			"the exclusive CPU count cannot change in place, recreate the pod", r.Name, r.PodName, have, want)
@@ -515,10 +486,4 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, err
 	}
 	return nil, nil
-}
-
-// exclusiveCount is how many exclusive CPUs the static policy gives req:
-// a Guaranteed container with request equal to limit in whole CPUs.
-func (d *Daemon) exclusiveCount(req policy.Request) int {
-	return exclusiveCountFor(d.cfg.CPUManagerPolicy == policy.CPUPolicyStatic, req)
 }

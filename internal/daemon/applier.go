@@ -1,0 +1,446 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+)
+
+// applier is how the shared pool reaches the shared-pool containers'
+// cgroups (docs/architecture.md), chosen once by newApplier: through the
+// runtime (inAnswer) or written by the plugin (direct, direct.go). It
+// owns the update worker, its kicks and the reconcile loop.
+type applier interface {
+	// mode is the shared_pool_updates value it implements.
+	mode() string
+	// poolChanged is what the answer to skip's event (CreateContainer,
+	// StopContainer) carries after a commit that changed the shared pool.
+	// ledger.mu is held.
+	poolChanged(skip string) []*api.ContainerUpdate
+	// created notes the cpuset a shared-pool container was answered with.
+	// ledger.mu is held.
+	created(id, cpus string)
+	// synchronized turns the Synchronize plan's updates into its answer.
+	// ledger.mu is held.
+	synchronized(planned []cpuUpdate) []*api.ContainerUpdate
+	// syncReadsCgroups tells Synchronize to take a running container's
+	// cpuset from its cgroup rather than from the runtime's record.
+	syncReadsCgroups() bool
+	// starting is StartContainer's part, after the ledger's: it returns
+	// when the container may start. ledger.mu is not held.
+	starting(id string)
+	// kick wakes the worker after a change no answer carries.
+	kick()
+	// run is the worker; it returns when ctx ends.
+	run(ctx context.Context)
+	// reconcile restores every cgroup that drifted from its assignment
+	// and returns how many it found.
+	reconcile() int
+	kickLedger() *kickLedger
+	// cgroupRoot is the cgroup root it reads and writes.
+	cgroupRoot() cgroups.Root
+}
+
+// newApplier chooses how the shared pool is applied, the one place the
+// mode is decided. Under the default "direct" a cgroup_root whose cpuset
+// hierarchy cannot be written (a read-only mount) falls back to
+// "in-answer" with a warning, so that a deployment mounting the cgroups
+// read-only keeps working; a configuration that asks for "direct" in so
+// many words is refused instead. cfg.SharedPoolUpdates is set to the mode
+// chosen.
+func newApplier(cfg *config.Config, l *ledger, conn *connection, log *logrus.Logger) (applier, error) {
+	root := cgroups.New(cfg.CgroupRoot)
+	if cfg.SharedPoolUpdates == config.SharedUpdatesDirect {
+		err := root.Writable()
+		if err == nil {
+			return newDirect(newUpdater(l, conn, root, log)), nil
+		}
+		if cfg.Line(config.KeySharedPoolUpdates) > 0 {
+			return nil, cfg.KeyError(config.KeySharedPoolUpdates, cfg.SharedPoolUpdates,
+				fmt.Sprintf("the plugin writes the shared-pool containers' cgroups itself and cannot write %s (%v): "+
+					"mount the host's cgroups read-write at cgroup_root, or set shared_pool_updates = %q",
+					root.CpusetRoot(), err, config.SharedUpdatesInAnswer))
+		}
+		log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "error": err.Error(),
+			"using": config.SharedUpdatesInAnswer}).
+			Warn("cannot write the cgroups for the default shared_pool_updates = \"direct\"; the runtime applies the shared pool instead " +
+				"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
+		cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+	}
+	return &inAnswer{newUpdater(l, conn, root, log)}, nil
+}
+
+// updater is what both appliers share: the worker's wake-ups, the kick
+// ledger, and finding drift.
+type updater struct {
+	l     *ledger
+	conn  *connection
+	cg    cgroups.Root
+	log   *logrus.Logger
+	kickC chan struct{}
+	kicks kickLedger
+}
+
+func newUpdater(l *ledger, conn *connection, cg cgroups.Root, log *logrus.Logger) *updater {
+	return &updater{l: l, conn: conn, cg: cg, log: log, kickC: make(chan struct{}, 1)}
+}
+
+func (u *updater) kickLedger() *kickLedger { return &u.kicks }
+
+func (u *updater) cgroupRoot() cgroups.Root { return u.cg }
+
+// kick wakes the worker to bring every shared-pool container to the
+// current pool.
+func (u *updater) kick() {
+	u.kicks.ask() // before the wake-up, which the worker serves with it
+	select {
+	case u.kickC <- struct{}{}:
+	default:
+	}
+}
+
+// kickIfShared kicks when some shared-pool container but skip must
+// follow the pool: a kick for nothing costs the answer a goroutine
+// handoff. ledger.mu is held.
+func (u *updater) kickIfShared(skip string) {
+	for id, r := range u.l.ctrs {
+		if id != skip && !r.Exclusive {
+			u.kick()
+			return
+		}
+	}
+}
+
+// loop is the worker: on a kick, pass; every reconcile_period,
+// reconcile. The runtime's Configure may change the period; it kicks the
+// worker, which picks the new one up.
+func (u *updater) loop(ctx context.Context, pass func(), reconcile func() int) {
+	var (
+		ticker *time.Ticker
+		tick   <-chan time.Time
+		period time.Duration
+	)
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	for {
+		if p := time.Duration(u.l.config().ReconcilePeriod); p != period {
+			if ticker != nil {
+				ticker.Stop()
+				ticker, tick = nil, nil
+			}
+			if period = p; p > 0 {
+				ticker = time.NewTicker(p)
+				tick = ticker.C
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.kickC:
+			upTo := u.kicks.upTo()
+			pass()
+			u.kicks.serve(upTo)
+		case <-tick:
+			reconcile()
+		}
+	}
+}
+
+// drifted is one container whose cgroup differs from its assignment.
+type drifted struct {
+	rec                ctrRecord
+	wantCPUs, haveCPUs cpuset.CPUSet
+	wantMems, haveMems string
+	updateMems         bool
+}
+
+// wantedCPUs is a known container and the cpuset it should have.
+type wantedCPUs struct {
+	rec  ctrRecord
+	cpus cpuset.CPUSet
+}
+
+// findDrift compares every known container's cgroup with its assignment
+// and calls repair with those that differ (logged and counted first).
+// Nothing is repaired while disconnected or before the first Synchronize,
+// nor when a commit came while the cgroups were read (what was read may
+// predate it: the next round sees it). It returns how many it found.
+func (u *updater) findDrift(repair func(found []drifted, s stub.Stub, gen uint64)) int {
+	l := u.l
+	s := u.conn.get()
+	l.mu.Lock()
+	if s == nil || l.syncs == 0 {
+		l.mu.Unlock()
+		return 0
+	}
+	gen := l.gen
+	items := make([]wantedCPUs, 0, len(l.ctrs))
+	for _, r := range l.ctrs {
+		items = append(items, wantedCPUs{r, l.rightCPUs(r)})
+	}
+	l.mu.Unlock()
+	sort.Slice(items, func(i, j int) bool { return items[i].rec.ID < items[j].rec.ID })
+
+	found := u.readDrift(items)
+	if len(found) == 0 {
+		return 0
+	}
+	l.mu.Lock()
+	stale := l.gen != gen
+	l.mu.Unlock()
+	if stale || u.conn.get() != s {
+		return 0
+	}
+	u.logDrift(found)
+	l.obs.drift.Add(float64(len(found)))
+	repair(found, s, gen)
+	return len(found)
+}
+
+// readDrift reads the cgroups of items and returns those that differ
+// from what they should have. A cgroup that is gone is skipped.
+func (u *updater) readDrift(items []wantedCPUs) []drifted {
+	var found []drifted
+	for _, it := range items {
+		if it.rec.CgroupsPath == "" || it.cpus.IsEmpty() {
+			continue // an empty cpuset is never applied (see emptypool.go)
+		}
+		cpus, mems, err := u.cg.Read(it.rec.CgroupsPath)
+		if errors.Is(err, cgroups.ErrGone) {
+			continue
+		}
+		if err != nil {
+			u.log.WithError(err).WithField("container", it.rec.Name).Debug("reconcile: cannot read the cgroup")
+			continue
+		}
+		dr := drifted{rec: it.rec, wantCPUs: it.cpus, haveCPUs: cpus, wantMems: it.rec.Mems, haveMems: mems.String()}
+		if it.rec.Mems != "" && !sameList(it.rec.Mems, mems.String()) {
+			dr.updateMems = true
+		}
+		if cpus.Equals(it.cpus) && !dr.updateMems {
+			continue
+		}
+		found = append(found, dr)
+	}
+	return found
+}
+
+// logDrift logs each drifted container.
+func (u *updater) logDrift(found []drifted) {
+	for _, dr := range found {
+		u.log.WithFields(logrus.Fields{
+			"pod": dr.rec.PodName, "container": dr.rec.Name, "id": dr.rec.ID,
+			"cpus": dr.wantCPUs.String(), "found_cpus": dr.haveCPUs.String(), "mems": dr.wantMems, "found_mems": dr.haveMems,
+		}).Warn("cpuset drifted from the assignment; restoring it")
+	}
+}
+
+// send pushes updates computed at generation gen, warning with failure when
+// some did not apply. A commit since gen may have made them stale: the
+// worker then pushes the shared pool again from the new state.
+func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, failure string) {
+	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
+		u.log.WithError(err).WithField("failed", len(failed)).Warn(failure)
+	}
+	u.l.mu.Lock()
+	changed := u.l.gen != gen
+	u.l.mu.Unlock()
+	if changed {
+		u.kick()
+	}
+}
+
+// inAnswer is shared_pool_updates = "in-answer": the runtime applies the
+// shared pool. The answers of CreateContainer and StopContainer carry an
+// update for every other shared-pool container; the worker pushes them
+// with stub.UpdateContainers after events that cannot answer with
+// updates, from outside any handler (inside one it deadlocks the
+// runtime).
+type inAnswer struct{ *updater }
+
+func (a *inAnswer) mode() string { return config.SharedUpdatesInAnswer }
+
+func (a *inAnswer) poolChanged(skip string) []*api.ContainerUpdate { return a.sharedUpdates(skip) }
+
+func (a *inAnswer) created(string, string) {}
+
+func (a *inAnswer) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
+	return nriUpdates(planned)
+}
+
+func (a *inAnswer) syncReadsCgroups() bool { return false }
+
+func (a *inAnswer) starting(string) {}
+
+func (a *inAnswer) run(ctx context.Context) { a.loop(ctx, a.push, a.reconcile) }
+
+// push sends the shared pool to every shared-pool container.
+func (a *inAnswer) push() {
+	s := a.conn.get()
+	l := a.l
+	l.mu.Lock()
+	if s == nil || l.syncs == 0 {
+		l.mu.Unlock()
+		return
+	}
+	gen := l.gen
+	updates := a.sharedUpdates("")
+	l.mu.Unlock()
+	if len(updates) == 0 {
+		return
+	}
+	a.send(s, updates, gen, "pushing the shared pool to containers failed; the reconcile loop will retry")
+}
+
+func (a *inAnswer) reconcile() int {
+	return a.findDrift(func(found []drifted, s stub.Stub, gen uint64) {
+		a.send(s, driftUpdates(found), gen, "reconcile: restoring cpusets failed; retrying next period")
+	})
+}
+
+// sharedUpdates are the updates moving every shared-pool container except
+// skip to the current shared pool. Failures are ignored by the runtime (a
+// container may be stopping); the reconcile loop repairs what is left.
+// ledger.mu is held.
+func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
+	l := a.l
+	mask := l.engine.SharedMask(l.st)
+	if mask.IsEmpty() {
+		return nil // no CPU for them (nothing reserved): never an empty cpuset
+	}
+	shared := mask.String()
+	ids := make([]string, 0, len(l.ctrs))
+	for id, r := range l.ctrs {
+		if id != skip && !r.Exclusive {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	// Every update carries the same cpuset: one Linux part serves them all
+	// (they are only marshalled), and one block holds the updates.
+	lin := &api.LinuxContainerUpdate{Resources: &api.LinuxResources{Cpu: &api.LinuxCPU{Cpus: shared}}}
+	block := make([]api.ContainerUpdate, len(ids))
+	out := make([]*api.ContainerUpdate, len(ids))
+	for i, id := range ids {
+		u := &block[i]
+		u.SetContainerId(id)
+		u.Linux = lin
+		u.SetIgnoreFailure()
+		out[i] = u
+	}
+	return out
+}
+
+// driftUpdates are the updates that restore the drifted containers
+// through the runtime.
+func driftUpdates(found []drifted) []*api.ContainerUpdate {
+	updates := make([]*api.ContainerUpdate, 0, len(found))
+	for _, dr := range found {
+		u := &api.ContainerUpdate{}
+		u.SetContainerId(dr.rec.ID)
+		u.SetLinuxCPUSetCPUs(dr.wantCPUs.String())
+		if dr.updateMems {
+			u.SetLinuxCPUSetMems(dr.wantMems)
+		}
+		u.SetIgnoreFailure()
+		updates = append(updates, u)
+	}
+	return updates
+}
+
+// connection is the current NRI connection, nil between connections.
+// Its mutex is a leaf: taken under ledger.mu or alone.
+type connection struct {
+	mu sync.Mutex
+	s  stub.Stub
+}
+
+func (c *connection) get() stub.Stub {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.s
+}
+
+func (c *connection) set(s stub.Stub) {
+	c.mu.Lock()
+	c.s = s
+	c.mu.Unlock()
+}
+
+// kickLedger counts the worker's kicks and the ones it has served, so
+// that a caller can wait until every pass asked for so far (and every
+// re-push a stale one caused) is done: the only moment the cgroups must
+// equal the state, since a push computed before a commit may land after
+// that commit's own updates. Its mutex is a leaf.
+type kickLedger struct {
+	mu            sync.Mutex
+	asked, served uint64
+	caughtUp      chan struct{} // closed when served reaches asked; nil without a waiter
+}
+
+func (k *kickLedger) ask() {
+	k.mu.Lock()
+	k.asked++
+	k.mu.Unlock()
+}
+
+// upTo is the kicks asked so far: a pass started now serves these.
+func (k *kickLedger) upTo() uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.asked
+}
+
+func (k *kickLedger) serve(upTo uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.served = max(k.served, upTo)
+	if k.served >= k.asked && k.caughtUp != nil {
+		close(k.caughtUp)
+		k.caughtUp = nil
+	}
+}
+
+// settled reports whether every kick asked so far has been served.
+func (k *kickLedger) settled() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.served >= k.asked
+}
+
+// wait returns once every kick asked so far has been served, or with
+// ctx's error.
+func (k *kickLedger) wait(ctx context.Context) error {
+	for {
+		k.mu.Lock()
+		if k.served >= k.asked {
+			k.mu.Unlock()
+			return nil
+		}
+		if k.caughtUp == nil {
+			k.caughtUp = make(chan struct{})
+		}
+		ch := k.caughtUp
+		k.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

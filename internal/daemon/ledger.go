@@ -1,0 +1,238 @@
+package daemon
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
+)
+
+// ledger is the one owner of the policy state (docs/architecture.md):
+// the engine and the configuration it was built from, the engine state,
+// the container index, the generation, the start timers and the
+// containers given up by theirs. Everything in it is guarded by mu, which
+// an event holds from its plan to its commit.
+//
+// An event computes its next state (a plan) from the committed one and
+// hands it to commit, the only code that changes st, ctrs or gen.
+type ledger struct {
+	mu sync.Mutex
+
+	// cfg, topo and engine change only with a runtime's Configure.
+	cfg    config.Config
+	topo   *topology.Topology
+	engine *policy.Engine // nil until configured (WithConfigFromRuntime)
+	// pendingErr is why engine is nil: the start-up configuration was
+	// refused and the runtime's Configure must bring a valid one.
+	pendingErr error
+	restored   bool // the store has been loaded
+
+	st    policy.State
+	ctrs  map[string]ctrRecord // by container ID
+	gen   uint64               // bumped by every commit
+	syncs int                  // completed Synchronize calls
+
+	// starting holds the containers placed but not started yet (see
+	// abandon.go); not stored: Synchronize rebuilds it from the runtime.
+	starting map[string]startWait
+	startSeq uint64
+	// gaveUp holds the containers whose start timer gave their CPUs back
+	// (ID -> pod key), until they start, go, or Synchronize comes.
+	gaveUp map[string]string
+	// poolEmpty is the shared pool's emptiness as last reported.
+	poolEmpty bool
+
+	store *store
+	obs   *metrics
+	log   *logrus.Logger
+	clock clock
+	// timedOut is the start timers' event (Daemon.startTimedOut).
+	timedOut func(id string, seq uint64)
+}
+
+func newLedger(cfg config.Config, topo *topology.Topology, engine *policy.Engine, pendingErr error) *ledger {
+	l := &ledger{cfg: cfg, topo: topo, engine: engine, pendingErr: pendingErr,
+		ctrs: map[string]ctrRecord{}, starting: map[string]startWait{}, gaveUp: map[string]string{}}
+	if engine != nil {
+		l.st = engine.NewState()
+	}
+	return l
+}
+
+// commit makes the next state durable and then current: the store saves
+// st and the index change; only if that succeeds do the engine state and
+// the index become them, the start timers of the containers removed are
+// disarmed, the generation is bumped and the gauges and the pool's
+// emptiness are reported. It reports whether the shared pool changed. A
+// failed save changes nothing in memory and returns a PersistError.
+// l.mu is held.
+func (l *ledger) commit(st policy.State, c indexChange) (poolChanged bool, err error) {
+	if err := l.store.save(l, st, c); err != nil {
+		l.obs.checkpointErrors.Inc()
+		return false, fmt.Errorf("PersistError: %w", err)
+	}
+	prev := l.engine.SharedMask(l.st)
+	l.st = st
+	if c.all != nil {
+		for id := range l.ctrs {
+			if _, ok := c.all[id]; !ok {
+				l.disarmStartTimer(id)
+			}
+		}
+		l.ctrs = c.all
+	} else {
+		for _, id := range c.edit.del {
+			l.disarmStartTimer(id)
+		}
+		c.edit.applyTo(l.ctrs)
+	}
+	l.gen++
+	l.obs.updateGauges(l.engine, l.st, len(l.ctrs))
+	l.checkPool()
+	return !prev.Equals(l.engine.SharedMask(l.st)), nil
+}
+
+// rightCPUs is the cpuset a known container should have now. l.mu is held.
+func (l *ledger) rightCPUs(r ctrRecord) cpuset.CPUSet { return rightCPUsIn(l.engine, l.st, r) }
+
+// static reports cpu_manager_policy = static. l.mu is held.
+func (l *ledger) static() bool { return l.cfg.CPUManagerPolicy == policy.CPUPolicyStatic }
+
+// sharedOthers counts the shared-pool containers of the index but skip.
+// l.mu is held.
+func (l *ledger) sharedOthers(skip string) int {
+	n := 0
+	for id, r := range l.ctrs {
+		if id != skip && !r.Exclusive {
+			n++
+		}
+	}
+	return n
+}
+
+// config is the effective configuration.
+func (l *ledger) config() config.Config {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cfg
+}
+
+// checkPool reports a change of the shared pool's emptiness: a warning
+// when it empties, an info line when it has CPUs again, and the gauge
+// (see emptypool.go). l.mu is held.
+func (l *ledger) checkPool() {
+	empty := l.engine.SharedPoolEmpty(l.st)
+	if empty == l.poolEmpty {
+		return
+	}
+	l.poolEmpty = empty
+	shared := l.sharedOthers("")
+	entry := l.log.WithFields(logrus.Fields{"shared_containers": shared, "reserved": l.engine.Reserved().String()})
+	l.obs.setPoolEmpty(empty)
+	switch {
+	case !empty:
+		entry.WithField("cpus", l.engine.SharedCPUs(l.st).String()).
+			Info("shared pool has CPUs again: shared-pool containers run on it")
+	case l.engine.SharedCPUs(l.st).IsEmpty():
+		entry.WithField("reason", allocator.ReasonInsufficientCPUs).
+			Warn("shared pool is empty and no CPUs are reserved: shared-pool containers are refused until exclusive CPUs are released")
+	default:
+		entry.WithField("cpus", l.engine.SharedCPUs(l.st).String()).
+			Warn("shared pool is empty: shared-pool containers run on the reserved CPUs until exclusive CPUs are released")
+	}
+}
+
+// armStartTimer arms the start timer of a container just placed (or found
+// created but not started at Synchronize). l.mu is held.
+func (l *ledger) armStartTimer(id string) {
+	l.disarmStartTimer(id)
+	timeout := time.Duration(l.cfg.ContainerStartTimeout)
+	if timeout <= 0 {
+		return
+	}
+	l.startSeq++
+	seq := l.startSeq
+	l.starting[id] = startWait{seq: seq, stop: l.clock.AfterFunc(timeout, func() { l.timedOut(id, seq) })}
+}
+
+// disarmStartTimer stops the container's start timer, if any: it
+// started, stopped or is gone. l.mu is held.
+func (l *ledger) disarmStartTimer(id string) {
+	if w, ok := l.starting[id]; ok {
+		w.stop()
+		delete(l.starting, id)
+	}
+}
+
+// awaitingStart reports whether the container was placed and has not
+// started yet. l.mu is held.
+func (l *ledger) awaitingStart(id string) bool {
+	_, ok := l.starting[id]
+	return ok
+}
+
+// takeTimedOut removes the start wait of id when seq is its current one
+// and reports whether it was (a stale timer finds another seq, or none).
+// l.mu is held.
+func (l *ledger) takeTimedOut(id string, seq uint64) bool {
+	w, ok := l.starting[id]
+	if !ok || w.seq != seq {
+		return false
+	}
+	delete(l.starting, id)
+	return true
+}
+
+// forgetGaveUp drops the given-up entries of a container, or of a whole
+// pod when id is "". l.mu is held.
+func (l *ledger) forgetGaveUp(id, pod string) {
+	if id != "" {
+		delete(l.gaveUp, id)
+		return
+	}
+	for k, p := range l.gaveUp {
+		if p == pod {
+			delete(l.gaveUp, k)
+		}
+	}
+}
+
+// ledgerView is what observe reads: consistent values taken under l.mu,
+// none of which the ledger changes in place afterwards (the engine state
+// is a value whose maps are replaced, never edited, and ctrs is a copy).
+type ledgerView struct {
+	cfg    config.Config
+	topo   *topology.Topology
+	engine *policy.Engine
+	st     policy.State
+	ctrs   []ctrRecord
+	syncs  int
+}
+
+// view returns the ledger's current values for observe.
+func (l *ledger) view() ledgerView {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v := ledgerView{cfg: l.cfg, topo: l.topo, engine: l.engine, st: l.st, syncs: l.syncs}
+	if l.engine != nil {
+		v.ctrs = make([]ctrRecord, 0, len(l.ctrs))
+		for _, r := range l.ctrs {
+			v.ctrs = append(v.ctrs, r)
+		}
+	}
+	return v
+}
+
+// synced reports whether a Synchronize has completed.
+func (l *ledger) synced() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.syncs > 0
+}
