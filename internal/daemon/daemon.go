@@ -174,6 +174,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		obs:       newMetrics(),
 		syncedC:   make(chan struct{}),
 	}
+	d.obs.registerConnected(&d.connected)
 	l := newLedger(cfg, topo, engine, pendingErr)
 	l.store = &store{ckpt: checkpoint.New(cfg.StateDir, CheckpointName), kubeletFile: o.kubeletFile,
 		jnl: journalStore{mode: o.store}, log: o.log}

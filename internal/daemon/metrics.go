@@ -5,12 +5,14 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/buildinfo"
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
@@ -48,6 +50,9 @@ type metrics struct {
 	abandoned        prometheus.Counter
 	poolEmpty        prometheus.Gauge
 	eventDuration    *prometheus.HistogramVec
+	refusals         *prometheus.CounterVec
+	reconnects       prometheus.Counter
+	buildInfo        *prometheus.GaugeVec
 
 	// heldCPUs' last assignments map and count, and its bitmap; under
 	// ledger.mu (updateGauges).
@@ -96,11 +101,44 @@ func newMetrics() *metrics {
 		eventDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nri_cpualign_event_duration_seconds",
 			Help:    "Time the plugin took to answer each NRI event: how long it held up the runtime.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 18)}, []string{"event"}),
+		// The kubelet's topology_manager_admission_errors_total has no
+		// reason; an alert wants to tell a full node from a policy that
+		// cannot align.
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nri_cpualign_admission_errors_total",
+			Help: "Containers refused, by the reason word their error starts with (InsufficientCPUs, SMTAlignmentError, TopologyAffinityError, UncoreCacheAlignmentError, InPlaceResizeRejected, ...)."},
+			[]string{"reason"}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_reconnects_total",
+			Help: "Times the plugin synchronized with the runtime again after its first synchronization (the plugin reconnected, or the runtime restarted)."}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nri_cpualign_build_info",
+			Help: "Always 1; the labels say which build of the plugin runs."}, []string{"version", "revision", "go"}),
 	}
+	m.buildInfo.WithLabelValues(buildinfo.MetricLabels()).Set(1)
 	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
 		m.admissionErrors, m.admissionDuration, m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
-		m.drift, m.checkpointErrors, m.abandoned, m.eventDuration, m.poolEmpty)
+		m.drift, m.checkpointErrors, m.abandoned, m.eventDuration, m.poolEmpty, m.refusals, m.reconnects, m.buildInfo)
 	return m
+}
+
+// registerConnected adds nri_cpualign_connected, read from connected at
+// every scrape (the NRI stub's close callback and Synchronize set it).
+func (m *metrics) registerConnected(connected *atomic.Bool) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nri_cpualign_connected",
+		Help: "1 while the plugin is connected to the runtime and synchronized, else 0."},
+		func() float64 {
+			if connected.Load() {
+				return 1
+			}
+			return 0
+		}))
+}
+
+// refused counts one refusal by its reason word.
+func (m *metrics) refused(err error) {
+	reason := reasonOf(err)
+	if reason == "" {
+		reason = "AdmissionError"
+	}
+	m.refusals.WithLabelValues(reason).Inc()
 }
 
 // timeEvent observes, when the returned function is called (deferred at a
@@ -134,6 +172,7 @@ func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Durat
 		return
 	}
 	m.admissionErrors.Inc()
+	m.refused(err)
 	switch reasonOf(err) {
 	case reasonSMT:
 		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryPhysicalCPU).Inc()

@@ -124,6 +124,9 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	if l.syncs == 1 {
 		close(d.syncedC)
 	}
+	if l.syncs > 1 {
+		d.obs.reconnects.Inc()
+	}
 	d.connected.Store(true)
 	return updates, nil
 }
@@ -261,6 +264,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	poolChanged, err := l.commit(next, indexChange{edit: edit})
 	if err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
+		d.obs.refusals.WithLabelValues("PersistError").Inc()
 		return nil, nil, err
 	}
 	for i, r := range superseded {
@@ -483,6 +487,7 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 			"the exclusive CPU count cannot change in place, recreate the pod", r.Name, r.PodName, have, want)
 		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "reason": "InPlaceResizeRejected", "have": have, "want": want}).
 			Warn("resize refused")
+		d.obs.refusals.WithLabelValues("InPlaceResizeRejected").Inc()
 		return nil, err
 	}
 	return nil, nil
