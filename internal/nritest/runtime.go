@@ -56,6 +56,9 @@ type Runtime struct {
 	cgroupRoot string
 	unpinned   string // cpuset.cpus of a container created with none
 	errorf     func(format string, args ...any)
+	// createdState: a created container is stored CONTAINER_CREATED until
+	// its StartContainer (WithCreatedUntilStarted).
+	createdState bool
 
 	lock sync.Mutex // the runtime's big lock, held across plugin calls
 
@@ -87,6 +90,13 @@ func WithCgroupRoot(root string) Option { return func(rt *Runtime) { rt.cgroupRo
 // answer was lost) the cpuset.cpus cpus, as a real cgroup inherits the
 // machine's CPUs: a plugin that writes cgroups itself finds it there.
 func WithUnpinnedCPUs(cpus string) Option { return func(rt *Runtime) { rt.unpinned = cpus } }
+
+// WithCreatedUntilStarted stores a container CONTAINER_CREATED from its
+// CreateContainer until its StartContainer, as containerd and CRI-O report
+// it (a plugin's Synchronize then tells created from running containers).
+// Without it a created container is stored running at once, for callers
+// that send no StartContainer.
+func WithCreatedUntilStarted() Option { return func(rt *Runtime) { rt.createdState = true } }
 
 // WithErrorf reports what the runtime finds wrong with a plugin's answers
 // (a CreateContainer update naming the container being created) and its
@@ -451,7 +461,7 @@ func (rt *Runtime) CreateContainerTimed(ctx context.Context, pod *api.PodSandbox
 				rt.errorf("CreateContainer's updates name the container being created (%s)", c.Id)
 			}
 		}
-		c.State = api.ContainerState_CONTAINER_RUNNING
+		c.State = rt.createdStateOf()
 		cpu := resp.GetAdjust().GetLinux().GetResources().GetCpu()
 		rt.setCPUs(c, cpu.GetCpus(), cpu.GetMems())
 		rt.ctrs[c.Id] = c
@@ -465,6 +475,16 @@ func (rt *Runtime) CreateContainerTimed(ctx context.Context, pod *api.PodSandbox
 func (rt *Runtime) CreateContainerAway(c *api.Container) {
 	rt.away(func() {
 		c.State = api.ContainerState_CONTAINER_RUNNING
+		rt.ctrs[c.Id] = c
+		rt.writeUnpinned(c)
+	})
+}
+
+// CreateContainerAwayNotStarted stores c created but not started with no
+// plugin (its start still to come): no adjustment, unpinned.
+func (rt *Runtime) CreateContainerAwayNotStarted(c *api.Container) {
+	rt.away(func() {
+		c.State = api.ContainerState_CONTAINER_CREATED
 		rt.ctrs[c.Id] = c
 		rt.writeUnpinned(c)
 	})
@@ -493,14 +513,24 @@ func (rt *Runtime) CreateContainerAnswerLost(ctx context.Context, pod *api.PodSa
 		}
 		rt.mu.Lock()
 		defer rt.mu.Unlock()
-		c.State = api.ContainerState_CONTAINER_RUNNING
+		c.State = rt.createdStateOf()
 		rt.ctrs[c.Id] = c
 		rt.writeUnpinned(c)
 	})
 	return err
 }
 
-// StartContainer sends StartContainer for a created container.
+// createdStateOf is the state a container is stored in once created.
+func (rt *Runtime) createdStateOf() api.ContainerState {
+	if rt.createdState {
+		return api.ContainerState_CONTAINER_CREATED
+	}
+	return api.ContainerState_CONTAINER_RUNNING
+}
+
+// StartContainer sends StartContainer for a created container and, when
+// the plugins accept it, stores it running (the OCI runtime starts it right
+// after the event, as in both runtimes).
 func (rt *Runtime) StartContainer(ctx context.Context, c *api.Container) error {
 	pod := rt.PodOf(c)
 	var err error
@@ -509,8 +539,29 @@ func (rt *Runtime) StartContainer(ctx context.Context, c *api.Container) error {
 		cur := rt.sendableLocked(c)
 		rt.mu.Unlock()
 		err = a.StartContainer(ctx, &api.StartContainerRequest{Pod: pod, Container: cur})
+		if err != nil {
+			return
+		}
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		rt.markRunningLocked(c)
 	})
 	return err
+}
+
+// StartContainerAway stores a created container running without an event:
+// it started while no plugin was connected.
+func (rt *Runtime) StartContainerAway(c *api.Container) {
+	rt.away(func() { rt.markRunningLocked(c) })
+}
+
+// markRunningLocked stores a running copy of a created container.
+func (rt *Runtime) markRunningLocked(c *api.Container) {
+	if cur, ok := rt.ctrs[c.Id]; ok && cur.State == api.ContainerState_CONTAINER_CREATED {
+		cur = proto.Clone(cur).(*api.Container)
+		cur.State = api.ContainerState_CONTAINER_RUNNING
+		rt.ctrs[c.Id] = cur
+	}
 }
 
 // PostStartContainer sends PostStartContainer for a started container, as
@@ -619,7 +670,9 @@ func (rt *Runtime) forgetPodLocked(pod *api.PodSandbox) {
 }
 
 // UpdateContainer sends UpdateContainer (an in-place resize) with the new
-// resources and applies the updates of the answer; it returns them.
+// resources and, when the plugins accept it, stores the container with the
+// CPU and memory values res sets (the others as they were) and applies the
+// updates of the answer; it returns them.
 func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
 	pod := rt.PodOf(c)
 	var updates []*api.ContainerUpdate
@@ -636,9 +689,48 @@ func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *a
 		updates = resp.GetUpdate()
 		rt.mu.Lock()
 		defer rt.mu.Unlock()
+		rt.resizeLocked(c.Id, res)
 		rt.applyLocked(updates)
 	})
 	return updates, err
+}
+
+// resizeLocked stores a copy of the stored container id with the shares,
+// quota, period and memory limit res sets.
+func (rt *Runtime) resizeLocked(id string, res *api.LinuxResources) {
+	cur, ok := rt.ctrs[id]
+	if !ok || res == nil {
+		return
+	}
+	cur = proto.Clone(cur).(*api.Container)
+	if cur.Linux == nil {
+		cur.Linux = &api.LinuxContainer{}
+	}
+	if cur.Linux.Resources == nil {
+		cur.Linux.Resources = &api.LinuxResources{}
+	}
+	have := cur.Linux.Resources
+	if cpu := res.GetCpu(); cpu != nil {
+		if have.Cpu == nil {
+			have.Cpu = &api.LinuxCPU{}
+		}
+		if cpu.Shares != nil {
+			have.Cpu.Shares = api.UInt64(cpu.Shares.GetValue())
+		}
+		if cpu.Quota != nil {
+			have.Cpu.Quota = api.Int64(cpu.Quota.GetValue())
+		}
+		if cpu.Period != nil {
+			have.Cpu.Period = api.UInt64(cpu.Period.GetValue())
+		}
+	}
+	if lim := res.GetMemory().GetLimit(); lim != nil {
+		if have.Memory == nil {
+			have.Memory = &api.LinuxMemory{}
+		}
+		have.Memory.Limit = api.Int64(lim.GetValue())
+	}
+	rt.ctrs[id] = cur
 }
 
 // PodOf is the stored pod of a container (nil when gone).
