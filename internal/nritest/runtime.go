@@ -50,15 +50,19 @@ import (
 // snapshots any goroutine may read without a lock; CPUs and Containers
 // give the current values.
 type Runtime struct {
-	name       string
-	dir        string
-	socket     string
-	cgroupRoot string
-	unpinned   string // cpuset.cpus of a container created with none
-	errorf     func(format string, args ...any)
+	name         string
+	dir          string
+	socket       string
+	cgroupRoot   string
+	unpinned     string // cpuset.cpus of a container created with none
+	unpinnedMems string // cpuset.mems of a container created with none
+	errorf       func(format string, args ...any)
 	// createdState: a created container is stored CONTAINER_CREATED until
 	// its StartContainer (WithCreatedUntilStarted).
 	createdState bool
+	// dropCgroups: a container's cgroup goes when it stops or is removed
+	// (WithCgroupsRemoved).
+	dropCgroups bool
 
 	lock sync.Mutex // the runtime's big lock, held across plugin calls
 
@@ -91,12 +95,23 @@ func WithCgroupRoot(root string) Option { return func(rt *Runtime) { rt.cgroupRo
 // machine's CPUs: a plugin that writes cgroups itself finds it there.
 func WithUnpinnedCPUs(cpus string) Option { return func(rt *Runtime) { rt.unpinned = cpus } }
 
+// WithUnpinnedMems gives, with a cgroup root, every container cgroup the
+// runtime makes the cpuset.mems mems until something sets it, as a real
+// cgroup inherits its parent's: a plugin reading both files finds both.
+func WithUnpinnedMems(mems string) Option { return func(rt *Runtime) { rt.unpinnedMems = mems } }
+
 // WithCreatedUntilStarted stores a container CONTAINER_CREATED from its
 // CreateContainer until its StartContainer, as containerd and CRI-O report
 // it (a plugin's Synchronize then tells created from running containers).
 // Without it a created container is stored running at once, for callers
 // that send no StartContainer.
 func WithCreatedUntilStarted() Option { return func(rt *Runtime) { rt.createdState = true } }
+
+// WithCgroupsRemoved removes, with a cgroup root, a container's cgroup
+// directory when it stops or is removed (event or not), as the OCI runtime
+// deletes it with the container's task: a plugin writing or reading it
+// afterwards finds it gone.
+func WithCgroupsRemoved() Option { return func(rt *Runtime) { rt.dropCgroups = true } }
 
 // WithErrorf reports what the runtime finds wrong with a plugin's answers
 // (a CreateContainer update naming the container being created) and its
@@ -276,6 +291,19 @@ func (rt *Runtime) writeCgroup(c *api.Container, file, value string) {
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(value+"\n"), 0o644); err != nil {
 		rt.errorf("nritest: %v", err)
 	}
+	// A new cgroup has both files, inherited (WithUnpinnedCPUs/Mems).
+	for _, f := range []struct{ name, value string }{{"cpuset.cpus", rt.unpinned}, {"cpuset.mems", rt.unpinnedMems}} {
+		path := filepath.Join(dir, f.name)
+		if f.name == file || f.value == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(f.value+"\n"), 0o644); err != nil {
+			rt.errorf("nritest: %v", err)
+		}
+	}
 }
 
 // CgroupFile is the fake cgroup file holding c's cpuset.cpus.
@@ -290,6 +318,17 @@ func (rt *Runtime) SetCPUs(c *api.Container, cpus, mems string) {
 	defer rt.mu.Unlock()
 	if cur, ok := rt.ctrs[c.Id]; ok {
 		rt.storeCPUsLocked(cur, cpus, mems)
+	}
+}
+
+// WriteCgroup writes cpus into the cgroup of a stored container only, as
+// an operator or another agent would behind the runtime's back: the
+// runtime's record keeps what it applied.
+func (rt *Runtime) WriteCgroup(c *api.Container, cpus string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if cur, ok := rt.ctrs[c.Id]; ok {
+		rt.writeCgroup(cur, "cpuset.cpus", cpus)
 	}
 }
 
@@ -495,6 +534,8 @@ func (rt *Runtime) CreateContainerAwayNotStarted(c *api.Container) {
 func (rt *Runtime) writeUnpinned(c *api.Container) {
 	if rt.unpinned != "" && c.GetLinux().GetResources().GetCpu().GetCpus() == "" {
 		rt.writeCgroup(c, "cpuset.cpus", rt.unpinned)
+	} else if rt.unpinnedMems != "" && c.GetLinux().GetResources().GetCpu().GetMems() == "" {
+		rt.writeCgroup(c, "cpuset.mems", rt.unpinnedMems)
 	}
 }
 
@@ -613,6 +654,25 @@ func (rt *Runtime) markStoppedLocked(c *api.Container) {
 		cur = proto.Clone(cur).(*api.Container)
 		cur.State = api.ContainerState_CONTAINER_STOPPED
 		rt.ctrs[c.Id] = cur
+		rt.dropCgroupLocked(cur)
+	}
+}
+
+// dropCgroupLocked removes the cgroup of c (see WithCgroupsRemoved).
+func (rt *Runtime) dropCgroupLocked(c *api.Container) {
+	if !rt.dropCgroups || rt.cgroupRoot == "" || c.GetLinux().GetCgroupsPath() == "" {
+		return
+	}
+	if err := os.RemoveAll(filepath.Dir(rt.CgroupFile(c))); err != nil {
+		rt.errorf("nritest: %v", err)
+	}
+}
+
+// deleteLocked forgets the stored container id and its cgroup.
+func (rt *Runtime) deleteLocked(id string) {
+	if c, ok := rt.ctrs[id]; ok {
+		rt.dropCgroupLocked(c)
+		delete(rt.ctrs, id)
 	}
 }
 
@@ -630,7 +690,7 @@ func (rt *Runtime) RemoveContainer(ctx context.Context, c *api.Container) error 
 	rt.Op(func(a *adaptation.Adaptation) {
 		rt.mu.Lock()
 		cur := rt.sendableLocked(c)
-		delete(rt.ctrs, c.Id)
+		rt.deleteLocked(c.Id)
 		rt.mu.Unlock()
 		err = a.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: cur})
 	})
@@ -639,7 +699,7 @@ func (rt *Runtime) RemoveContainer(ctx context.Context, c *api.Container) error 
 
 // RemoveContainerAway forgets the container without an event.
 func (rt *Runtime) RemoveContainerAway(c *api.Container) {
-	rt.away(func() { delete(rt.ctrs, c.Id) })
+	rt.away(func() { rt.deleteLocked(c.Id) })
 }
 
 // RemovePod forgets the pod and its containers, running or not, and sends
@@ -663,7 +723,7 @@ func (rt *Runtime) RemovePodAway(pod *api.PodSandbox) {
 func (rt *Runtime) forgetPodLocked(pod *api.PodSandbox) {
 	for id, c := range rt.ctrs {
 		if c.PodSandboxId == pod.Id {
-			delete(rt.ctrs, id)
+			rt.deleteLocked(id)
 		}
 	}
 	delete(rt.pods, pod.Id)

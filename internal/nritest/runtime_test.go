@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -500,7 +501,7 @@ func TestCreatedUntilStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	rt := New(dir, WithCreatedUntilStarted(), WithErrorf(t.Errorf))
+	rt := New(dir, WithCreatedUntilStarted(), WithCgroupRoot(dir+"/cgroup"), WithCgroupsRemoved(), WithErrorf(t.Errorf))
 	if err := rt.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -572,5 +573,23 @@ func TestCreatedUntilStarted(t *testing.T) {
 	wantEvents := []string{"start x", "update x", "update x"}
 	if got := p.eventList(); !reflect.DeepEqual(got[1:], wantEvents) {
 		t.Errorf("plugin saw %v, want create x then %v", got, wantEvents)
+	}
+
+	// The cgroup goes with the container's task: at its stop, event or not.
+	rt.SetCPUs(y, "3", "")
+	rt.SetCPUs(z, "4", "")
+	for _, c := range []*api.Container{y, z} {
+		if _, err := os.Stat(rt.CgroupFile(c)); err != nil {
+			t.Fatalf("cgroup of %s: %v", c.Name, err)
+		}
+	}
+	rt.StopContainerAway(y)
+	if err := rt.RemoveContainer(ctx, z); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*api.Container{y, z} {
+		if _, err := os.Stat(filepath.Dir(rt.CgroupFile(c))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup of %s after it went: %v, want none", c.Name, err)
+		}
 	}
 }
