@@ -50,13 +50,13 @@ import (
 
 var (
 	seedFlag = flag.Int64("churn.seed", 0, "seed of TestChurn (0: $CHURN_SEED, else the clock)")
-	opsFlag  = flag.Int("churn.ops", 0, "operations of TestChurn over all setups (0: $CHURN_OPS, else 10000; 2000 with -short)")
+	opsFlag  = flag.Int("churn.ops", 0, "operations of TestChurn over all setups (0: $CHURN_OPS, else 7000; 2000 with -short)")
 )
 
 // defaultOps is the churn length of `make test`: operations are the NRI
 // events sent to the plugin (create, stop, remove, pod removal,
 // synchronize) and the runtime changes made while it is away.
-const defaultOps = 10000
+const defaultOps = 7000
 
 // setup is one fixture machine with one option set.
 type setup struct {
@@ -247,6 +247,9 @@ type churn struct {
 	history []string
 	stats
 	reconnects int
+	// stepSyncs is the runtime's Synchronize count when the step began
+	// (printed on a failure: a reconnect nobody asked for shows there).
+	stepSyncs int
 
 	connMu sync.Mutex
 	conn   net.Conn // the plugin's connection to the runtime
@@ -281,7 +284,7 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	c := &churn{
 		t: t, s: s, seed: seed, totalOps: totalOps, rng: rand.New(rand.NewSource(seed)),
 		topo: sysfstest.Load(t, s.fixture), stateDir: filepath.Join(dir, "state"),
-		logs: newRing(200), admitted: map[string]cpuset.CPUSet{}, ghosts: map[invariant.Key]bool{}, names: map[string]int{},
+		logs: newRing(400), admitted: map[string]cpuset.CPUSet{}, ghosts: map[invariant.Key]bool{}, names: map[string]int{},
 		res: map[string]framework.Resources{}, qos: map[string]framework.QOS{},
 		stats: stats{ops: map[string]int{}, faults: map[string]int{}},
 		clock: &startClock{}, pending: map[string]startDue{}, gaveUp: map[string]bool{}, untracked: map[string]bool{},
@@ -366,6 +369,7 @@ func (c *churn) fail(format string, args ...any) {
 	if len(last) > 40 {
 		last = last[len(last)-40:]
 	}
+	msg += fmt.Sprintf("\n(plugin Synchronize calls: %d when the step began, %d now; connected: %v)", c.stepSyncs, c.rt.Syncs(), c.d.Connected())
 	c.t.Fatalf("step %d of setup %s: %s\n\nreplay: CHURN_SEED=%d CHURN_OPS=%d go test -race -run 'TestChurn/%s$' ./test/churn\n"+
 		"(this setup's seed is %d) — full op list in %s; last ops:\n%s\n\ndaemon log (last lines):\n%s",
 		c.steps, c.s.name, msg, c.seed-int64(setupIndex(c.s.name)), c.totalOps, c.s.name, c.seed, file,
@@ -513,6 +517,7 @@ func reasonOf(err error) (string, bool) {
 // run does random steps until n operations have been sent.
 func (c *churn) run(n int) {
 	for c.steps = 1; c.opCount() < n; c.steps++ {
+		c.stepSyncs = c.rt.Syncs()
 		c.step()
 	}
 	c.steps--
