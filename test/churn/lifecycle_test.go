@@ -288,6 +288,9 @@ func (c *churn) opResize() {
 	}
 	have := c.admitted[ct.Id].Size()
 	want := c.exclusiveCPUs(q, next)
+	if c.untracked[ct.Id] {
+		want = have // unknown to the plugin (see untracked): nothing to refuse
+	}
 	c.record("resize %s (%s) %s: req=%d lim=%d -> req=%d lim=%d (exclusive %d -> %d)", ct.Id, q, how,
 		old.CPURequestMilli, old.CPULimitMilli, next.CPURequestMilli, next.CPULimitMilli, have, want)
 	before, _, _ := c.rt.CPUs(ct.Id)
