@@ -475,6 +475,10 @@ func (c *churn) reconcileRepair(why string) {
 	c.ops["reconcile"]++
 	c.record("reconcile after %s: %d restored, %d drifted %v", why, n, len(drifted), drifted)
 	if n != len(drifted) {
+		again := c.d.ReconcileNow()
+		c.settle()
+		applied, _ = c.tracked()
+		c.record("diagnostic: a second reconcile restored %d; %v", again, applied)
 		c.fail("reconcile after %s restored %d containers; %d had drifted: %v", why, n, len(drifted), drifted)
 	}
 	c.check(true)
