@@ -14,7 +14,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nri-cpualign
 
 ## test: everything — gofmt, tidy modules, vet, staticcheck, unit tests with
-## -race (the churn test's 7000 operations included), brief fuzzing of every
+## -race (the churn test's 9000 operations included), brief fuzzing of every
 ## target, the e2e suite, the real-kubelet suite and the DaemonSet on a real
 ## control plane (each on containerd and CRI-O)
 test: fmt-check tidy-check vet staticcheck unit fuzz-short e2e e2e-kubelet e2e-cluster

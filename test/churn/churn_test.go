@@ -50,13 +50,13 @@ import (
 
 var (
 	seedFlag = flag.Int64("churn.seed", 0, "seed of TestChurn (0: $CHURN_SEED, else the clock)")
-	opsFlag  = flag.Int("churn.ops", 0, "operations of TestChurn over all setups (0: $CHURN_OPS, else 7000; 2000 with -short)")
+	opsFlag  = flag.Int("churn.ops", 0, "operations of TestChurn over all setups (0: $CHURN_OPS, else 9000; 2000 with -short)")
 )
 
 // defaultOps is the churn length of `make test`: operations are the NRI
 // events sent to the plugin (create, stop, remove, pod removal,
 // synchronize) and the runtime changes made while it is away.
-const defaultOps = 7000
+const defaultOps = 9000
 
 // setup is one fixture machine with one option set.
 type setup struct {
