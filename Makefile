@@ -25,7 +25,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/nri-cpualign
 
 ## test: everything — gofmt, tidy modules, vet, staticcheck, unit tests with
-## -race (the churn test's 10000 operations included), brief fuzzing of every
+## -race (the churn test's 9000 operations included), brief fuzzing of every
 ## target, the Helm chart's checks, the e2e suite, the real-kubelet suite and
 ## the DaemonSet on a real control plane (each on containerd and CRI-O)
 test: fmt-check tidy-check vet staticcheck unit fuzz-short chart-check e2e e2e-kubelet e2e-cluster
@@ -132,7 +132,7 @@ bench-cri:
 	bash scripts/bench.sh --cri
 
 ## churn: the long model-based churn test (test/churn) under -race, OPS
-## operations split over its six machine/option setups; CHURN_SEED=n replays
+## operations split over its seven machine/option setups; CHURN_SEED=n replays
 ## a run (a failure prints the seed and the op list)
 OPS ?= 100000
 .PHONY: churn

@@ -50,12 +50,19 @@ import (
 // snapshots any goroutine may read without a lock; CPUs and Containers
 // give the current values.
 type Runtime struct {
-	name       string
-	dir        string
-	socket     string
-	cgroupRoot string
-	unpinned   string // cpuset.cpus of a container created with none
-	errorf     func(format string, args ...any)
+	name         string
+	dir          string
+	socket       string
+	cgroupRoot   string
+	unpinned     string // cpuset.cpus of a container created with none
+	unpinnedMems string // cpuset.mems of a container created with none
+	errorf       func(format string, args ...any)
+	// createdState: a created container is stored CONTAINER_CREATED until
+	// its StartContainer (WithCreatedUntilStarted).
+	createdState bool
+	// dropCgroups: a container's cgroup goes when it stops or is removed
+	// (WithCgroupsRemoved).
+	dropCgroups bool
 
 	lock sync.Mutex // the runtime's big lock, held across plugin calls
 
@@ -87,6 +94,24 @@ func WithCgroupRoot(root string) Option { return func(rt *Runtime) { rt.cgroupRo
 // answer was lost) the cpuset.cpus cpus, as a real cgroup inherits the
 // machine's CPUs: a plugin that writes cgroups itself finds it there.
 func WithUnpinnedCPUs(cpus string) Option { return func(rt *Runtime) { rt.unpinned = cpus } }
+
+// WithUnpinnedMems gives, with a cgroup root, every container cgroup the
+// runtime makes the cpuset.mems mems until something sets it, as a real
+// cgroup inherits its parent's: a plugin reading both files finds both.
+func WithUnpinnedMems(mems string) Option { return func(rt *Runtime) { rt.unpinnedMems = mems } }
+
+// WithCreatedUntilStarted stores a container CONTAINER_CREATED from its
+// CreateContainer until its StartContainer, as containerd and CRI-O report
+// it (a plugin's Synchronize then tells created from running containers).
+// Without it a created container is stored running at once, for callers
+// that send no StartContainer.
+func WithCreatedUntilStarted() Option { return func(rt *Runtime) { rt.createdState = true } }
+
+// WithCgroupsRemoved removes, with a cgroup root, a container's cgroup
+// directory when it stops or is removed (event or not), as the OCI runtime
+// deletes it with the container's task: a plugin writing or reading it
+// afterwards finds it gone.
+func WithCgroupsRemoved() Option { return func(rt *Runtime) { rt.dropCgroups = true } }
 
 // WithErrorf reports what the runtime finds wrong with a plugin's answers
 // (a CreateContainer update naming the container being created) and its
@@ -266,6 +291,19 @@ func (rt *Runtime) writeCgroup(c *api.Container, file, value string) {
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(value+"\n"), 0o644); err != nil {
 		rt.errorf("nritest: %v", err)
 	}
+	// A new cgroup has both files, inherited (WithUnpinnedCPUs/Mems).
+	for _, f := range []struct{ name, value string }{{"cpuset.cpus", rt.unpinned}, {"cpuset.mems", rt.unpinnedMems}} {
+		path := filepath.Join(dir, f.name)
+		if f.name == file || f.value == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(f.value+"\n"), 0o644); err != nil {
+			rt.errorf("nritest: %v", err)
+		}
+	}
 }
 
 // CgroupFile is the fake cgroup file holding c's cpuset.cpus.
@@ -280,6 +318,17 @@ func (rt *Runtime) SetCPUs(c *api.Container, cpus, mems string) {
 	defer rt.mu.Unlock()
 	if cur, ok := rt.ctrs[c.Id]; ok {
 		rt.storeCPUsLocked(cur, cpus, mems)
+	}
+}
+
+// WriteCgroup writes cpus into the cgroup of a stored container only, as
+// an operator or another agent would behind the runtime's back: the
+// runtime's record keeps what it applied.
+func (rt *Runtime) WriteCgroup(c *api.Container, cpus string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if cur, ok := rt.ctrs[c.Id]; ok {
+		rt.writeCgroup(cur, "cpuset.cpus", cpus)
 	}
 }
 
@@ -451,7 +500,7 @@ func (rt *Runtime) CreateContainerTimed(ctx context.Context, pod *api.PodSandbox
 				rt.errorf("CreateContainer's updates name the container being created (%s)", c.Id)
 			}
 		}
-		c.State = api.ContainerState_CONTAINER_RUNNING
+		c.State = rt.createdStateOf()
 		cpu := resp.GetAdjust().GetLinux().GetResources().GetCpu()
 		rt.setCPUs(c, cpu.GetCpus(), cpu.GetMems())
 		rt.ctrs[c.Id] = c
@@ -470,11 +519,23 @@ func (rt *Runtime) CreateContainerAway(c *api.Container) {
 	})
 }
 
+// CreateContainerAwayNotStarted stores c created but not started with no
+// plugin (its start still to come): no adjustment, unpinned.
+func (rt *Runtime) CreateContainerAwayNotStarted(c *api.Container) {
+	rt.away(func() {
+		c.State = api.ContainerState_CONTAINER_CREATED
+		rt.ctrs[c.Id] = c
+		rt.writeUnpinned(c)
+	})
+}
+
 // writeUnpinned gives the cgroup of c, stored without a cpuset, the
 // unpinned CPUs (see WithUnpinnedCPUs).
 func (rt *Runtime) writeUnpinned(c *api.Container) {
 	if rt.unpinned != "" && c.GetLinux().GetResources().GetCpu().GetCpus() == "" {
 		rt.writeCgroup(c, "cpuset.cpus", rt.unpinned)
+	} else if rt.unpinnedMems != "" && c.GetLinux().GetResources().GetCpu().GetMems() == "" {
+		rt.writeCgroup(c, "cpuset.mems", rt.unpinnedMems)
 	}
 }
 
@@ -493,14 +554,24 @@ func (rt *Runtime) CreateContainerAnswerLost(ctx context.Context, pod *api.PodSa
 		}
 		rt.mu.Lock()
 		defer rt.mu.Unlock()
-		c.State = api.ContainerState_CONTAINER_RUNNING
+		c.State = rt.createdStateOf()
 		rt.ctrs[c.Id] = c
 		rt.writeUnpinned(c)
 	})
 	return err
 }
 
-// StartContainer sends StartContainer for a created container.
+// createdStateOf is the state a container is stored in once created.
+func (rt *Runtime) createdStateOf() api.ContainerState {
+	if rt.createdState {
+		return api.ContainerState_CONTAINER_CREATED
+	}
+	return api.ContainerState_CONTAINER_RUNNING
+}
+
+// StartContainer sends StartContainer for a created container and, when
+// the plugins accept it, stores it running (the OCI runtime starts it right
+// after the event, as in both runtimes).
 func (rt *Runtime) StartContainer(ctx context.Context, c *api.Container) error {
 	pod := rt.PodOf(c)
 	var err error
@@ -509,8 +580,29 @@ func (rt *Runtime) StartContainer(ctx context.Context, c *api.Container) error {
 		cur := rt.sendableLocked(c)
 		rt.mu.Unlock()
 		err = a.StartContainer(ctx, &api.StartContainerRequest{Pod: pod, Container: cur})
+		if err != nil {
+			return
+		}
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		rt.markRunningLocked(c)
 	})
 	return err
+}
+
+// StartContainerAway stores a created container running without an event:
+// it started while no plugin was connected.
+func (rt *Runtime) StartContainerAway(c *api.Container) {
+	rt.away(func() { rt.markRunningLocked(c) })
+}
+
+// markRunningLocked stores a running copy of a created container.
+func (rt *Runtime) markRunningLocked(c *api.Container) {
+	if cur, ok := rt.ctrs[c.Id]; ok && cur.State == api.ContainerState_CONTAINER_CREATED {
+		cur = proto.Clone(cur).(*api.Container)
+		cur.State = api.ContainerState_CONTAINER_RUNNING
+		rt.ctrs[c.Id] = cur
+	}
 }
 
 // PostStartContainer sends PostStartContainer for a started container, as
@@ -562,6 +654,25 @@ func (rt *Runtime) markStoppedLocked(c *api.Container) {
 		cur = proto.Clone(cur).(*api.Container)
 		cur.State = api.ContainerState_CONTAINER_STOPPED
 		rt.ctrs[c.Id] = cur
+		rt.dropCgroupLocked(cur)
+	}
+}
+
+// dropCgroupLocked removes the cgroup of c (see WithCgroupsRemoved).
+func (rt *Runtime) dropCgroupLocked(c *api.Container) {
+	if !rt.dropCgroups || rt.cgroupRoot == "" || c.GetLinux().GetCgroupsPath() == "" {
+		return
+	}
+	if err := os.RemoveAll(filepath.Dir(rt.CgroupFile(c))); err != nil {
+		rt.errorf("nritest: %v", err)
+	}
+}
+
+// deleteLocked forgets the stored container id and its cgroup.
+func (rt *Runtime) deleteLocked(id string) {
+	if c, ok := rt.ctrs[id]; ok {
+		rt.dropCgroupLocked(c)
+		delete(rt.ctrs, id)
 	}
 }
 
@@ -579,7 +690,7 @@ func (rt *Runtime) RemoveContainer(ctx context.Context, c *api.Container) error 
 	rt.Op(func(a *adaptation.Adaptation) {
 		rt.mu.Lock()
 		cur := rt.sendableLocked(c)
-		delete(rt.ctrs, c.Id)
+		rt.deleteLocked(c.Id)
 		rt.mu.Unlock()
 		err = a.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: cur})
 	})
@@ -588,7 +699,7 @@ func (rt *Runtime) RemoveContainer(ctx context.Context, c *api.Container) error 
 
 // RemoveContainerAway forgets the container without an event.
 func (rt *Runtime) RemoveContainerAway(c *api.Container) {
-	rt.away(func() { delete(rt.ctrs, c.Id) })
+	rt.away(func() { rt.deleteLocked(c.Id) })
 }
 
 // RemovePod forgets the pod and its containers, running or not, and sends
@@ -612,14 +723,16 @@ func (rt *Runtime) RemovePodAway(pod *api.PodSandbox) {
 func (rt *Runtime) forgetPodLocked(pod *api.PodSandbox) {
 	for id, c := range rt.ctrs {
 		if c.PodSandboxId == pod.Id {
-			delete(rt.ctrs, id)
+			rt.deleteLocked(id)
 		}
 	}
 	delete(rt.pods, pod.Id)
 }
 
 // UpdateContainer sends UpdateContainer (an in-place resize) with the new
-// resources and applies the updates of the answer; it returns them.
+// resources and, when the plugins accept it, stores the container with the
+// CPU and memory values res sets (the others as they were) and applies the
+// updates of the answer; it returns them.
 func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
 	pod := rt.PodOf(c)
 	var updates []*api.ContainerUpdate
@@ -636,9 +749,48 @@ func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *a
 		updates = resp.GetUpdate()
 		rt.mu.Lock()
 		defer rt.mu.Unlock()
+		rt.resizeLocked(c.Id, res)
 		rt.applyLocked(updates)
 	})
 	return updates, err
+}
+
+// resizeLocked stores a copy of the stored container id with the shares,
+// quota, period and memory limit res sets.
+func (rt *Runtime) resizeLocked(id string, res *api.LinuxResources) {
+	cur, ok := rt.ctrs[id]
+	if !ok || res == nil {
+		return
+	}
+	cur = proto.Clone(cur).(*api.Container)
+	if cur.Linux == nil {
+		cur.Linux = &api.LinuxContainer{}
+	}
+	if cur.Linux.Resources == nil {
+		cur.Linux.Resources = &api.LinuxResources{}
+	}
+	have := cur.Linux.Resources
+	if cpu := res.GetCpu(); cpu != nil {
+		if have.Cpu == nil {
+			have.Cpu = &api.LinuxCPU{}
+		}
+		if cpu.Shares != nil {
+			have.Cpu.Shares = api.UInt64(cpu.Shares.GetValue())
+		}
+		if cpu.Quota != nil {
+			have.Cpu.Quota = api.Int64(cpu.Quota.GetValue())
+		}
+		if cpu.Period != nil {
+			have.Cpu.Period = api.UInt64(cpu.Period.GetValue())
+		}
+	}
+	if lim := res.GetMemory().GetLimit(); lim != nil {
+		if have.Memory == nil {
+			have.Memory = &api.LinuxMemory{}
+		}
+		have.Memory.Limit = api.Int64(lim.GetValue())
+	}
+	rt.ctrs[id] = cur
 }
 
 // PodOf is the stored pod of a container (nil when gone).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ type plugin struct {
 	onSync   func([]*api.Container) []*api.ContainerUpdate
 	onCreate func(*api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error)
 	onStop   func(*api.Container) []*api.ContainerUpdate
+	onUpdate func(*api.Container, *api.LinuxResources) error
 	events   []string
 }
 
@@ -56,6 +58,16 @@ func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, c *api.Con
 	defer p.mu.Unlock()
 	p.events = append(p.events, "start "+c.Name)
 	return nil
+}
+
+func (p *plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container, r *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.events = append(p.events, "update "+c.Name)
+	if p.onUpdate != nil {
+		return nil, p.onUpdate(c, r)
+	}
+	return nil, nil
 }
 
 func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
@@ -476,5 +488,108 @@ func TestRestartAndAnswerLost(t *testing.T) {
 	}
 	if len(errs) != 0 {
 		t.Errorf("runtime errors: %v", errs)
+	}
+}
+
+// TestCreatedUntilStarted: with WithCreatedUntilStarted a container is
+// created, then running once its StartContainer is accepted, and the
+// plugin's Synchronize sees which; an accepted resize is stored (the
+// values it sets, the others kept), a refused one is not.
+func TestCreatedUntilStarted(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nritest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	rt := New(dir, WithCreatedUntilStarted(), WithCgroupRoot(dir+"/cgroup"), WithCgroupsRemoved(), WithErrorf(t.Errorf))
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.Stop)
+	ctx := context.Background()
+	p := &plugin{}
+	connect(t, rt, p, 1)
+	pod := NewPod("p", "p", "ns", framework.Guaranteed)
+	if err := rt.RunPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	x := rt.NewContainer(pod, "x", framework.GuaranteedCPUs(2))
+	if _, err := rt.CreateContainer(ctx, pod, x); err != nil {
+		t.Fatal(err)
+	}
+	state := func(name string) api.ContainerState {
+		c, ok := rt.ContainerNamed(name)
+		if !ok {
+			t.Fatalf("%s not stored", name)
+		}
+		return c.State
+	}
+	if got := state("x"); got != api.ContainerState_CONTAINER_CREATED {
+		t.Errorf("x after CreateContainer: %s, want created", got)
+	}
+	if err := rt.StartContainer(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	if got := state("x"); got != api.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("x after StartContainer: %s, want running", got)
+	}
+
+	// A resize: shares 1024 only, then a refused one.
+	res := &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: api.UInt64(uint64(1024))}}
+	if _, err := rt.UpdateContainer(ctx, x, res); err != nil {
+		t.Fatal(err)
+	}
+	p.onUpdate = func(*api.Container, *api.LinuxResources) error { return errors.New("no resize") }
+	refused := &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: api.UInt64(uint64(4096)), Quota: api.Int64(int64(400000))}}
+	if _, err := rt.UpdateContainer(ctx, x, refused); err == nil || !strings.Contains(err.Error(), "no resize") {
+		t.Errorf("refused resize: %v", err)
+	}
+	now, _ := rt.ContainerNamed("x")
+	cpu := now.GetLinux().GetResources().GetCpu()
+	// 2 CPUs: quota 200000 per 100000 from NewContainer, shares from the resize.
+	if cpu.GetShares().GetValue() != 1024 || cpu.GetQuota().GetValue() != 200000 || cpu.GetPeriod().GetValue() != 100000 {
+		t.Errorf("after the resizes: shares %d quota %d period %d, want 1024 200000 100000",
+			cpu.GetShares().GetValue(), cpu.GetQuota().GetValue(), cpu.GetPeriod().GetValue())
+	}
+	if x.GetLinux().GetResources().GetCpu().GetShares().GetValue() != 2048 {
+		t.Errorf("the handed-out x changed: shares %d", x.GetLinux().GetResources().GetCpu().GetShares().GetValue())
+	}
+
+	// Created while away, one of them started while away too.
+	rt.Stop()
+	y, z := rt.NewContainer(pod, "y", framework.Resources{}), rt.NewContainer(pod, "z", framework.Resources{})
+	rt.CreateContainerAwayNotStarted(y)
+	rt.CreateContainerAwayNotStarted(z)
+	rt.StartContainerAway(z)
+	if err := rt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p2 := &plugin{}
+	connect(t, rt, p2, 2)
+	want := []string{`x:CONTAINER_RUNNING:""`, `y:CONTAINER_CREATED:""`, `z:CONTAINER_RUNNING:""`}
+	if got := p2.syncedNames(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Synchronize saw %v, want %v", got, want)
+	}
+	wantEvents := []string{"start x", "update x", "update x"}
+	if got := p.eventList(); !reflect.DeepEqual(got[1:], wantEvents) {
+		t.Errorf("plugin saw %v, want create x then %v", got, wantEvents)
+	}
+
+	// The cgroup goes with the container's task: at its stop, event or not.
+	rt.SetCPUs(y, "3", "")
+	rt.SetCPUs(z, "4", "")
+	for _, c := range []*api.Container{y, z} {
+		if _, err := os.Stat(rt.CgroupFile(c)); err != nil {
+			t.Fatalf("cgroup of %s: %v", c.Name, err)
+		}
+	}
+	rt.StopContainerAway(y)
+	if err := rt.RemoveContainer(ctx, z); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*api.Container{y, z} {
+		if _, err := os.Stat(filepath.Dir(rt.CgroupFile(c))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup of %s after it went: %v, want none", c.Name, err)
+		}
 	}
 }

@@ -245,9 +245,10 @@ func TestConcurrentThroughNRI(t *testing.T) {
 // creation wins its lock. Unless the plugin pushes again, the shared
 // containers end up on the new container's exclusive CPUs (until the
 // reconcile loop, off here, notices); the daemon re-kicks its worker when
-// the state changed during a push.
+// the state changed during a push. The pushes are the runtime path's
+// (in-answer); under direct the plugin writes the cgroups itself.
 func TestPushRacingCreate(t *testing.T) {
-	c := newChurn(t, setup{name: "push-race", fixture: "ht-2s-6c", toml: "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n"}, 3, 0)
+	c := newChurn(t, setup{name: "push-race", fixture: "ht-2s-6c", toml: "shared_pool_updates = \"in-answer\"\ncpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n"}, 3, 0)
 	shared := c.newPod(framework.BestEffort)
 	if err := c.rt.RunPod(context.Background(), shared); err != nil {
 		t.Fatal(err)
