@@ -56,9 +56,10 @@ CHURN_SEED ?= 20261121
 unit:
 	CHURN_SEED=$(CHURN_SEED) $(GO) test -race -count=1 ./...
 
-## e2e: the real-runtime suite (test/e2e), run on ../shared/e2e's containerd and
-## then its CRI-O (E2E_RUNTIMES=containerd|crio for one); root, builds the
-## runtimes on first use, one run at a time (flock)
+## e2e: the real-runtime suite (test/e2e), run on containerd
+## (scripts/setup-containerd.sh) and then CRI-O where the machine has one
+## (E2E_RUNTIMES=containerd|crio for one); root, builds containerd and runc
+## on first use, one run at a time (flock)
 e2e:
 	bash scripts/e2e.sh
 
