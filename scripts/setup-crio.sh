@@ -53,7 +53,7 @@ if [ -z "${PINNS_BIN:-}" ]; then
 fi
 [ -n "${PINNS_BIN:-}" ] || die "no pinns beside $CRIO_BIN, in PATH or in /usr/libexec/crio (set PINNS_BIN)"
 "$CRIO_BIN" --version >/dev/null 2>&1 || die "$CRIO_BIN --version fails (missing libraries?)"
-log "$("$CRIO_BIN" --version 2>/dev/null | awk '/^Version:/ {print "crio " $2; exit}') ($CRIO_BIN)"
+log "$("$CRIO_BIN" --version 2>/dev/null | head -n 1) ($CRIO_BIN)"
 
 want_cmd conmon conmon
 want_cmd skopeo skopeo
