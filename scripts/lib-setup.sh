@@ -36,21 +36,29 @@ install_wanted() {
 	[ ${#WANTED_PKGS[@]} -gt 0 ] || return 0
 	local pkgs
 	pkgs=$(printf '%s\n' "${WANTED_PKGS[@]}" | sort -u | tr '\n' ' ')
+	pkgs=${pkgs% }
 	WANTED_PKGS=()
-	[ "${E2E_SKIP_APT:-0}" != 1 ] || die "missing Debian packages: $pkgs(E2E_SKIP_APT=1: not installing them)"
+	[ "${E2E_SKIP_APT:-0}" != 1 ] || die "missing Debian packages: $pkgs (E2E_SKIP_APT=1: not installing them)"
 	command -v apt-get >/dev/null || die "missing packages $pkgs and no apt-get (the scripts are written for Debian 12)"
 	log "installing Debian packages: $pkgs"
 	if ! compgen -G '/var/lib/apt/lists/*_Packages' >/dev/null; then
-		apt-get update -qq >&2 || die "apt-get update failed"
+		apt_quiet update || die "apt-get update failed"
 	fi
 	# shellcheck disable=SC2086 # one word per package
-	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >&2; then
+	if ! apt_quiet install -y --no-install-recommends $pkgs; then
 		log "apt-get install failed: refreshing the package lists and trying again"
-		apt-get update -qq >&2 || die "apt-get update failed"
+		apt_quiet update || die "apt-get update failed"
 		# shellcheck disable=SC2086
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >&2 ||
-			die "apt-get install $pkgs failed"
+		apt_quiet install -y --no-install-recommends $pkgs || die "apt-get install $pkgs failed"
 	fi
+}
+
+# apt_quiet ARGS...: apt-get ARGS, its output shown only when it fails.
+apt_quiet() {
+	local out rc=0
+	out=$(DEBIAN_FRONTEND=noninteractive apt-get -q "$@" 2>&1) || rc=$?
+	[ "$rc" = 0 ] || printf '%s\n' "$out" | tail -n 20 >&2
+	return "$rc"
 }
 
 # pid_running PID: the process exists and is not a zombie (this VM's PID 1
