@@ -83,9 +83,10 @@ chart-check: helm-install
 	bin/helm template nri-cpualign $(CHART) >/dev/null
 	HELM=$(CURDIR)/bin/helm $(GO) test -count=1 ./deploy
 
-## e2e: the real-runtime suite (test/e2e), run on ../shared/e2e's containerd and
-## then its CRI-O (E2E_RUNTIMES=containerd|crio for one); root, builds the
-## runtimes on first use, one run at a time (flock)
+## e2e: the real-runtime suite (test/e2e), run on containerd
+## (scripts/setup-containerd.sh) and then CRI-O where the machine has one
+## (E2E_RUNTIMES=containerd|crio for one); root, builds containerd and runc
+## on first use, one run at a time (flock)
 e2e:
 	bash scripts/e2e.sh
 

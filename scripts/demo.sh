@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo.sh - `make demo`: start the test containerd (../shared/e2e/setup-containerd.sh,
+# demo.sh - `make demo`: start the test containerd (scripts/setup-containerd.sh,
 # built on first use), build and start nri-cpualign in the background, run
 # three demo pods (Guaranteed 1-CPU, Burstable, BestEffort) and print where
 # each container runs, read back from inside the containers. Everything stays

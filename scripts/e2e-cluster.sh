@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # e2e-cluster.sh - the DaemonSet on a real control plane (`make e2e-cluster`,
 # part of `make test`). Builds or finds the Kubernetes v1.36 binaries
-# (../shared/e2e/setup-kube.sh); then, for containerd and then CRI-O, starts
+# (scripts/setup-kube.sh); then, for containerd and then CRI-O, starts
 # the test runtime, etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and a kubelet registered as a node, all on 127.0.0.1 with
 # their data in a temporary directory (scripts/lib-cluster.sh), runs the
@@ -10,7 +10,8 @@
 # not. One run at a time per machine: the whole run holds
 # /tmp/nri-cpualign-e2e.lock.
 #
-# E2E_CLUSTER_RUNTIMES="containerd" (or "crio") runs one runtime only.
+# E2E_CLUSTER_RUNTIMES="containerd" (or "crio") runs one runtime only;
+# without a CRI-O on the machine the CRI-O pass says why in one line.
 # Extra arguments go to the test binary, e.g.
 #   scripts/e2e-cluster.sh -ginkgo.focus='refuses'
 # Keep the work dir (component and runtime logs, certificates, kubelet and
@@ -26,15 +27,10 @@ check_prereqs
 # (E2E_CLUSTER_INSTALL=helm|kustomize: one way on both).
 E2E_HELM=$(bash "$(dirname "$0")/setup-helm.sh") || die "helm setup failed (scripts/setup-helm.sh)"
 export E2E_HELM
-command -v openssl >/dev/null || die "openssl not found (it makes the cluster's certificates)"
-RUNTIMES=${E2E_CLUSTER_RUNTIMES:-containerd crio}
-for rt in $RUNTIMES; do
-	case $rt in
-	containerd) ;;
-	crio) [ -f "$SHARED_E2E/setup-crio.sh" ] || die "CRI-O setup not found: expected $SHARED_E2E/setup-crio.sh" ;;
-	*) die "E2E_CLUSTER_RUNTIMES: unknown runtime $rt (want containerd and/or crio)" ;;
-	esac
-done
+# openssl makes the cluster's certificates.
+want_cmd openssl openssl
+install_wanted
+pick_runtimes E2E_CLUSTER_RUNTIMES
 
 take_machine
 
@@ -63,6 +59,7 @@ cleanup() {
 		log "component and runtime logs, certificates, kubelet and plugin state kept in $WORK"
 	fi
 	for line in "${summary[@]}"; do log "$line"; done
+	[ -z "$CRIO_SKIPPED" ] || log "$CRIO_SKIPPED"
 	log "teardown took $((SECONDS - t))s; e2e-cluster finished in $((SECONDS - T0))s, status $status"
 }
 trap cleanup EXIT

@@ -2,12 +2,13 @@
 # e2e-kubelet.sh - the real-kubelet suite (test/kubelet, `make e2e-kubelet`,
 # part of `make test`): a standalone kubelet v1.36 with the plugin, on
 # containerd and then on CRI-O. Builds bin/nri-cpualign and the kubelet
-# (../shared/e2e/setup-kube.sh, cached after the first build), and for each
+# (scripts/setup-kube.sh, cached after the first build), and for each
 # runtime starts it, runs the suite (which starts and stops the kubelet and
 # the plugin itself) and tears the runtime down. One run at a time per
 # machine: the whole run holds /tmp/nri-cpualign-e2e.lock.
 #
-# E2E_KUBELET_RUNTIMES="containerd crio" picks the runtimes (default both);
+# E2E_KUBELET_RUNTIMES="containerd crio" picks the runtimes (default both;
+# without a CRI-O on the machine the CRI-O pass says why in one line);
 # E2E_KUBE_BIN=DIR uses DIR/kubelet instead of setup-kube.sh's;
 # extra arguments go to the test binary, e.g.
 #   scripts/e2e-kubelet.sh -ginkgo.focus='migrat'
@@ -19,7 +20,7 @@ source "$(dirname "$0")/lib-e2e.sh"
 # shellcheck source=scripts/lib-kube.sh
 source "$(dirname "$0")/lib-kube.sh"
 check_prereqs
-RUNTIMES=${E2E_KUBELET_RUNTIMES:-containerd crio}
+pick_runtimes E2E_KUBELET_RUNTIMES
 
 take_machine
 
@@ -43,6 +44,7 @@ cleanup() {
 		log "kubelet and plugin logs, configs and state kept in $WORK"
 	fi
 	for s in "${summary[@]}"; do log "$s"; done
+	[ -z "$CRIO_SKIPPED" ] || log "$CRIO_SKIPPED"
 	log "e2e-kubelet finished in $((SECONDS - T0))s, status $status"
 }
 trap cleanup EXIT

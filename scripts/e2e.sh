@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # e2e.sh - the real-runtime end-to-end suite (`make e2e`, part of
 # `make test`): the ginkgo suite in test/e2e runs once per runtime, first
-# against containerd (../shared/e2e/setup-containerd.sh, built on a machine
-# that never ran it), then against CRI-O (../shared/e2e/setup-crio.sh), each
-# runtime torn down after its run. Builds bin/nri-cpualign first. One run at
-# a time per machine: the whole run holds /tmp/nri-cpualign-e2e.lock.
+# against containerd (scripts/setup-containerd.sh, built on a machine that
+# never ran it), then against CRI-O (see lib-e2e.sh for where it comes
+# from; without one, that pass says why in one line and the run goes on),
+# each runtime torn down after its run. Builds bin/nri-cpualign first. One
+# run at a time per machine: the whole run holds /tmp/nri-cpualign-e2e.lock.
 #
 # Extra arguments go to the test binary (both runs), e.g.
 #   scripts/e2e.sh -ginkgo.focus='SIGKILL'
@@ -16,14 +17,7 @@ set -euo pipefail
 # shellcheck source=scripts/lib-e2e.sh
 source "$(dirname "$0")/lib-e2e.sh"
 check_prereqs
-RUNTIMES=${E2E_RUNTIMES:-containerd crio}
-for rt in $RUNTIMES; do
-	case $rt in
-	containerd) ;;
-	crio) check_crio_prereqs ;;
-	*) die "E2E_RUNTIMES: unknown runtime $rt (want containerd and/or crio)" ;;
-	esac
-done
+pick_runtimes E2E_RUNTIMES
 
 take_machine
 
@@ -45,6 +39,7 @@ cleanup() {
 	fi
 	local l
 	for l in "${summary[@]}"; do log "$l"; done
+	[ -z "$CRIO_SKIPPED" ] || log "$CRIO_SKIPPED"
 	log "e2e finished in $((SECONDS - T0))s, status $status"
 	exit "$status"
 }

@@ -29,8 +29,8 @@ CLUSTER_PROCS=(kubelet kube-scheduler kube-controller-manager kube-apiserver etc
 # Kubernetes binaries in the e2e cache and sets E2E_KUBE_BIN.
 kube_binaries() {
 	local t0=$SECONDS out
-	log "Kubernetes binaries ($SHARED_E2E/setup-kube.sh)"
-	out=$(bash "$SHARED_E2E/setup-kube.sh" kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl etcd 9>&-) ||
+	log "Kubernetes binaries ($KUBE_SETUP_SCRIPT)"
+	out=$(bash "$KUBE_SETUP_SCRIPT" kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl etcd 9>&-) ||
 		die "setup-kube.sh failed"
 	eval "$out"
 	log "Kubernetes $E2E_KUBE_VERSION binaries ready in $((SECONDS - t0))s ($E2E_KUBE_BIN)"
@@ -105,8 +105,9 @@ cluster_setup_runtime() {
 		;;
 	crio)
 		cluster_hugetlb_mount
-		log "setting up CRI-O ($SHARED_E2E/setup-crio.sh)"
-		bash "$SHARED_E2E/setup-crio.sh" >/dev/null 9>&- || die "CRI-O setup failed"
+		check_crio_prereqs
+		log "setting up CRI-O ($CRIO_SETUP_SCRIPT)"
+		bash "$CRIO_SETUP_SCRIPT" >/dev/null 9>&- || die "CRI-O setup failed"
 		# shellcheck disable=SC1091
 		source "$CRIO_RUN/env"
 		RUNTIME_LOG=$E2E_CRIO_LOG
@@ -123,13 +124,13 @@ cluster_setup_runtime() {
 	esac
 }
 
-# cluster_teardown_runtime RUNTIME stops it (the shared teardown scripts kill
+# cluster_teardown_runtime RUNTIME stops it (the teardown scripts kill
 # leftover containers and remove empty kubepods cgroups).
 cluster_teardown_runtime() {
 	case $1 in
 	containerd) teardown_containerd ;;
 	crio)
-		bash "$SHARED_E2E/teardown-crio.sh" >&2 9>&- || log "CRI-O teardown reported errors"
+		teardown_crio
 		cluster_hugetlb_umount
 		;;
 	esac

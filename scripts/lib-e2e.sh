@@ -1,28 +1,67 @@
 # shellcheck shell=bash
-# Common bits of scripts/e2e.sh and scripts/demo*.sh: where the shared
-# containerd and CRI-O setups live, and how to build the plugin. Sourced,
-# not run.
+# Common bits of scripts/e2e*.sh, demo*.sh and bench.sh: the project's own
+# runtime setup scripts (scripts/setup-*.sh), where a CRI-O comes from, how
+# the runtimes a run asks for are picked, and how to build the plugin.
+# Sourced, not run.
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shared/ sits beside the repository (../shared from the repo root).
-SHARED_E2E=${SHARED_E2E:-$(cd "$REPO_ROOT/.." && pwd)/shared/e2e}
-SETUP_SCRIPT=$SHARED_E2E/setup-containerd.sh
-TEARDOWN_SCRIPT=$SHARED_E2E/teardown-containerd.sh
-CRIO_SETUP_SCRIPT=$SHARED_E2E/setup-crio.sh
-CRIO_TEARDOWN_SCRIPT=$SHARED_E2E/teardown-crio.sh
+# shellcheck source=scripts/lib-setup.sh
+source "$REPO_ROOT/scripts/lib-setup.sh"
+SETUP_SCRIPT=$REPO_ROOT/scripts/setup-containerd.sh
+TEARDOWN_SCRIPT=$REPO_ROOT/scripts/teardown-containerd.sh
+KUBE_SETUP_SCRIPT=$REPO_ROOT/scripts/setup-kube.sh
+CRIO_TEARDOWN_SCRIPT=$REPO_ROOT/scripts/teardown-crio.sh
 E2E_RUN=${E2E_RUN:-/run/nri-e2e}
 CRIO_RUN=${CRIO_RUN:-/run/crio-e2e}
 PLUGIN_BIN=$REPO_ROOT/bin/nri-cpualign
-export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
+export PATH="$PATH:$HOME/go/bin"
 
-log() { printf '[%s %(%T)T] %s\n' "$(basename "$0" .sh)" -1 "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+# Where the CRI-O of the CRI-O passes comes from. CRI-O is not on the Go
+# module proxy, so the project cannot build it: it takes the CI machines'
+# setup (SHARED_E2E, by default the shared/e2e/ directory beside the
+# repository, whose setup-crio.sh unpacks a CRI-O build it ships), else a
+# crio in PATH with scripts/setup-crio.sh. Without either, CRIO_SETUP_SCRIPT
+# is empty and CRIO_MISSING says why.
+SHARED_E2E=${SHARED_E2E:-$(dirname "$REPO_ROOT")/shared/e2e}
+CRIO_SETUP_SCRIPT=
+CRIO_MISSING=
+if [ -f "$SHARED_E2E/setup-crio.sh" ]; then
+	CRIO_SETUP_SCRIPT=$SHARED_E2E/setup-crio.sh
+elif [ -n "${CRIO_BIN:-}" ] || command -v crio >/dev/null 2>&1; then
+	CRIO_SETUP_SCRIPT=$REPO_ROOT/scripts/setup-crio.sh
+else
+	CRIO_MISSING="no CRI-O on this machine: no crio in PATH and no $SHARED_E2E/setup-crio.sh (CRI-O cannot be built from the Go module proxy; install one or set SHARED_E2E)"
+fi
 
 check_prereqs() {
-	[ "$(id -u)" = 0 ] || die "must run as root (containerd, runc and cgroups need it)"
-	[ -f "$SETUP_SCRIPT" ] && [ -f "$TEARDOWN_SCRIPT" ] ||
-		die "containerd setup not found: expected $SETUP_SCRIPT and $TEARDOWN_SCRIPT (the shared/ directory beside the repository; set SHARED_E2E to its e2e/ directory)"
-	command -v go >/dev/null || die "go not found (looked in PATH and /usr/local/go/bin)"
+	need_root "containerd, runc and cgroups need it"
+	command -v go >/dev/null || die "go not found (looked in PATH and /usr/local/go/bin; the README says how to install Go 1.26)"
+}
+
+# pick_runtimes VAR LIST: the runtimes of LIST (containerd, crio) this run
+# can use, into RUNTIMES. CRI-O is dropped when there is none: with the
+# reason in CRIO_SKIPPED (the run prints it once, with its summary) when
+# LIST is the default, as an error when the caller named it in VAR.
+CRIO_SKIPPED=
+pick_runtimes() {
+	local var=$1 rt
+	RUNTIMES=
+	for rt in ${!var:-containerd crio}; do
+		case $rt in
+		containerd) RUNTIMES+=" $rt" ;;
+		crio)
+			if [ -n "$CRIO_SETUP_SCRIPT" ]; then
+				RUNTIMES+=" $rt"
+			elif [ -n "${!var:-}" ]; then
+				die "$var names crio, but $CRIO_MISSING"
+			else
+				CRIO_SKIPPED="CRI-O: not run, $CRIO_MISSING"
+			fi
+			;;
+		*) die "$var: unknown runtime $rt (want containerd and/or crio)" ;;
+		esac
+	done
+	RUNTIMES=${RUNTIMES# }
 }
 
 # setup_containerd starts (or finds running) the test containerd and loads
@@ -42,9 +81,9 @@ teardown_containerd() {
 	bash "$TEARDOWN_SCRIPT" >&2 9>&- || log "teardown reported errors"
 }
 
+# check_crio_prereqs: for callers that need CRI-O (bench.sh --cri).
 check_crio_prereqs() {
-	[ -f "$CRIO_SETUP_SCRIPT" ] && [ -f "$CRIO_TEARDOWN_SCRIPT" ] ||
-		die "CRI-O setup not found: expected $CRIO_SETUP_SCRIPT and $CRIO_TEARDOWN_SCRIPT"
+	[ -n "$CRIO_SETUP_SCRIPT" ] || die "$CRIO_MISSING"
 }
 
 # setup_crio starts (or finds running) the test CRI-O. Its environment is
@@ -52,6 +91,7 @@ check_crio_prereqs() {
 # CRI endpoint too, which would hide containerd's.
 setup_crio() {
 	local t0=$SECONDS
+	check_crio_prereqs
 	log "setting up CRI-O ($CRIO_SETUP_SCRIPT)"
 	bash "$CRIO_SETUP_SCRIPT" >/dev/null 9>&- || die "CRI-O setup failed"
 	log "CRI-O ready in $((SECONDS - t0))s (pid $(sed -n 's/^export E2E_CRIO_PID=//p' "$CRIO_RUN/env"))"

@@ -73,14 +73,14 @@ func loadEnv() (env, error) {
 	}
 	bin := get("E2E_KUBE_BIN")
 	if len(missing) > 0 {
-		return env{}, fmt.Errorf("environment not loaded, missing %v: run scripts/e2e-kubelet.sh (make e2e-kubelet), or source a runtime's env (../shared/e2e/setup-containerd.sh or setup-crio.sh) and setup-kube.sh kubelet's export line", missing)
+		return env{}, fmt.Errorf("environment not loaded, missing %v: run scripts/e2e-kubelet.sh (make e2e-kubelet), or source a runtime's env (scripts/setup-containerd.sh or setup-crio.sh) and scripts/setup-kube.sh kubelet's export line", missing)
 	}
 	if e.Runtime == "" {
 		e.Runtime = "containerd"
 	}
 	e.Kubelet = filepath.Join(bin, "kubelet")
 	if _, err := os.Stat(e.Kubelet); err != nil {
-		return env{}, fmt.Errorf("no kubelet binary: %w (run ../shared/e2e/setup-kube.sh kubelet)", err)
+		return env{}, fmt.Errorf("no kubelet binary: %w (run scripts/setup-kube.sh kubelet)", err)
 	}
 	return e, nil
 }

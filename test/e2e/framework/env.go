@@ -70,7 +70,7 @@ func LoadEnv() (Env, error) {
 		e.CRIAddress, e.RuntimeLog = e.ContainerdAddress, e.ContainerdLog
 		pidVar = "E2E_CONTAINERD_PID"
 		if len(missing) > 0 {
-			return Env{}, fmt.Errorf("environment of setup-containerd.sh not loaded, missing %v: run `bash ../shared/e2e/setup-containerd.sh` and `source /run/nri-e2e/env`", missing)
+			return Env{}, fmt.Errorf("environment of setup-containerd.sh not loaded, missing %v: run scripts/e2e.sh (make e2e), or `bash scripts/setup-containerd.sh` and `source /run/nri-e2e/env`", missing)
 		}
 	case CRIO:
 		e = Env{
@@ -88,7 +88,7 @@ func LoadEnv() (Env, error) {
 		}
 		pidVar = "E2E_CRIO_PID"
 		if len(missing) > 0 {
-			return Env{}, fmt.Errorf("environment of setup-crio.sh not loaded, missing %v: run `bash ../shared/e2e/setup-crio.sh` and `source /run/crio-e2e/env`", missing)
+			return Env{}, fmt.Errorf("environment of setup-crio.sh not loaded, missing %v: run scripts/e2e.sh (make e2e) on a machine with a CRI-O, or `bash scripts/setup-crio.sh` and `source /run/crio-e2e/env`", missing)
 		}
 	default:
 		return Env{}, fmt.Errorf("E2E_RUNTIME=%q: want %q or %q (unset means containerd)", rt, Containerd, CRIO)
