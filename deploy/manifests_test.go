@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
 	validator "github.com/containerd/nri/plugins/default-validator"
 	"github.com/pelletier/go-toml/v2"
 	appsv1 "k8s.io/api/apps/v1"
@@ -773,6 +774,11 @@ type crioNRITable struct {
 		Enable                    bool     `toml:"nri_enable_default_validator"`
 		RequiredPlugins           []string `toml:"nri_validator_required_plugins"`
 		TolerateMissingAnnotation string   `toml:"nri_validator_tolerate_missing_plugins_annotation"`
+		RejectOCIHooks            bool     `toml:"nri_validator_reject_oci_hook_adjustment"`
+		RejectDefaultSeccomp      bool     `toml:"nri_validator_reject_runtime_default_seccomp_adjustment"`
+		RejectUnconfinedSeccomp   bool     `toml:"nri_validator_reject_unconfined_seccomp_adjustment"`
+		RejectCustomSeccomp       bool     `toml:"nri_validator_reject_custom_seccomp_adjustment"`
+		RejectNamespaces          bool     `toml:"nri_validator_reject_namespace_adjustment"`
 	} `toml:"default_validator"`
 }
 
@@ -794,7 +800,51 @@ func crioValidator(t *testing.T) validator.DefaultValidatorConfig {
 	if v == nil {
 		t.Fatal("node/crio-nri-validator.conf has no [crio.nri.default_validator] table")
 	}
-	return validator.DefaultValidatorConfig{Enable: v.Enable, RequiredPlugins: v.RequiredPlugins, TolerateMissingAnnotation: v.TolerateMissingAnnotation}
+	return validator.DefaultValidatorConfig{Enable: v.Enable, RequiredPlugins: v.RequiredPlugins, TolerateMissingAnnotation: v.TolerateMissingAnnotation,
+		RejectOCIHookAdjustment: v.RejectOCIHooks, RejectRuntimeDefaultSeccompAdjustment: v.RejectDefaultSeccomp,
+		RejectUnconfinedSeccompAdjustment: v.RejectUnconfinedSeccomp, RejectCustomSeccompAdjustment: v.RejectCustomSeccomp,
+		RejectNamespaceAdjustment: v.RejectNamespaces}
+}
+
+// TestValidatorRejectsWhatThePluginNeverDoes: NRI's own default validator,
+// configured from each fail-closed snippet, passes the plugin's cpuset
+// adjustment and refuses an OCI hook, a seccomp policy or a namespace
+// claimed by the same plugin slot: the socket is as good as root, and the
+// plugin never needs those.
+func TestValidatorRejectsWhatThePluginNeverDoes(t *testing.T) {
+	const id = "ctr-1"
+	pod := &api.PodSandbox{Id: "sb-1", Name: "p", Namespace: "ns"}
+	ctr := &api.Container{Id: id, Name: "c", PodSandboxId: "sb-1"}
+	slot := []*api.PluginInstance{{Name: pluginName, Index: "90"}}
+	request := func(claim func(o *api.OwningPlugins) error) *api.ValidateContainerAdjustmentRequest {
+		adj := &api.ContainerAdjustment{}
+		adj.SetLinuxCPUSetCPUs("2-3")
+		o := api.NewOwningPlugins()
+		if err := o.ClaimCPUSetCPUs(id, pluginName); err != nil {
+			t.Fatal(err)
+		}
+		if claim != nil {
+			if err := claim(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return &api.ValidateContainerAdjustmentRequest{Pod: pod, Container: ctr, Adjust: adj, Owners: o, Plugins: slot}
+	}
+	for name, cfg := range map[string]validator.DefaultValidatorConfig{"containerd": containerdValidator(t), "CRI-O": crioValidator(t)} {
+		v := validator.NewDefaultValidator(&cfg)
+		if err := v.ValidateContainerAdjustment(t.Context(), request(nil)); err != nil {
+			t.Errorf("%s: the plugin's own cpuset adjustment refused: %v", name, err)
+		}
+		for what, claim := range map[string]func(o *api.OwningPlugins) error{
+			"OCI hook":  func(o *api.OwningPlugins) error { return o.ClaimHooks(id, pluginName) },
+			"seccomp":   func(o *api.OwningPlugins) error { return o.ClaimSeccompPolicy(id, pluginName) },
+			"namespace": func(o *api.OwningPlugins) error { return o.ClaimNamespace(id, "network", pluginName) },
+		} {
+			if err := v.ValidateContainerAdjustment(t.Context(), request(claim)); err == nil {
+				t.Errorf("%s validator accepts a %s adjustment", name, what)
+			}
+		}
+	}
 }
 
 func TestRuntimeSnippets(t *testing.T) {
