@@ -152,7 +152,15 @@ func (u *updater) loop(ctx context.Context, pass func(), reconcile func() int) {
 		case <-ctx.Done():
 			return
 		case <-u.kickC:
+			// A wake-up whose kicks an earlier pass already served (a
+			// kick that came between that pass's wake-up and its upTo)
+			// asks for nothing: a pass for it would run with no kick to
+			// account for it, so a caller that waited for the ledger
+			// could see its updates land after an event it made next.
 			upTo := u.kicks.upTo()
+			if u.kicks.servedUpTo(upTo) {
+				continue
+			}
 			pass()
 			u.kicks.serve(upTo)
 		case <-tick:
@@ -414,6 +422,13 @@ func (k *kickLedger) serve(upTo uint64) {
 		close(k.caughtUp)
 		k.caughtUp = nil
 	}
+}
+
+// servedUpTo reports whether the kicks up to upTo have been served.
+func (k *kickLedger) servedUpTo(upTo uint64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.served >= upTo
 }
 
 // settled reports whether every kick asked so far has been served.

@@ -2,7 +2,11 @@ package daemon
 
 import (
 	"context"
+	"runtime"
 	"testing"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
 // A cancelled context makes wait say whether it would return: nil only
@@ -37,5 +41,63 @@ func TestKickLedger(t *testing.T) {
 	k.serve(k.upTo())
 	if err := <-returned; err != nil {
 		t.Fatalf("blocked waiter: %v", err)
+	}
+}
+
+// TestLeftoverWakeUpPassesNothing: a kick that lands between a pass's
+// wake-up and its upTo is served by that pass, and leaves a wake-up token
+// behind; the worker must not run a pass for that token, which no kick
+// accounts for (a waiter on the ledger would return while it ran).
+func TestLeftoverWakeUpPassesNothing(t *testing.T) {
+	u := newUpdater(newLedger(config.Config{}, nil, nil, nil), nil, cgroups.Root{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	passes := make(chan int, 4)
+	n := 0
+	pass := func() {
+		n++
+		if n == 1 {
+			u.kick() // lands during the first pass, after its upTo: a real kick
+		}
+		passes <- n
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		u.loop(ctx, pass, func() int { return 0 })
+	}()
+
+	// Token and kick 1; before the worker reads upTo, kick 2 asks without
+	// a token of its own (the channel holds one): the first pass serves
+	// both, and its own kick (3) during the pass puts a token back.
+	u.kicks.ask()
+	u.kicks.ask()
+	u.kickC <- struct{}{}
+	if got := <-passes; got != 1 {
+		t.Fatalf("pass %d, want 1", got)
+	}
+	// Kick 3 came after the first pass's upTo: it gets a second pass.
+	if got := <-passes; got != 2 {
+		t.Fatalf("pass %d, want 2", got)
+	}
+	if err := u.kicks.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A leftover token with every kick served: no pass.
+	u.kickC <- struct{}{}
+	for len(u.kickC) > 0 { // the worker took it
+		runtime.Gosched()
+	}
+	u.kick() // a fresh kick behind it must still be passed exactly once
+	if got := <-passes; got != 3 {
+		t.Fatalf("pass %d, want 3", got)
+	}
+	if err := u.kicks.wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if len(passes) != 0 {
+		t.Fatalf("%d passes more than the kicks asked for", len(passes))
 	}
 }
