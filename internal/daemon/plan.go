@@ -206,11 +206,17 @@ func (p *planner) release(pod, name string) {
 // runs on, when they are exactly its exclusive count and still free;
 // admitting it afresh would move a running latency-critical container.
 // CPUs another live container also runs on are not exclusive (e.g. a
-// shared-pool container whose pool happens to have that size).
+// shared-pool container whose pool happens to have that size); a
+// container on every CPU (created unpinned while the plugin was away,
+// as its cgroup says under direct) shares them with everyone and says
+// nothing about them, so it is left out of that comparison.
 func (p *planner) keepLostCPUs() {
+	all := p.e.Topology().CPUs()
 	sets := make([]cpuset.CPUSet, len(p.plan.Live))
 	for i, c := range p.plan.Live {
-		sets[i], _ = cpuset.Parse(c.CPUs)
+		if set, err := cpuset.Parse(c.CPUs); err == nil && !all.IsSubsetOf(set) {
+			sets[i] = set
+		}
 	}
 	for i, c := range p.plan.Live {
 		pod := p.pods[c.SandboxID]

@@ -1020,11 +1020,7 @@ func (c *churn) opCorruptRestart() {
 	kind := c.corrupt()
 	c.faults["corrupt-checkpoint:"+kind]++
 	c.record("checkpoint corrupted: %s", kind)
-	// Known bug (TestCorruptCheckpointKeepsRunningCPUsBesideUnpinned):
-	// under direct, a container created while away moves every running
-	// exclusive container at the rebuild. Away creations are left out of
-	// rebuilds under direct until it is fixed.
-	c.awayOps(!c.direct())
+	c.awayOps(true)
 	c.mayMoveAtRebuild()
 	c.record("plugin restarted")
 	c.startDaemon()

@@ -77,7 +77,7 @@ func TestCorruptCheckpointKeepsRunningCPUs(t *testing.T) {
 // everyone, which says nothing about B's CPUs being a shared pool.
 // Found by TestChurn (CHURN_SEED=20261121, setup ht-2s-6c_static_direct).
 func TestCorruptCheckpointKeepsRunningCPUsBesideUnpinned(t *testing.T) {
-	t.Skip("known bug: under direct, planSync's keepLostCPUs takes the all-CPU cgroup of a container created while the plugin was away for a set B shares, so B is admitted afresh and moved to {1,5}")
+
 	c := newChurn(t, setup{name: "rebuild-unpinned", fixture: "ht-1s-4c", toml: "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,4\"\n"}, 1, 0)
 	if !c.direct() {
 		t.Fatal("the default is not direct")
