@@ -129,9 +129,16 @@ func (p *plugin) startedLate(in lateStartInput) bool {
 	rec := ctrRecord{ID: id, Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(), CgroupsPath: ctr.GetLinux().GetCgroupsPath()}
 	late := planLateStart(l.engine, l.st, l.static(), req, ctr.GetLinux().GetResources().GetCpu().GetCpus())
 	if err := late.Err; err != nil {
-		entry.WithError(err).WithField("reason", reasonOf(err)).
-			Warn("container started after its CPUs were given back and cannot be placed again; it stays in the shared pool")
-		return false
+		// It runs on what it was created with, which another container
+		// may own by now: tracked as a shared-pool container, the kick
+		// below moves it to the pool with the others.
+		if _, cerr := l.commit(l.st, indexChange{edit: ctrEdit{put: []ctrRecord{rec}}}); cerr != nil {
+			entry.WithError(cerr).Error("cannot write the checkpoint; the late container stays untracked")
+			return false
+		}
+		entry.WithError(err).WithFields(logrus.Fields{"reason": reasonOf(err), "cpus": l.engine.SharedCPUs(l.st).String()}).
+			Warn("container started after its CPUs were given back and cannot be placed again; moved to the shared pool")
+		return true
 	}
 	rec.Exclusive, rec.Mems = late.Exclusive, late.Mems
 	changed, err := l.commit(late.State, indexChange{edit: ctrEdit{put: []ctrRecord{rec}}})

@@ -460,9 +460,13 @@ func TestLateStartPlacedAgain(t *testing.T) {
 	}
 	cc.Linux.Resources.Cpu.Cpus = "3,7"
 	h.start(t, c, cc)
-	// No core is left for c-1: it stays in the shared pool, untracked.
-	if h.tracked("c-1") || h.shared() != "0,4" {
-		t.Errorf("late start with no room: tracked %v shared %s; want untracked and 0,4", h.tracked("c-1"), h.shared())
+	// No core is left for c-1: it runs on d-1's 3,7 until moved, so it is
+	// tracked as a shared-pool container and the pool is pushed to it.
+	if !h.tracked("c-1") || h.shared() != "0,4" || !h.kicked() {
+		t.Errorf("late start with no room: tracked %v shared %s kicked %v; want tracked, 0,4 and a push", h.tracked("c-1"), h.shared(), h.kicked())
+	}
+	if r := h.d.led.ctrs["c-1"]; r.Exclusive {
+		t.Errorf("c-1 recorded as exclusive: %+v", r)
 	}
 	var warned bool
 	for _, e := range h.log.AllEntries() {

@@ -238,11 +238,6 @@ type churn struct {
 	// them until they start (late) or Synchronize comes; their cgroups
 	// keep what they were created with.
 	gaveUp map[string]bool
-	// untracked holds the containers that started after their start timer
-	// gave them up and could not be placed again: known bug
-	// (TestLateStartRefusedRunsOnSharedPool), they keep running on what
-	// they were created with, tracked by nothing, until Synchronize.
-	untracked map[string]bool
 
 	history []string
 	stats
@@ -287,7 +282,7 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		logs: newRing(400), admitted: map[string]cpuset.CPUSet{}, ghosts: map[invariant.Key]bool{}, names: map[string]int{},
 		res: map[string]framework.Resources{}, qos: map[string]framework.QOS{},
 		stats: stats{ops: map[string]int{}, faults: map[string]int{}},
-		clock: &startClock{}, pending: map[string]startDue{}, gaveUp: map[string]bool{}, untracked: map[string]bool{},
+		clock: &startClock{}, pending: map[string]startDue{}, gaveUp: map[string]bool{},
 	}
 	// The runtime keeps a fake cgroup v1 tree under cgroup_root, which is
 	// what the checker reads: under shared_pool_updates = "direct" (the
@@ -910,7 +905,6 @@ func (c *churn) forgetCtr(id string) {
 	delete(c.admitted, id)
 	delete(c.pending, id)
 	delete(c.gaveUp, id)
-	delete(c.untracked, id)
 }
 
 // awayOps changes the runtime while no plugin is connected: containers are
@@ -968,7 +962,6 @@ func (c *churn) afterSync() {
 	// Every container still being created is placed and waits for its
 	// start a full timeout from now; a container given up is placed again.
 	clear(c.gaveUp)
-	clear(c.untracked)
 	clear(c.pending)
 	for _, ct := range c.inState(api.ContainerState_CONTAINER_CREATED) {
 		c.pending[ct.Id] = startDue{at: c.clock.now() + startTimeout, key: invariant.Key{Pod: c.rt.PodOf(ct).GetUid(), Container: ct.Name}}
@@ -1031,7 +1024,7 @@ func (c *churn) opCorruptRestart() {
 // mayMoveAtRebuild drops from the model the exclusive containers a rebuild
 // of the state from the runtime may move: the rebuild keeps a running
 // container's CPUs only when no other live container runs on any of them,
-// and a container given up by its start timer (or left untracked) still
+// and a container given up by its start timer still
 // shows the cpuset it was created with, which may name CPUs given to
 // another since. afterSync adopts them again on whatever CPUs they get.
 func (c *churn) mayMoveAtRebuild() {
@@ -1041,7 +1034,7 @@ func (c *churn) mayMoveAtRebuild() {
 	}
 	stale := cpuset.New()
 	for _, ct := range c.live() {
-		if !c.gaveUp[ct.Id] && !c.untracked[ct.Id] {
+		if !c.gaveUp[ct.Id] {
 			continue
 		}
 		rec, _, _ := c.rt.CPUs(ct.Id)

@@ -130,14 +130,14 @@ func (c *churn) keyOf(ct *api.Container) invariant.Key {
 // tracked is the cpuset.cpus in the cgroup of every live container the
 // plugin tracks: every one but those its start timer gave up while they
 // were still being created (their cgroups keep what they were created
-// with until they start) and those of the known bug in untracked.
+// with until they start).
 func (c *churn) tracked() (map[invariant.Key]cpuset.CPUSet, error) {
 	applied, err := c.rt.Running()
 	if err != nil {
 		return nil, err
 	}
 	for _, ct := range c.rt.Containers() {
-		if c.gaveUp[ct.Id] || c.untracked[ct.Id] {
+		if c.gaveUp[ct.Id] {
 			delete(applied, c.keyOf(ct))
 		}
 	}
@@ -243,8 +243,9 @@ func (c *churn) lateStart(ct *api.Container) {
 	case ok:
 		c.admitted[ct.Id] = got
 	case n > 0:
+		// No room left: it is tracked as a shared-pool container and
+		// moved to the pool (it ran on what it was created with).
 		c.faults["late-start-refused"]++
-		c.untracked[ct.Id] = true
 	}
 	c.postStart(ct)
 	c.reconcileRepair("late start of " + ct.Id)
@@ -288,9 +289,6 @@ func (c *churn) opResize() {
 	}
 	have := c.admitted[ct.Id].Size()
 	want := c.exclusiveCPUs(q, next)
-	if c.untracked[ct.Id] {
-		want = have // unknown to the plugin (see untracked): nothing to refuse
-	}
 	c.record("resize %s (%s) %s: req=%d lim=%d -> req=%d lim=%d (exclusive %d -> %d)", ct.Id, q, how,
 		old.CPURequestMilli, old.CPULimitMilli, next.CPURequestMilli, next.CPULimitMilli, have, want)
 	before, _, _ := c.rt.CPUs(ct.Id)
@@ -493,7 +491,7 @@ func (c *churn) reconcileRepair(why string) {
 // Machine ht-1s-4c (core k = {k, k+4}), core 0 reserved: A is created on
 // core 1 and given up; B takes core 1, C core 2, D core 3; A starts late.
 func TestLateStartRefusedRunsOnSharedPool(t *testing.T) {
-	t.Skip("known bug: a late start that cannot be placed again leaves the container untracked on the CPUs it was created on (another exclusive container's); nothing moves it to the shared pool")
+
 	c := newChurn(t, setup{name: "late-refused", fixture: "ht-1s-4c", toml: "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,4\"\n"}, 1, 0)
 	ctx := context.Background()
 	var pods []*api.PodSandbox
