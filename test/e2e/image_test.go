@@ -381,7 +381,11 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 		// shared_pool_updates = "direct" writes the shared-pool cgroups there.
 		Expect(strings.Split(hostCgroup, ",")).To(ContainElement("rw"), "/host/cgroup is not writable")
 		Expect(strings.Split(root, ",")).To(ContainElement("ro"), "the image's root filesystem is not read-only")
-	}, SpecTimeout(time.Minute))
+		// NodeTimeout, not SpecTimeout: in an Ordered container a spec's
+		// timeout also bounds the BeforeAll that runs with the first spec,
+		// which builds the image (its own 10-minute bound); under load that
+		// took longer than a minute.
+	}, NodeTimeout(time.Minute))
 
 	It("gives a Guaranteed 1-CPU container an exclusive CPU, as the binary-started plugin does, and keeps itself shared", func(ctx SpecContext) {
 		code, body, err := get(ctx, "/state")
@@ -447,5 +451,5 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 			g.Expect(CPUsOfG(g, ctx, sharedBefore)).To(EqualCPUs(Host.CPUs))
 		}).WithContext(ctx).WithTimeout(5 * time.Second).Should(Succeed())
 		pods.Remove(ctx, pinned.Pod)
-	}, SpecTimeout(2*time.Minute))
+	}, NodeTimeout(2*time.Minute))
 })
