@@ -114,9 +114,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	address := fs.String("address", config.DefaultMetricsAddress, "the plugin's metrics_address (host:port serving /state)")
 	root := fs.String("sysfs-root", "/sys", "directory that plays /sys, for the per-NUMA-node and per-L3 summary (the plugin's node)")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the plugin's answer")
-	var output string
-	fs.StringVar(&output, "output", "text", "output format: text or json")
-	fs.StringVar(&output, "o", "text", "short for --output")
+	output := outputFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, `usage: nri-cpualign status [--address host:port] [-o text|json]
 
@@ -129,8 +127,7 @@ read from --sysfs-root, so run it on the plugin's node. Flags:`)
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if output != "text" && output != "json" {
-		fmt.Fprintf(stderr, "nri-cpualign status: --output %q: want text or json\n", output)
+	if !checkOutput(fs, *output) {
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -152,7 +149,7 @@ read from --sysfs-root, so run it on the plugin's node. Flags:`)
 		fmt.Fprintf(stderr, "nri-cpualign status: %s: %v\n", *address, err)
 		return exitFailed
 	}
-	if output == "json" {
+	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(doc)

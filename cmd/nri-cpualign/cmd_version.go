@@ -13,9 +13,7 @@ import (
 func cmdVersion(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("nri-cpualign version", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var output string
-	fs.StringVar(&output, "output", "text", "output format: text or json")
-	fs.StringVar(&output, "o", "text", "short for --output")
+	output := outputFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: nri-cpualign version [-o text|json]\n\nPrints the version, git revision, build date, Go version and NRI module and protocol. Flags:")
 		fs.PrintDefaults()
@@ -23,12 +21,11 @@ func cmdVersion(args []string, stdout, stderr io.Writer) int {
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if output != "text" && output != "json" {
-		fmt.Fprintf(stderr, "nri-cpualign version: --output %q: want text or json\n", output)
+	if !checkOutput(fs, *output) {
 		return exitUsage
 	}
 	info := buildinfo.Read()
-	if output == "json" {
+	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(info); err != nil {
@@ -60,4 +57,22 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
 		return exitUsage, true
 	}
 	return 0, false
+}
+
+// outputFlag registers --output and its short -o (text or json), as
+// status and version take them.
+func outputFlag(fs *flag.FlagSet) *string {
+	output := fs.String("output", "text", "output format: text or json")
+	fs.StringVar(output, "o", "text", "short for --output")
+	return output
+}
+
+// checkOutput reports whether output is a format outputFlag allows, and
+// says why not on fs's output.
+func checkOutput(fs *flag.FlagSet, output string) bool {
+	if output == "text" || output == "json" {
+		return true
+	}
+	fmt.Fprintf(fs.Output(), "%s: --output %q: want text or json\n", fs.Name(), output)
+	return false
 }
