@@ -7,8 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-
-	"k8s.io/utils/cpuset"
+	"strings"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 )
@@ -74,22 +73,40 @@ func Decode(data []byte) (State, error) {
 	return st, nil
 }
 
+// parseMask reads a NUMA node list ("0-1,3") of ids below maxNodes.
 func parseMask(list string) (hints.Mask, error) {
-	set, err := cpuset.Parse(list)
-	if err != nil {
-		return 0, fmt.Errorf("NUMA node list %q: %w", list, err)
-	}
-	if set.IsEmpty() {
-		return 0, fmt.Errorf("empty NUMA node list %q", list)
-	}
 	var m hints.Mask
-	for _, id := range set.UnsortedList() {
-		if id >= maxNodes {
-			return 0, fmt.Errorf("NUMA node list %q: node %d out of range [0, %d)", list, id, maxNodes)
+	if list == "" {
+		return 0, fmt.Errorf("empty NUMA node list")
+	}
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := nodeID(lo)
+		if err != nil {
+			return 0, fmt.Errorf("NUMA node list %q: %w", list, err)
 		}
-		m |= hints.NewMask(id)
+		b := a
+		if isRange {
+			if b, err = nodeID(hi); err != nil {
+				return 0, fmt.Errorf("NUMA node list %q: %w", list, err)
+			}
+			if b < a {
+				return 0, fmt.Errorf("NUMA node list %q: range %q is backwards", list, part)
+			}
+		}
+		for id := a; id <= b; id++ {
+			m |= hints.NewMask(id)
+		}
 	}
 	return m, nil
+}
+
+func nodeID(s string) (int, error) {
+	id, err := strconv.Atoi(s)
+	if err != nil || id < 0 || id >= maxNodes || s != strconv.Itoa(id) {
+		return 0, fmt.Errorf("%q is not a NUMA node id in [0, %d)", s, maxNodes)
+	}
+	return id, nil
 }
 
 // Check verifies that st is consistent in itself: node ids in range, every
