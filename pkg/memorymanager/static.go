@@ -263,13 +263,22 @@ func reusable(st State, podUID string, mask hints.Mask, name Resource) uint64 {
 }
 
 // Error is an allocation the memory manager refuses; Error() is the
-// kubelet's text.
+// memory manager's text in the kubelet.
 type Error struct {
 	Pod, Container string
 	Msg            string
 }
 
 func (e *Error) Error() string { return e.Msg }
+
+// Reason is the reason the kubelet gives a pod its memory manager refuses:
+// the refusal is not an admission error type of its own.
+func (e *Error) Reason() string { return "UnexpectedAdmissionError" }
+
+// AdmitMessage is the message the kubelet gives such a pod.
+func (e *Error) AdmitMessage() string {
+	return "Allocate failed due to " + e.Msg + ", which is unexpected"
+}
 
 // Assignment is what Allocate decided for a container.
 type Assignment struct {

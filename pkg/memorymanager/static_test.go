@@ -1,6 +1,7 @@
 package memorymanager
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
@@ -133,6 +134,11 @@ func TestNodeUsedAloneRefusesGroup(t *testing.T) {
 	// Or node 1 alone, which cannot hold 20Gi and cannot be widened.
 	_, _, err = Allocate(st, big, "c", hint(true, 1))
 	wantErr(t, err, "[memorymanager] failed to find NUMA nodes to extend the current topology hint")
+	var e *Error
+	if !errors.As(err, &e) || e.Pod != "big" || e.Container != "c" || e.Reason() != "UnexpectedAdmissionError" ||
+		e.AdmitMessage() != "Allocate failed due to [memorymanager] failed to find NUMA nodes to extend the current topology hint, which is unexpected" {
+		t.Errorf("refusal %#v: want an *Error for big/c with the kubelet's reason and message", err)
+	}
 }
 
 func TestHugepages(t *testing.T) {
