@@ -113,7 +113,8 @@ func nodeID(s string) (int, error) {
 // table with Reserved + Free = Allocatable <= TotalMemSize, every node in
 // its own group and every group member a node; every block over known
 // nodes, ascending and distinct, of a resource each node has; every node's
-// NumberOfAssignments equal to the blocks over it. It does not compare st
+// NumberOfAssignments equal to the blocks over it; reusable memory on
+// nodes of the machine and no more than it has. It does not compare st
 // with the machine (see Compare).
 func Check(st State) error {
 	if len(st.Nodes) == 0 {
@@ -142,6 +143,32 @@ func Check(st State) error {
 						return fmt.Errorf("%s: NUMA node %d has no %s", where, id, b.Type)
 					}
 					counts[id]++
+				}
+			}
+		}
+	}
+	// The policy sums sizes over nodes; keep those sums from wrapping.
+	totals := map[Resource]uint64{}
+	for _, id := range st.NodeIDs() {
+		for name, t := range st.Nodes[id].MemoryMap {
+			if totals[name]+t.TotalMemSize < totals[name] {
+				return fmt.Errorf("NUMA node %d %s: total %d makes the machine's total overflow", id, name, t.TotalMemSize)
+			}
+			totals[name] += t.TotalMemSize
+		}
+	}
+	var all hints.Mask
+	for id := range st.Nodes {
+		all |= hints.NewMask(id)
+	}
+	for pod, byMask := range st.Reusable {
+		for m, r := range byMask {
+			if m.IsEmpty() || m&all != m {
+				return fmt.Errorf("reusable memory of pod %s: NUMA nodes %q are not nodes of the machine", pod, m.String())
+			}
+			for name, v := range r {
+				if v > totals[name] {
+					return fmt.Errorf("reusable memory of pod %s on %s: %d of %s, more than the machine has", pod, m, v, name)
 				}
 			}
 		}

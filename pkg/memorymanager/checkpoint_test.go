@@ -241,6 +241,12 @@ func TestEncodeDecode(t *testing.T) {
 			"memory manager state: NUMA node 0: group [1] does not hold the node"},
 		{"reusable list", `{"version":1,"machineState":{"0":{"numberOfAssignments":0,"memoryMap":{"memory":{"total":2,"allocatable":1,"free":1}},"cells":[0]}},"reusable":{"p":{"0-99":{}}}}`,
 			`memory manager state: reusable memory of pod p: NUMA node list "0-99": "99" is not a NUMA node id in [0, 64)`},
+		{"overflow", `{"version":1,"machineState":{"0":{"numberOfAssignments":0,"memoryMap":{"memory":{"total":18446744073709551615,"allocatable":1,"free":1}},"cells":[0]},"1":{"numberOfAssignments":0,"memoryMap":{"memory":{"total":1,"allocatable":1,"free":1}},"cells":[1]}}}`,
+			"memory manager state: NUMA node 1 memory: total 1 makes the machine's total overflow"},
+		{"reusable on a missing node", `{"version":1,"machineState":{"0":{"numberOfAssignments":0,"memoryMap":{"memory":{"total":2,"allocatable":1,"free":1}},"cells":[0]}},"reusable":{"p":{"0-1":{"memory":1}}}}`,
+			`memory manager state: reusable memory of pod p: NUMA nodes "0-1" are not nodes of the machine`},
+		{"reusable above the machine", `{"version":1,"machineState":{"0":{"numberOfAssignments":0,"memoryMap":{"memory":{"total":2,"allocatable":1,"free":1}},"cells":[0]}},"reusable":{"p":{"0":{"memory":3}}}}`,
+			`memory manager state: reusable memory of pod p on 0: 3 of memory, more than the machine has`},
 		{"block order", `{"version":1,"machineState":{"0":{"numberOfAssignments":2,"memoryMap":{"memory":{"total":2,"allocatable":1,"free":1}},"cells":[0]}},"entries":{"p":{"c":[{"numaAffinity":[0,0],"type":"memory","size":1}]}}}`,
 			`memory manager state: pod p container "c" block 0: NUMA nodes [0 0] not ascending and distinct`},
 	} {
