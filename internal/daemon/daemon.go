@@ -72,7 +72,6 @@ type options struct {
 	kubeletFile string
 	stubOpts    []stub.Option
 	fromRuntime bool
-	clock       clock
 	store       Store
 }
 
@@ -178,11 +177,9 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	l := newLedger(cfg, topo, engine, pendingErr)
 	l.store = &store{ckpt: checkpoint.New(cfg.StateDir, CheckpointName), kubeletFile: o.kubeletFile,
 		jnl: journalStore{mode: o.store}, log: o.log}
-	l.obs, l.log, l.clock, l.timedOut = d.obs, o.log, o.clock, (&plugin{d: d}).startTimedOut
-	if l.clock == nil {
-		l.clock = wallClock{}
-	}
+	l.obs, l.log = d.obs, o.log
 	d.led = l
+	d.obs.registerHeld(l)
 	app, err := newApplier(&l.cfg, l, &d.conn, o.log)
 	if err != nil {
 		return nil, err
@@ -549,9 +546,6 @@ func withRuntimeKeys(cfg config.Config, in config.Config) config.Config {
 	}
 	if set(config.KeySharedPoolUpdates) {
 		cfg.SharedPoolUpdates = in.SharedPoolUpdates
-	}
-	if set(config.KeyContainerStartTimeout) {
-		cfg.ContainerStartTimeout = in.ContainerStartTimeout
 	}
 	if set(config.KeyLogLevel) {
 		cfg.LogLevel = in.LogLevel
