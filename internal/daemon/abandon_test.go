@@ -124,7 +124,6 @@ func (h *handlerDaemon) kicked() bool {
 	}
 }
 
-
 // A Guaranteed container placed at CreateContainer that never gets
 // StartContainer (runc failed after the answer; CRI-O then sends no Stop
 // or Remove) keeps its CPUs for its pod, as under the kubelet: no other

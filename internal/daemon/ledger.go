@@ -3,7 +3,7 @@ package daemon
 import (
 	"fmt"
 	"sync"
-	
+
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
