@@ -229,3 +229,21 @@ func TestSynchronizeFindsNotStarted(t *testing.T) {
 		t.Errorf("abandoned = %v, want 1 (a-1 only)", got)
 	}
 }
+
+// An operator's file that still sets container_start_timeout starts the
+// daemon, with a warning naming the key and its line.
+func TestStartTimeoutKeyIgnoredWithWarning(t *testing.T) {
+	h := newHandlerDaemon(t, t.TempDir(), "container_start_timeout = \"30s\"\n")
+	h.d.logStartup()
+	var warned []*logrus.Entry
+	for _, e := range h.log.AllEntries() {
+		if e.Level == logrus.WarnLevel && e.Data["key"] == "container_start_timeout" {
+			warned = append(warned, e)
+		}
+	}
+	// reserveCore0 (2 lines), shared_pool_updates, state_dir,
+	// metrics_address: the key is on line 6.
+	if len(warned) != 1 || warned[0].Data["line"] != 6 || !strings.Contains(warned[0].Message, "ignored") {
+		t.Fatalf("warnings %v, want one for container_start_timeout on line 6", warned)
+	}
+}

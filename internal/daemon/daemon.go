@@ -425,6 +425,7 @@ func (d *Daemon) logStartup() {
 		"memory_nodes":     fmt.Sprint(t.MemoryNodes()),
 		"isolated":         t.Isolated().String(),
 	}).Info("detected CPU topology")
+	warnIgnoredKeys(d.log, cfg, cfg.Source())
 	if engine == nil {
 		return
 	}
@@ -437,6 +438,16 @@ func (d *Daemon) logStartup() {
 		"source":   cfg.Source(),
 		"reserved": engine.Reserved().String(),
 	}).Info("effective configuration")
+}
+
+// warnIgnoredKeys warns about each key of a configuration that is no
+// longer used (it loaded: an operator's old file must not stop the
+// daemon).
+func warnIgnoredKeys(log *logrus.Logger, cfg config.Config, source string) {
+	for _, k := range cfg.Ignored {
+		log.WithFields(logrus.Fields{"key": k.Key, "line": k.Line, "source": source, "reason": k.Why}).
+			Warn("configuration key is no longer used and is ignored; remove it")
+	}
 }
 
 // configure applies a configuration handed over by the runtime (the
@@ -462,6 +473,7 @@ func (d *Daemon) configure(doc string) error {
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
+	warnIgnoredKeys(d.log, in, "runtime")
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := withRuntimeKeys(l.cfg, in)
