@@ -48,8 +48,8 @@ const (
 	// KeyContainerStartTimeout is no longer used: accepted and ignored,
 	// with a warning (Config.Ignored).
 	KeyContainerStartTimeout = "container_start_timeout"
-	KeyLogLevel                     = "log_level"
-	KeyLogFormat                    = "log_format"
+	KeyLogLevel              = "log_level"
+	KeyLogFormat             = "log_format"
 )
 
 // Default values of the daemon-level keys.
@@ -117,8 +117,8 @@ type Config struct {
 	ReconcilePeriod Duration `toml:"reconcile_period"`
 	// SharedPoolUpdates is SharedUpdatesDirect or SharedUpdatesInAnswer.
 	SharedPoolUpdates string `toml:"shared_pool_updates"`
-	LogLevel  string `toml:"log_level"`
-	LogFormat string `toml:"log_format"`
+	LogLevel          string `toml:"log_level"`
+	LogFormat         string `toml:"log_format"`
 	// Ignored are the keys of the document that are no longer used,
 	// each with why; the daemon warns about them.
 	Ignored []IgnoredKey `toml:"-"`
