@@ -323,7 +323,7 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 22 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 21 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
 	}
