@@ -116,3 +116,35 @@ func heldOnlyCPUs(st policy.State, ctrs []ctrRecord) int {
 	}
 	return held.Size()
 }
+
+// podHasContainers reports whether the plugin knows a container of pod,
+// tracked or stopped and not removed. l.mu is held.
+func (l *ledger) podHasContainers(pod string) bool {
+	for _, r := range l.ctrs {
+		if r.Pod == pod {
+			return true
+		}
+	}
+	for _, pc := range l.stopped {
+		if pc.Pod == pod {
+			return true
+		}
+	}
+	return false
+}
+
+// stoppedOf is the stopped containers of live pods that Synchronize
+// reports, by ID: those whose RemoveContainer may end their pod.
+func stoppedOf(in syncInput) map[string]podContainer {
+	keys := make(map[string]string, len(in.Pods))
+	for _, pod := range in.Pods {
+		keys[pod.ID] = pod.Key
+	}
+	out := map[string]podContainer{}
+	for _, c := range in.Ctrs {
+		if key, ok := keys[c.SandboxID]; ok && c.Phase == phaseStopped {
+			out[c.ID] = podContainer{key, c.Name}
+		}
+	}
+	return out
+}

@@ -98,9 +98,6 @@ func TestRestartGetsTheSameCPUs(t *testing.T) {
 	if got := h.gauge("nri_cpualign_exclusive_cpus"); got != 2 {
 		t.Errorf("nri_cpualign_exclusive_cpus = %v, want 2", got)
 	}
-	if err := h.p.RemoveContainer(ctx, a, app); err != nil {
-		t.Fatal(err)
-	}
 	// Other pods come and go: b takes {2,6}, c {3,7}; a 1-CPU container
 	// of d finds nothing left; b goes and d gets 2.
 	b, c, dPod := testPod("b"), testPod("c"), testPod("d")
@@ -124,6 +121,8 @@ func TestRestartGetsTheSameCPUs(t *testing.T) {
 	if cpus, mems := adj.GetLinux().GetResources().GetCpu().GetCpus(), adj.GetLinux().GetResources().GetCpu().GetMems(); cpus != "1,5" || mems != "0" || len(ups) != 0 {
 		t.Errorf("restart on %q mems %q with %d updates, want 1,5, 0 and none", cpus, mems, len(ups))
 	}
+	// The kubelet's container GC removes the old one: a-2 lives on.
+	h.remove(t, a, app)
 	if got := h.held(); got != "" {
 		t.Errorf("/state held %q after the restart, want none", got)
 	}
@@ -331,5 +330,72 @@ func TestPluginRestartKeepsHeldCPUs(t *testing.T) {
 	}
 	if cpus, _ := h2.create(t, a, testCtr("a-2", "app", 2000)); cpus != "1,5" {
 		t.Errorf("the restart on %q, want 1,5", cpus)
+	}
+}
+
+func (h *handlerDaemon) remove(t *testing.T, pod *api.PodSandbox, c *api.Container) {
+	t.Helper()
+	if err := h.p.RemoveContainer(context.Background(), pod, c); err != nil {
+		t.Fatalf("RemoveContainer %s: %v", c.Name, err)
+	}
+}
+
+// After a containerd restart the runtime sends no StopPodSandbox or
+// RemovePodSandbox for the pods it had (its NRI state of them is lost);
+// the removal of the last container the plugin knows of a pod ends it.
+// The kubelet keeps the newest exited container of every name while the
+// pod lives, so a crash loop's older containers going ends nothing.
+func TestLastContainerRemovedReleasesThePod(t *testing.T) {
+	dir := t.TempDir()
+	h := newHandlerDaemon(t, dir, "")
+	ctx := context.Background()
+	if _, err := h.p.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, p := testPod("a"), testPod("p")
+	// a crash-loops: a-1 exits, a-2 is created, a-1 is removed (the
+	// kubelet's container GC), a-2 exits too.
+	a1, a2 := testCtr("a-1", "app", 2000), testCtr("a-2", "app", 2000)
+	h.create(t, a, a1)
+	h.stop(t, a, a1)
+	if cpus, _ := h.create(t, a, a2); cpus != "1,5" {
+		t.Fatalf("a-2 on %q, want 1,5", cpus)
+	}
+	h.remove(t, a, a1)
+	h.stop(t, a, a2)
+	if h.shared() != "0,2-4,6-7" || h.held() != "a/app=1,5" {
+		t.Fatalf("crash loop: shared %s held %q, want 0,2-4,6-7 and a/app=1,5", h.shared(), h.held())
+	}
+	// p: the init container's removal while the app runs ends nothing.
+	init, app := testCtr("p-init", "init", 2000), testCtr("p-app", "app", 2000)
+	h.create(t, p, init)
+	h.stop(t, p, init)
+	if cpus, _ := h.create(t, p, app); cpus != "2,6" {
+		t.Fatalf("p's app on %q, want 2,6 (reusing its init container's)", cpus)
+	}
+	h.remove(t, p, init)
+	if h.shared() != "0,3-4,7" {
+		t.Fatalf("after p's init container's removal: shared %s, want 0,3-4,7", h.shared())
+	}
+	h.kicked()
+	// a's last container goes: its CPUs are released, the worker pushes.
+	h.remove(t, a, a2)
+	if h.shared() != "0-1,3-5,7" || h.held() != "p/init=2,6" || !h.kicked() {
+		t.Errorf("after a's last container's removal: shared %s held %q; want 0-1,3-5,7, p/init=2,6 and a push", h.shared(), h.held())
+	}
+
+	// A plugin restart in between: Synchronize says which containers
+	// stopped; the removal of p's last one releases the pod.
+	h.stop(t, p, app)
+	h2 := newHandlerDaemon(t, dir, "")
+	if _, err := h2.p.Synchronize(ctx, []*api.PodSandbox{p}, []*api.Container{app}); err != nil {
+		t.Fatal(err)
+	}
+	if h2.shared() != "0-1,3-5,7" {
+		t.Fatalf("restored: shared %s, want 0-1,3-5,7", h2.shared())
+	}
+	h2.remove(t, p, app)
+	if h2.shared() != "0-7" || h2.held() != "" {
+		t.Errorf("after p's last container's removal: shared %s held %q, want 0-7 and none", h2.shared(), h2.held())
 	}
 }

@@ -41,6 +41,9 @@ type ledger struct {
 	// starting holds the containers placed but not started yet (see
 	// abandon.go); not stored: Synchronize rebuilds it from the runtime.
 	starting map[string]struct{}
+	// stopped holds the containers that stopped and are not removed yet,
+	// by ID (see held.go); not stored: Synchronize rebuilds it.
+	stopped map[string]podContainer
 	// poolEmpty is the shared pool's emptiness as last reported.
 	poolEmpty bool
 
@@ -51,7 +54,7 @@ type ledger struct {
 
 func newLedger(cfg config.Config, topo *topology.Topology, engine *policy.Engine, pendingErr error) *ledger {
 	l := &ledger{cfg: cfg, topo: topo, engine: engine, pendingErr: pendingErr,
-		ctrs: map[string]ctrRecord{}, starting: map[string]struct{}{}}
+		ctrs: map[string]ctrRecord{}, starting: map[string]struct{}{}, stopped: map[string]podContainer{}}
 	if engine != nil {
 		l.st = engine.NewState()
 	}

@@ -111,6 +111,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for _, id := range plan.AwaitStart {
 		l.awaitStart(id)
 	}
+	l.stopped = stoppedOf(in)
 	updates := a.synchronized(plan.Updates)
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
@@ -264,6 +265,11 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		p.logAbandoned(r, supersededCPUs[i], "created again as "+rec.ID+" before it started",
 			"container never started: its pod created it again, the new attempt takes its place and its CPUs")
 	}
+	// The containers it replaces may still exist, exited (their stop
+	// never reached the plugin): their removal is no pod's end.
+	for _, id := range edit.del {
+		l.stopped[id] = podContainer{rec.Pod, rec.Name}
+	}
 	l.awaitStart(rec.ID)
 	d.obs.observeDecision(dec, l.topo, l.engine, l.cfg.TopologyManagerScope)
 
@@ -349,7 +355,12 @@ func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Co
 	d := p.d
 	d.led.mu.Lock()
 	defer d.led.mu.Unlock()
-	return nil, p.forget(ctr.GetId(), "stopped")
+	r, ok := d.led.ctrs[ctr.GetId()]
+	if err := p.forget(ctr.GetId(), "stopped"); err != nil || !ok {
+		return nil, err
+	}
+	d.led.stopped[r.ID] = podContainer{r.Pod, r.Name}
+	return nil, nil
 }
 
 // forget drops one container from the index; its exclusive CPUs stay
@@ -375,13 +386,36 @@ func (p *plugin) forget(id, why string) error {
 }
 
 // RemoveContainer forgets the container (idempotent); as at
-// StopContainer, its exclusive CPUs stay with its pod.
+// StopContainer, its exclusive CPUs stay with its pod, unless it was the
+// last container the plugin knows of its pod: then the pod is ending (the
+// kubelet keeps the newest exited container of every name while the pod
+// lives) and what it holds is released. That is the only sign of a pod's
+// end after a containerd restart, which forgets its pods' NRI state and
+// sends no StopPodSandbox or RemovePodSandbox for them.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("RemoveContainer")()
 	d := p.d
-	d.led.mu.Lock()
-	defer d.led.mu.Unlock()
-	return p.forget(ctr.GetId(), "removed")
+	l := d.led
+	id := ctr.GetId()
+	l.mu.Lock()
+	pc, known := l.stopped[id]
+	if r, ok := l.ctrs[id]; ok {
+		pc, known = podContainer{r.Pod, r.Name}, true
+		if err := p.forget(id, "removed"); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+	}
+	delete(l.stopped, id)
+	changed, err := false, error(nil)
+	if known && l.engine != nil && !l.podHasContainers(pc.Pod) && !podUnknown(l.st, pc.Pod) {
+		changed, err = p.releaseAll(pc.Pod, ctr.GetName(), "its last container removed")
+	}
+	l.mu.Unlock()
+	if changed {
+		d.applier().kick()
+	}
+	return err
 }
 
 // StopPodSandbox ends the pod: the kubelet stops a sandbox once every
@@ -413,6 +447,25 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 		l.mu.Unlock()
 		return nil
 	}
+	changed, err := p.releaseAll(key, podName(pod), "pod "+why)
+	l.mu.Unlock()
+	if changed {
+		d.applier().kick()
+	}
+	return err
+}
+
+// releaseAll forgets every container of pod (key) and releases what it
+// holds, its pod-scope affinity included; name is for the log. It
+// reports whether the shared pool changed. l.mu is held.
+func (p *plugin) releaseAll(key, name, why string) (bool, error) {
+	d := p.d
+	l := d.led
+	for id, pc := range l.stopped {
+		if pc.Pod == key {
+			delete(l.stopped, id)
+		}
+	}
 	next := l.engine.RemovePod(l.st, key)
 	var edit ctrEdit
 	for id, r := range l.ctrs {
@@ -422,26 +475,22 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 		}
 	}
 	if len(edit.del) == 0 && podUnknown(l.st, key) {
-		l.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	freed := cpuset.New()
 	for _, cpus := range l.st.Alloc.Assignments[key] {
 		freed = freed.Union(cpus)
 	}
 	changed, err := l.commit(next, indexChange{edit: edit})
-	if err == nil && !freed.IsEmpty() {
-		d.log.WithFields(logrus.Fields{"pod": podName(pod), "cpus": freed.String(), "shared": l.engine.SharedMask(l.st).String()}).
-			Info("pod " + why + ": its exclusive CPUs released")
-	}
-	l.mu.Unlock()
 	if err != nil {
-		d.log.WithError(err).WithField("pod", podName(pod)).Error("cannot write the checkpoint; the pod's CPUs stay assigned")
+		d.log.WithError(err).WithField("pod", name).Error("cannot write the checkpoint; the pod's CPUs stay assigned")
+		return false, err
 	}
-	if changed {
-		d.applier().kick()
+	if !freed.IsEmpty() {
+		d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.engine.SharedMask(l.st).String()}).
+			Info(why + ": the pod's exclusive CPUs released")
 	}
-	return err
+	return changed, nil
 }
 
 // podUnknown reports whether st holds nothing for pod.

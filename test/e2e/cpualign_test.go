@@ -116,12 +116,10 @@ var _ = Describe("static policy on a real "+RuntimeName, Ordered, Serial, func()
 
 	It("keeps a stopped Guaranteed container's CPU for its pod: the shared pool unchanged, another pod refused, the restart on the same CPU; the pod's removal gives it back", func(ctx SpecContext) {
 		Expect(CRI.StopContainer(ctx, pinned)).To(Succeed())
-		Expect(CRI.RemoveContainer(ctx, pinned)).To(Succeed())
 		// Another pod asking for one CPU more than is free without the
 		// held one is refused: the plugin still counts it as taken. The
-		// refusal went through the plugin after the stop and the removal,
-		// so the shared containers' cgroups read next show what those
-		// left them.
+		// refusal went through the plugin after the stop, so the shared
+		// containers' cgroups read next show what the stop left them.
 		expectAllocatable(ctx, pinnedCPUs)
 		expectShared(ctx, pool(pinnedCPUs))
 
@@ -129,6 +127,9 @@ var _ = Describe("static policy on a real "+RuntimeName, Ordered, Serial, func()
 		restarted, err := CRI.RunContainer(ctx, pinned.Pod, pinned.Name, framework.GuaranteedCPUs(1), framework.WithAttempt(1))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(CPUsOf(ctx, restarted)).To(EqualCPUs(pinnedCPUs), "the restart did not get its pod's CPU back; plugin log:\n%s", plugin.LogTail())
+		// The kubelet's container GC removes the exited one later.
+		Expect(CRI.RemoveContainer(ctx, pinned)).To(Succeed())
+		expectAllocatable(ctx, pinnedCPUs)
 		expectShared(ctx, pool(pinnedCPUs))
 
 		By("the pod's removal gives the CPU back to every shared container")
