@@ -32,6 +32,18 @@ type stateDoc struct {
 	Shared         string         `json:"shared"`
 	StrictUncore   string         `json:"strict_align_cpus_by_uncorecache"`
 	Containers     []stateCtrView `json:"containers"`
+	// Held are the CPUs held for stopped containers of live pods (absent
+	// from older plugins' documents).
+	Held []stateHeldView `json:"held"`
+}
+
+type stateHeldView struct {
+	Pod       string `json:"pod"`
+	PodUID    string `json:"pod_uid"`
+	Container string `json:"container"`
+	CPUs      string `json:"cpus"`
+	NUMA      []int  `json:"numa"`
+	L3        []int  `json:"l3"`
 }
 
 type stateCtrView struct {
@@ -76,6 +88,11 @@ type statusJSON struct {
 	Free             cpuCount     `json:"free"`
 	SharedContainers int          `json:"shared_containers"`
 	Pinned           []pinnedJSON `json:"pinned"`
+	// Held are the assignments kept for stopped containers of live pods
+	// (their CPUs are in Exclusive); HeldOnly are their CPUs no pinned
+	// container runs on.
+	Held     []heldJSON `json:"held"`
+	HeldOnly cpuCount   `json:"held_only"`
 	// NUMANodes and L3Groups are left out, and TopologyNote says why, when
 	// the topology under --sysfs-root is not the plugin's machine.
 	NUMANodes    []groupJSON `json:"numa_nodes,omitempty"`
@@ -92,6 +109,15 @@ type pinnedJSON struct {
 	NUMA      []int  `json:"numa"`
 	L3        []int  `json:"l3"`
 	Since     string `json:"since,omitempty"`
+}
+
+type heldJSON struct {
+	Pod       string `json:"pod,omitempty"`
+	PodUID    string `json:"pod_uid"`
+	Container string `json:"container"`
+	CPUs      string `json:"cpus"`
+	NUMA      []int  `json:"numa"`
+	L3        []int  `json:"l3"`
 }
 
 // groupJSON is one NUMA node or L3 cache: its CPUs split into reserved,
@@ -211,7 +237,7 @@ func buildStatus(address string, st stateDoc, topo *topology.Topology, topoErr e
 	doc := statusJSON{
 		Address: address, Connected: st.Connected, Synchronized: st.Synchronized,
 		Policy: st.Policy, TopologyPolicy: st.TopologyPolicy, Scope: st.Scope, StrictUncore: st.StrictUncore,
-		Pinned: []pinnedJSON{},
+		Pinned: []pinnedJSON{}, Held: []heldJSON{},
 	}
 	exclusive := cpuset.New()
 	for _, c := range st.Containers {
@@ -227,6 +253,18 @@ func buildStatus(address string, st stateDoc, topo *topology.Topology, topoErr e
 		doc.Pinned = append(doc.Pinned, pinnedJSON{Pod: c.Pod, PodUID: c.PodUID, Container: c.Container, ID: c.ID,
 			CPUs: cpus.String(), NUMA: nonNil(c.NUMA), L3: nonNil(c.L3), Since: c.Since})
 	}
+	held := cpuset.New()
+	for _, h := range st.Held {
+		cpus, err := parse("held "+h.PodUID+"/"+h.Container+" cpus", h.CPUs)
+		if err != nil {
+			return statusJSON{}, err
+		}
+		held = held.Union(cpus)
+		doc.Held = append(doc.Held, heldJSON{Pod: h.Pod, PodUID: h.PodUID, Container: h.Container, CPUs: cpus.String(),
+			NUMA: nonNil(h.NUMA), L3: nonNil(h.L3)})
+	}
+	doc.HeldOnly = countOf(held.Difference(exclusive))
+	exclusive = exclusive.Union(held)
 	free := shared.Difference(reserved)
 	doc.Reserved, doc.Shared, doc.Exclusive, doc.Free = countOf(reserved), countOf(shared), countOf(exclusive), countOf(free)
 
@@ -302,6 +340,9 @@ func statusText(doc statusJSON) string {
 	}
 	fmt.Fprintf(tw, "shared pool:\t%s, %s\n", pool, plural(doc.SharedContainers, "container"))
 	fmt.Fprintf(tw, "exclusive CPUs:\t%s, %s\n", list(doc.Exclusive), plural(len(doc.Pinned), "container"))
+	if len(doc.Held) > 0 {
+		fmt.Fprintf(tw, "held, stopped:\t%s, %s\n", list(doc.HeldOnly), plural(len(doc.Held), "container"))
+	}
 	fmt.Fprintf(tw, "free CPUs:\t%s\n", list(doc.Free))
 	tw.Flush()
 
@@ -323,6 +364,20 @@ func statusText(doc statusJSON) string {
 				row += "\t" + dash(p.Since)
 			}
 			fmt.Fprintln(tw, row)
+		}
+		tw.Flush()
+	}
+
+	if len(doc.Held) > 0 {
+		b.WriteString("\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "HELD FOR POD\tSTOPPED CONTAINER\tCPUS\tNUMA\tL3")
+		for _, h := range doc.Held {
+			pod := h.Pod
+			if pod == "" {
+				pod = "uid " + h.PodUID
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", pod, h.Container, h.CPUs, ints(h.NUMA), ints(h.L3))
 		}
 		tw.Flush()
 	}

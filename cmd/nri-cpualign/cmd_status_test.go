@@ -294,6 +294,57 @@ L3  NUMA  CPUS  RESERVED  EXCLUSIVE  FREE  FREE CPUS
 			t.Errorf("status printed\n%s\nwant\n%s", out.String(), want)
 		}
 	})
+	t.Run("held for stopped containers", func(t *testing.T) {
+		// reserved 0,4; pod a's app container x runs on its stopped
+		// init container's 1,5; pod ub's stopped y holds 2,6 (no
+		// running container of that pod says its name). Exclusive =
+		// 1-2,5-6, held by nobody running = 2,6, free = 3,7.
+		addr := serve(t, 200, `{"connected": true, "synchronized": true, "cpu_manager_policy": "static",
+			"topology_manager_policy": "none", "topology_manager_scope": "container", "reserved": "0,4", "shared": "0,3-4,7",
+			"containers": [{"id": "c1", "pod": "ns/a", "pod_uid": "ua", "container": "x", "cpus": "1,5", "exclusive": true, "numa": [0], "l3": [0]}],
+			"held": [{"pod": "ns/a", "pod_uid": "ua", "container": "init", "cpus": "1,5", "numa": [0], "l3": [0]},
+			  {"pod_uid": "ub", "container": "y", "cpus": "2,6", "numa": [0], "l3": [0]}]}`)
+		var out, errb bytes.Buffer
+		if code := dispatchEnv([]string{"status", "--address", addr, "--sysfs-root", sys}, noEnv, nil, &out, &errb); code != exitOK {
+			t.Fatalf("exit %d: %s", code, errb.String())
+		}
+		want := "plugin at " + addr + `: connected to the runtime, synchronized
+cpu_manager_policy static, topology_manager_policy none, scope container
+
+reserved CPUs:  0,4 (2)
+shared pool:    0,3-4,7 (4), 0 containers
+exclusive CPUs: 1-2,5-6 (4), 1 container
+held, stopped:  2,6 (2), 2 containers
+free CPUs:      3,7 (2)
+
+POD   CONTAINER  CPUS  NUMA  L3
+ns/a  x          1,5   0     0
+
+HELD FOR POD  STOPPED CONTAINER  CPUS  NUMA  L3
+ns/a          init               1,5   0     0
+uid ub        y                  2,6   0     0
+
+NUMA  CPUS  RESERVED  EXCLUSIVE  FREE  FREE CPUS
+0     8     2         4          2     3,7
+
+L3  NUMA  CPUS  RESERVED  EXCLUSIVE  FREE  FREE CPUS
+0   0     8     2         4          2     3,7
+`
+		if out.String() != want {
+			t.Errorf("status printed\n%s\nwant\n%s", out.String(), want)
+		}
+		out.Reset()
+		if code := dispatchEnv([]string{"status", "--address", addr, "--sysfs-root", sys, "-o", "json"}, noEnv, nil, &out, &errb); code != exitOK {
+			t.Fatalf("exit %d: %s", code, errb.String())
+		}
+		var doc statusJSON
+		if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Held) != 2 || doc.Held[1].PodUID != "ub" || doc.Held[1].CPUs != "2,6" || doc.HeldOnly.CPUs != "2,6" {
+			t.Errorf("-o json held %+v held_only %+v, want init 1,5 and ub/y 2,6; 2,6", doc.Held, doc.HeldOnly)
+		}
+	})
 	t.Run("no topology", func(t *testing.T) {
 		addr := serve(t, 200, `{"connected": true, "synchronized": true, "cpu_manager_policy": "none", "topology_manager_policy": "none",
 			"topology_manager_scope": "container", "reserved": "", "shared": "0-7", "containers": []}`)

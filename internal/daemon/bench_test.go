@@ -26,7 +26,7 @@ import (
 // request timeout.
 func BenchmarkCreateStopRemove(b *testing.B) {
 	topo := sysfstest.Load(b, "epyc-7702p-smt")
-	cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\nshared_pool_updates = \"in-answer\"\nstate_dir = %q\nmetrics_address = \"\"\ncontainer_start_timeout = \"0\"\n", b.TempDir())))
+	cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\nshared_pool_updates = \"in-answer\"\nstate_dir = %q\nmetrics_address = \"\"\n", b.TempDir())))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func BenchmarkCreateContainerHandler(b *testing.B) {
 			// direct: no update worker runs here (no Run), so the handler's
 			// kick is all there is of the pass; cgroup_root is an empty
 			// cpuset tree for the start-up check.
-			cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\nshared_pool_updates = %q\ncgroup_root = %q\ntopology_manager_policy = \"best-effort\"\nstate_dir = %q\nmetrics_address = \"\"\ncontainer_start_timeout = \"0\"\n", c.updates, dir, dir)))
+			cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\nshared_pool_updates = %q\ncgroup_root = %q\ntopology_manager_policy = \"best-effort\"\nstate_dir = %q\nmetrics_address = \"\"\n", c.updates, dir, dir)))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -72,7 +72,6 @@ type options struct {
 	kubeletFile string
 	stubOpts    []stub.Option
 	fromRuntime bool
-	clock       clock
 	now         func() time.Time
 	store       Store
 }
@@ -179,14 +178,12 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	l := newLedger(cfg, topo, engine, pendingErr)
 	l.store = &store{ckpt: checkpoint.New(cfg.StateDir, CheckpointName), kubeletFile: o.kubeletFile,
 		jnl: journalStore{mode: o.store}, log: o.log}
-	l.obs, l.log, l.clock, l.timedOut = d.obs, o.log, o.clock, (&plugin{d: d}).startTimedOut
-	if l.clock == nil {
-		l.clock = wallClock{}
-	}
+	l.obs, l.log = d.obs, o.log
 	if l.now = o.now; l.now == nil {
 		l.now = time.Now
 	}
 	d.led = l
+	d.obs.registerHeld(l)
 	app, err := newApplier(&l.cfg, l, &d.conn, o.log)
 	if err != nil {
 		return nil, err
@@ -432,6 +429,7 @@ func (d *Daemon) logStartup() {
 		"memory_nodes":     fmt.Sprint(t.MemoryNodes()),
 		"isolated":         t.Isolated().String(),
 	}).Info("detected CPU topology")
+	warnIgnoredKeys(d.log, cfg, cfg.Source())
 	if engine == nil {
 		return
 	}
@@ -444,6 +442,16 @@ func (d *Daemon) logStartup() {
 		"source":   cfg.Source(),
 		"reserved": engine.Reserved().String(),
 	}).Info("effective configuration")
+}
+
+// warnIgnoredKeys warns about each key of a configuration that is no
+// longer used (it loaded: an operator's old file must not stop the
+// daemon).
+func warnIgnoredKeys(log *logrus.Logger, cfg config.Config, source string) {
+	for _, k := range cfg.Ignored {
+		log.WithFields(logrus.Fields{"key": k.Key, "line": k.Line, "source": source, "reason": k.Why}).
+			Warn("configuration key is no longer used and is ignored; remove it")
+	}
 }
 
 // configure applies a configuration handed over by the runtime (the
@@ -469,6 +477,7 @@ func (d *Daemon) configure(doc string) error {
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
+	warnIgnoredKeys(d.log, in, "runtime")
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := withRuntimeKeys(l.cfg, in)
@@ -554,9 +563,6 @@ func withRuntimeKeys(cfg config.Config, in config.Config) config.Config {
 	if set(config.KeySharedPoolUpdates) {
 		cfg.SharedPoolUpdates = in.SharedPoolUpdates
 	}
-	if set(config.KeyContainerStartTimeout) {
-		cfg.ContainerStartTimeout = in.ContainerStartTimeout
-	}
 	if set(config.KeyLogLevel) {
 		cfg.LogLevel = in.LogLevel
 	}
@@ -620,3 +626,7 @@ func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.T
 // is gone is skipped. It returns how many containers drifted. The daemon
 // runs it every reconcile_period; it is exported for tests and tools.
 func (d *Daemon) ReconcileNow() int { return d.applier().reconcile() }
+
+// WithNow replaces the wall clock that stamps when a container got its
+// CPUs (/state's since; test hook).
+func WithNow(now func() time.Time) Option { return func(o *options) { o.now = now } }

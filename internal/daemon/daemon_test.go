@@ -106,14 +106,22 @@ func TestCreateStopMoveSharedContainers(t *testing.T) {
 		t.Errorf("rejection %q does not start with InsufficientCPUs", msg)
 	}
 
-	// Stopping c2 gives core 1 back to the shared pool: both shared
-	// containers grow to 0-1,4-5.
+	// Stopping c2 gives nothing back: its pod lives and holds core 1 for
+	// its restart (no updates).
 	ups = rt.stop(c2)
-	if got := rt.describe(ups); got != "be1=0-1,4-5 bu=0-1,4-5" {
-		t.Errorf("updates after stopping c2: %q, want be1=0-1,4-5 bu=0-1,4-5", got)
+	if len(ups) != 0 {
+		t.Errorf("updates after stopping c2: %q, want none", rt.describe(ups))
 	}
-	rt.remove(c2)
-	rt.remove(c2) // idempotent
+	if v := r.d.State(); v.Shared != "0,4" || len(v.Held) != 1 || v.Held[0].CPUs != "1,5" {
+		t.Errorf("after c2's stop: shared %s held %+v, want 0,4 and 1,5 held for g1/c2", v.Shared, v.Held)
+	}
+	// Removing its pod gives core 1 back: the worker pushes 0-1,4-5.
+	rt.removePod(g1)
+	rt.remove(c2) // idempotent, after its pod
+	settle(t, r.d)
+	if be, b := rt.cpus(be1), rt.cpus(bu); be != "0-1,4-5" || b != "0-1,4-5" {
+		t.Errorf("shared containers on %q and %q after g1's removal, want 0-1,4-5", be, b)
+	}
 
 	// Removing pod g2 without stopping c4 first (RemovePodSandbox cannot
 	// return updates): the worker pushes the whole machine to the shared

@@ -52,7 +52,8 @@ func TestSharedUpdatesDirect(t *testing.T) {
 	}
 
 	// 2 CPUs: core 1 = {1,5}; the pool shrinks to 0,2-4,6-7.
-	c2, ups, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c2, ups, err := rt.create(g1, "c2", 2000, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,15 +84,17 @@ func TestSharedUpdatesDirect(t *testing.T) {
 		t.Errorf("bu cpus %q, updates %q; want 0,2-4,6-7 and none", got, rt.describe(ups))
 	}
 
-	// Stopping c2 gives core 1 back: no update in the answer, both cgroups
-	// grow once the worker wrote them.
+	// Stopping c2 gives nothing back (its pod holds core 1 for its
+	// restart); removing its pod does: both cgroups grow once the worker
+	// wrote them.
 	if ups := rt.stop(c2); len(ups) != 0 {
 		t.Errorf("stop answered with updates %q, want none", rt.describe(ups))
 	}
+	rt.removePod(g1)
 	settle(t, r.d)
 	for _, c := range []*api.Container{be1, bu} {
 		if got := cgroupCPUs(t, rt, c); got != "0-7" {
-			t.Errorf("cgroup of %s %q after c2 stopped, want 0-7", c.Name, got)
+			t.Errorf("cgroup of %s %q after c2's pod was removed, want 0-7", c.Name, got)
 		}
 	}
 	if n := len(rt.Unsolicited()); n != 0 {
@@ -150,7 +153,8 @@ func TestDirectRebuildReadsCgroups(t *testing.T) {
 	}
 	// c3 takes core 2 = {2,6}: the packed fit of a fresh admission would
 	// give core 1, so keeping it is what tells the two apart.
-	c1, _, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c1", 2000, 2000)
+	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	c1, _, err := rt.create(g1, "c1", 2000, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +172,7 @@ func TestDirectRebuildReadsCgroups(t *testing.T) {
 	}
 	rt.stop(c1)
 	rt.remove(c1)
+	rt.removePod(g1)
 	settle(t, r.d)
 	if got := cgroupCPUs(t, rt, be1); got != "0-1,3-5,7" {
 		t.Fatalf("be1 cgroup %q, want 0-1,3-5,7", got)

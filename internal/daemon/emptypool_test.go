@@ -95,7 +95,8 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 			if got := cpus(be1); got != "1-3,5-7" {
 				t.Fatalf("be1 on %q, want 1-3,5-7", got)
 			}
-			c2, _, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "c2", 2000, 2000)
+			g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+			c2, _, err := rt.create(g1, "c2", 2000, 2000)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,9 +150,10 @@ func TestSharedPoolEmptyStrict(t *testing.T) {
 				t.Errorf("/state shared %q, want the reserved 0,4 where shared-pool containers run", v.Shared)
 			}
 
-			// c2 stops: core 1 is shared again and both shared-pool
-			// containers move there.
+			// c2's pod goes: core 1 is shared again and both
+			// shared-pool containers move there.
 			rt.stop(c2)
+			rt.removePod(g1)
 			settle(t, r.d)
 			follow("be1 and bu on 1,5", func() bool { return cpus(be1) == "1,5" && cpus(bu) == "1,5" })
 			metricLines(t, r.d, "nri_cpualign_shared_pool_empty 0", "nri_cpualign_shared_cpus 2")
@@ -214,7 +216,8 @@ func TestZeroReservation(t *testing.T) {
 	// kubelet.
 	rt.stop(be1)
 	rt.remove(be1)
-	g1, _, err := rt.create(rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"}), "one", 1000, 1000)
+	g1Pod := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
+	g1, _, err := rt.create(g1Pod, "one", 1000, 1000)
 	if err != nil {
 		t.Fatalf("the last CPU with no shared-pool container: %v", err)
 	}
@@ -230,8 +233,9 @@ func TestZeroReservation(t *testing.T) {
 	if err == nil || !strings.HasPrefix(rejection(err), "InsufficientCPUs") || !strings.Contains(err.Error(), "no CPU for a shared-pool container") {
 		t.Fatalf("a shared-pool container with no CPU: got %v", err)
 	}
-	// CPU 7 comes back: be2 starts there.
+	// CPU 7 comes back with its pod's removal: be2 starts there.
 	rt.stop(g1)
+	rt.removePod(g1Pod)
 	be2, _, err := rt.create(bePod, "be2", 0, 0)
 	if err != nil {
 		t.Fatal(err)

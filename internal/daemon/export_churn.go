@@ -7,7 +7,6 @@ package daemon
 
 import (
 	"context"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -46,15 +45,3 @@ func (d *Daemon) Settle(ctx context.Context) error { return d.applier().kickLedg
 // served (test hook: a benchmark spins on it between timed calls, where
 // reading back every cgroup would load the measured process's collector).
 func (d *Daemon) Settled() bool { return d.applier().kickLedger().settled() }
-
-// WithStartTimers replaces the wall clock of the start timers
-// (container_start_timeout) with afterFunc, which arms a timer that calls
-// f after d unless its stop is called first (test hook: the churn test
-// fires the timers itself instead of waiting).
-func WithStartTimers(afterFunc func(d time.Duration, f func()) (stop func() bool)) Option {
-	return withClock(clockFunc(afterFunc))
-}
-
-type clockFunc func(d time.Duration, f func()) func() bool
-
-func (c clockFunc) AfterFunc(d time.Duration, f func()) func() bool { return c(d, f) }

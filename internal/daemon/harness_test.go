@@ -205,9 +205,7 @@ var _ io.Writer = testWriter{}
 func startDaemon(t *testing.T, rt *fakeRuntime, cfg config.Config, topo *topology.Topology, opts ...Option) *running {
 	t.Helper()
 	syncs := rt.Syncs()
-	// The fake runtime sends no StartContainer: start timers never fire
-	// unless a test drives its own clock.
-	d, err := New(cfg, append([]Option{WithTopology(topo), WithLogger(testLogger(t)), withClock(&manualClock{})}, opts...)...)
+	d, err := New(cfg, append([]Option{WithTopology(topo), WithLogger(testLogger(t))}, opts...)...)
 	if err != nil {
 		t.Fatalf("daemon.New: %v", err)
 	}

@@ -16,8 +16,8 @@ import (
 
 // ledger is the one owner of the policy state (docs/architecture.md):
 // the engine and the configuration it was built from, the engine state,
-// the container index, the generation, the start timers and the
-// containers given up by theirs. Everything in it is guarded by mu, which
+// the container index, the generation and the containers placed but not
+// started. Everything in it is guarded by mu, which
 // an event holds from its plan to its commit.
 //
 // An event computes its next state (a plan) from the committed one and
@@ -41,26 +41,22 @@ type ledger struct {
 
 	// starting holds the containers placed but not started yet (see
 	// abandon.go); not stored: Synchronize rebuilds it from the runtime.
-	starting map[string]startWait
-	startSeq uint64
-	// gaveUp holds the containers whose start timer gave their CPUs back
-	// (ID -> pod key), until they start, go, or Synchronize comes.
-	gaveUp map[string]string
+	starting map[string]struct{}
+	// stopped holds the containers that stopped and are not removed yet,
+	// by ID (see held.go); not stored: Synchronize rebuilds it.
+	stopped map[string]podContainer
 	// poolEmpty is the shared pool's emptiness as last reported.
 	poolEmpty bool
 
 	store *store
 	obs   *metrics
 	log   *logrus.Logger
-	clock clock
 	now   func() time.Time // stamps ctrRecord.Since
-	// timedOut is the start timers' event (Daemon.startTimedOut).
-	timedOut func(id string, seq uint64)
 }
 
 func newLedger(cfg config.Config, topo *topology.Topology, engine *policy.Engine, pendingErr error) *ledger {
 	l := &ledger{cfg: cfg, topo: topo, engine: engine, pendingErr: pendingErr,
-		ctrs: map[string]ctrRecord{}, starting: map[string]startWait{}, gaveUp: map[string]string{}}
+		ctrs: map[string]ctrRecord{}, starting: map[string]struct{}{}, stopped: map[string]podContainer{}}
 	if engine != nil {
 		l.st = engine.NewState()
 	}
@@ -75,8 +71,8 @@ func stampOf(t time.Time) string { return t.UTC().Truncate(time.Second).Format(t
 
 // commit makes the next state durable and then current: the store saves
 // st and the index change; only if that succeeds do the engine state and
-// the index become them, the start timers of the containers removed are
-// disarmed, the generation is bumped and the gauges and the pool's
+// the index become them, the containers removed no longer await their
+// start, the generation is bumped and the gauges and the pool's
 // emptiness are reported. It reports whether the shared pool changed. A
 // failed save changes nothing in memory and returns a PersistError.
 // l.mu is held.
@@ -90,13 +86,13 @@ func (l *ledger) commit(st policy.State, c indexChange) (poolChanged bool, err e
 	if c.all != nil {
 		for id := range l.ctrs {
 			if _, ok := c.all[id]; !ok {
-				l.disarmStartTimer(id)
+				delete(l.starting, id)
 			}
 		}
 		l.ctrs = c.all
 	} else {
 		for _, id := range c.edit.del {
-			l.disarmStartTimer(id)
+			delete(l.starting, id)
 		}
 		c.edit.applyTo(l.ctrs)
 	}
@@ -156,59 +152,15 @@ func (l *ledger) checkPool() {
 	}
 }
 
-// armStartTimer arms the start timer of a container just placed (or found
-// created but not started at Synchronize). l.mu is held.
-func (l *ledger) armStartTimer(id string) {
-	l.disarmStartTimer(id)
-	timeout := time.Duration(l.cfg.ContainerStartTimeout)
-	if timeout <= 0 {
-		return
-	}
-	l.startSeq++
-	seq := l.startSeq
-	l.starting[id] = startWait{seq: seq, stop: l.clock.AfterFunc(timeout, func() { l.timedOut(id, seq) })}
-}
-
-// disarmStartTimer stops the container's start timer, if any: it
-// started, stopped or is gone. l.mu is held.
-func (l *ledger) disarmStartTimer(id string) {
-	if w, ok := l.starting[id]; ok {
-		w.stop()
-		delete(l.starting, id)
-	}
-}
+// awaitStart notes a container placed (or found created at Synchronize)
+// that has not started yet. l.mu is held.
+func (l *ledger) awaitStart(id string) { l.starting[id] = struct{}{} }
 
 // awaitingStart reports whether the container was placed and has not
 // started yet. l.mu is held.
 func (l *ledger) awaitingStart(id string) bool {
 	_, ok := l.starting[id]
 	return ok
-}
-
-// takeTimedOut removes the start wait of id when seq is its current one
-// and reports whether it was (a stale timer finds another seq, or none).
-// l.mu is held.
-func (l *ledger) takeTimedOut(id string, seq uint64) bool {
-	w, ok := l.starting[id]
-	if !ok || w.seq != seq {
-		return false
-	}
-	delete(l.starting, id)
-	return true
-}
-
-// forgetGaveUp drops the given-up entries of a container, or of a whole
-// pod when id is "". l.mu is held.
-func (l *ledger) forgetGaveUp(id, pod string) {
-	if id != "" {
-		delete(l.gaveUp, id)
-		return
-	}
-	for k, p := range l.gaveUp {
-		if p == pod {
-			delete(l.gaveUp, k)
-		}
-	}
 }
 
 // ledgerView is what observe reads: consistent values taken under l.mu,

@@ -93,7 +93,7 @@ func newMetrics() *metrics {
 		checkpointErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_checkpoint_errors_total",
 			Help: "Checkpoint writes that failed and corrupt checkpoints set aside."}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_abandoned_containers_total",
-			Help: "Containers placed at CreateContainer that never started (container_start_timeout passed, or their pod and name were created again) and whose CPUs were given back."}),
+			Help: "Containers placed at CreateContainer that never started and whose pod created them again (the new attempt takes their place and their CPUs)."}),
 		poolEmpty: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_shared_pool_empty",
 			Help: "1 while the shared pool is empty (exclusive containers hold every non-reserved CPU) and shared-pool containers run on the reserved CPUs, else 0."}),
 		// 10 µs to 1.3 s: a handler is ~0.1 ms; a StartContainer that
@@ -129,6 +129,20 @@ func (m *metrics) registerConnected(connected *atomic.Bool) {
 				return 1
 			}
 			return 0
+		}))
+}
+
+// registerHeld adds nri_cpualign_held_cpus, read from l at every scrape
+// (not at every commit: it walks the whole index).
+func (m *metrics) registerHeld(l *ledger) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nri_cpualign_held_cpus",
+		Help: "Exclusive CPUs held for stopped containers of live pods (crash-looping, in back-off, finished init containers, never started) that no running container uses; counted in nri_cpualign_exclusive_cpus too."},
+		func() float64 {
+			v := l.view()
+			if v.engine == nil {
+				return 0
+			}
+			return float64(heldOnlyCPUs(v.st, v.ctrs))
 		}))
 }
 
@@ -267,6 +281,19 @@ type StateView struct {
 	// "exclusive"), absent when off; each container's caches are its l3.
 	StrictUncore string          `json:"strict_align_cpus_by_uncorecache,omitempty"`
 	Containers   []ContainerView `json:"containers"`
+	// Held are the exclusive CPUs held for stopped containers of live
+	// pods, by pod and container name, for their restart (held.go).
+	Held []HeldView `json:"held"`
+}
+
+// HeldView is one assignment held for a stopped container in StateView.
+type HeldView struct {
+	Pod       string `json:"pod,omitempty"` // namespace/name, when a tracked container of the pod says it
+	PodUID    string `json:"pod_uid"`
+	Container string `json:"container"`
+	CPUs      string `json:"cpus"`
+	NUMA      []int  `json:"numa"`
+	L3        []int  `json:"l3"`
 }
 
 // ContainerView is one container in StateView.
@@ -291,7 +318,7 @@ func (d *Daemon) State() StateView { return stateView(d.led.view(), d.connected.
 // stateView is the /state document of a ledger view.
 func stateView(lv ledgerView, connected bool) StateView {
 	if lv.engine == nil {
-		return StateView{Policy: lv.cfg.CPUManagerPolicy, Containers: []ContainerView{}}
+		return StateView{Policy: lv.cfg.CPUManagerPolicy, Containers: []ContainerView{}, Held: []HeldView{}}
 	}
 	e, st, topo := lv.engine, lv.st, lv.topo
 	v := StateView{
@@ -303,6 +330,11 @@ func stateView(lv ledgerView, connected bool) StateView {
 		Reserved:     e.Reserved().String(),
 		Shared:       e.SharedMask(st).String(),
 		Containers:   make([]ContainerView, 0, len(lv.ctrs)),
+		Held:         []HeldView{},
+	}
+	for _, h := range heldAssignments(st, lv.ctrs) {
+		v.Held = append(v.Held, HeldView{Pod: h.PodName, PodUID: h.Pod, Container: h.Name, CPUs: h.CPUs.String(),
+			NUMA: topo.NUMANodesOf(h.CPUs), L3: topo.L3GroupsOf(h.CPUs)})
 	}
 	if u := e.StrictUncore(); u != allocator.UncoreStrictOff {
 		v.StrictUncore = u.String()

@@ -32,6 +32,7 @@ var (
 	_ stub.UpdateContainerInterface = (*plugin)(nil)
 	_ stub.StopContainerInterface   = (*plugin)(nil)
 	_ stub.RemoveContainerInterface = (*plugin)(nil)
+	_ stub.StopPodInterface         = (*plugin)(nil)
 	_ stub.RemovePodInterface       = (*plugin)(nil)
 )
 
@@ -105,17 +106,12 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		return nil, err
 	}
 	l.syncs++
-	// The runtime's view decides which containers still wait for their
-	// start: timers of containers gone or running are dropped, and a
-	// container created but not started (while the plugin was away, or
-	// before a restart) gets a full timeout from now.
-	for id := range l.starting {
-		l.disarmStartTimer(id)
-	}
-	clear(l.gaveUp)
+	// The runtime's view decides which containers still await their start.
+	clear(l.starting)
 	for _, id := range plan.AwaitStart {
-		l.armStartTimer(id)
+		l.awaitStart(id)
 	}
+	l.stopped = stoppedOf(in)
 	updates := a.synchronized(plan.Updates)
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
@@ -238,7 +234,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	req = withDeviceHints(l.engine, req, nodes, devErr, entry)
 	start := time.Now()
-	next, dec, err := l.engine.Add(l.st, req)
+	next, dec, err := l.engine.Add(withPodReuse(l.st, l.ctrs, req, l.static()), req)
 	if err == nil {
 		err = stranding(l.engine, req, next, dec, l.sharedOthers(ctr.GetId()))
 	}
@@ -256,10 +252,8 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	edit, superseded := withRecord(l, rec)
 	// Logged once the commit succeeded, with the state before it.
 	var supersededCPUs []string
-	var prevShared string
 	for _, r := range superseded {
 		supersededCPUs = append(supersededCPUs, l.rightCPUs(r).String())
-		prevShared = l.engine.SharedMask(l.st).String()
 	}
 	poolChanged, err := l.commit(next, indexChange{edit: edit})
 	if err != nil {
@@ -268,10 +262,15 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, err
 	}
 	for i, r := range superseded {
-		p.logAbandoned(r, supersededCPUs[i], prevShared, "created again as "+rec.ID+" before it started",
-			"container never started: its pod created it again, the new attempt takes its place")
+		p.logAbandoned(r, supersededCPUs[i], "created again as "+rec.ID+" before it started",
+			"container never started: its pod created it again, the new attempt takes its place and its CPUs")
 	}
-	l.armStartTimer(rec.ID)
+	// The containers it replaces may still exist, exited (their stop
+	// never reached the plugin): their removal is no pod's end.
+	for _, id := range edit.del {
+		l.stopped[id] = podContainer{rec.Pod, rec.Name}
+	}
+	l.awaitStart(rec.ID)
 	d.obs.observeDecision(dec, l.topo, l.engine, l.cfg.TopologyManagerScope)
 
 	adj := adjustmentOf(dec)
@@ -288,7 +287,8 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 
 // withRecord is the edit putting rec in the index. A container
 // re-created under the same pod and name (a restart) replaces the old
-// record; the engine already gave it the old CPUs. An old one that never
+// record; the engine already gave it the old CPUs (held since the old one
+// stopped, or never released when it did not start). An old one that never
 // started is a dead attempt (the kubelet retries a failed creation with a
 // new ID): it is returned as superseded. l.mu is held.
 func withRecord(l *ledger, rec ctrRecord) (edit ctrEdit, superseded []ctrRecord) {
@@ -333,94 +333,116 @@ func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg strin
 }
 
 // StartContainer is the sign that the container came to life: both
-// runtimes send it only after the OCI runtime created the container. Its
-// start timer is disarmed, a container given up by its timer is placed
-// again, and the applier holds the start until the container's CPUs are
-// its own (direct's start barrier).
-func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+// runtimes send it only after the OCI runtime created the container. It
+// no longer awaits its start, and the applier holds the start until the
+// container's CPUs are its own (direct's start barrier).
+func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("StartContainer")()
 	d := p.d
 	l, a := d.led, d.applier()
 	l.mu.Lock()
-	l.disarmStartTimer(ctr.GetId())
-	_, givenUp := l.gaveUp[ctr.GetId()]
+	delete(l.starting, ctr.GetId())
 	l.mu.Unlock()
-	changed := false
-	if givenUp {
-		late := p.lateRequest(pod, ctr)
-		l.mu.Lock()
-		changed = p.startedLate(late)
-		l.mu.Unlock()
-	}
-	if changed {
-		a.kick()
-	}
 	a.starting(ctr.GetId())
 	return nil
 }
 
-// StopContainer releases the container's exclusive CPUs; the applier
-// brings the shared-pool containers to the grown pool.
+// StopContainer forgets the container but not its CPUs: as under the
+// kubelet, whose assignments are keyed by pod and container name and
+// outlive a container of a live pod, an exclusive container's CPUs stay
+// held for its pod and name until the pod goes (RemovePodSandbox,
+// StopPodSandbox, or Synchronize not finding it). Its restart gets
+// exactly them, and the pod's later containers of another name may reuse
+// them (held.go). The shared pool does not change: no updates.
 func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("StopContainer")()
 	d := p.d
 	d.led.mu.Lock()
 	defer d.led.mu.Unlock()
-	changed, err := p.forget(ctr.GetId(), "stopped")
-	if err != nil || !changed {
+	r, ok := d.led.ctrs[ctr.GetId()]
+	if err := p.forget(ctr.GetId(), "stopped"); err != nil || !ok {
 		return nil, err
 	}
-	return d.applier().poolChanged(ctr.GetId()), nil
+	d.led.stopped[r.ID] = podContainer{r.Pod, r.Name}
+	return nil, nil
 }
 
-// forget releases and drops one container; it reports whether the shared
-// pool changed. Unknown containers are no-ops (idempotent). l.mu is held.
-func (p *plugin) forget(id, why string) (bool, error) {
+// forget drops one container from the index; its exclusive CPUs stay
+// assigned to its pod and name. Unknown containers are no-ops
+// (idempotent). l.mu is held.
+func (p *plugin) forget(id, why string) error {
 	d := p.d
 	l := d.led
-	l.forgetGaveUp(id, "")
 	r, ok := l.ctrs[id]
 	if !ok {
-		return false, nil
+		return nil
 	}
-	changed, err := p.release(r)
-	if err == nil && r.Exclusive {
-		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id, "shared": l.engine.SharedMask(l.st).String()}).
-			Info("container " + why + ": exclusive CPUs released")
+	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
+	if _, err := l.commit(l.st, indexChange{edit: ctrEdit{del: []string{id}}}); err != nil {
+		entry.WithError(err).Error("cannot write the checkpoint; the container stays in the index")
+		return err
 	}
-	return changed, err
+	if cpus, held := l.engine.Assignment(l.st, r.Pod, r.Name); held && r.Exclusive {
+		entry.WithFields(logrus.Fields{"cpus": cpus.String(), "mems": r.Mems}).
+			Info("container " + why + ": its exclusive CPUs stay held for its pod until the pod is removed")
+	}
+	return nil
 }
 
-// release gives a known container's CPUs back and drops it from the
-// index; it reports whether the shared pool changed. l.mu is held.
-func (p *plugin) release(r ctrRecord) (bool, error) {
-	d := p.d
-	l := d.led
-	changed, err := l.commit(l.engine.Remove(l.st, r.Pod, r.Name), indexChange{edit: ctrEdit{del: []string{r.ID}}})
-	if err != nil {
-		d.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name}).Error("cannot write the checkpoint; the container's CPUs stay assigned")
-	}
-	return changed, err
-}
-
-// RemoveContainer forgets the container (idempotent). It cannot return
-// updates: the applier's worker brings the shared-pool containers along.
+// RemoveContainer forgets the container (idempotent); as at
+// StopContainer, its exclusive CPUs stay with its pod, unless it was the
+// last container the plugin knows of its pod: then the pod is ending (the
+// kubelet keeps the newest exited container of every name while the pod
+// lives) and what it holds is released. That is the only sign of a pod's
+// end after a containerd restart, which forgets its pods' NRI state and
+// sends no StopPodSandbox or RemovePodSandbox for them.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("RemoveContainer")()
 	d := p.d
-	d.led.mu.Lock()
-	changed, err := p.forget(ctr.GetId(), "removed")
-	d.led.mu.Unlock()
+	l := d.led
+	id := ctr.GetId()
+	l.mu.Lock()
+	pc, known := l.stopped[id]
+	if r, ok := l.ctrs[id]; ok {
+		pc, known = podContainer{r.Pod, r.Name}, true
+		if err := p.forget(id, "removed"); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+	}
+	delete(l.stopped, id)
+	changed, err := false, error(nil)
+	if known && l.engine != nil && !l.podHasContainers(pc.Pod) && !podUnknown(l.st, pc.Pod) {
+		changed, err = p.releaseAll(pc.Pod, ctr.GetName(), "its last container removed")
+	}
+	l.mu.Unlock()
 	if changed {
 		d.applier().kick()
 	}
 	return err
 }
 
-// RemovePodSandbox forgets every container of the pod and its pod-scope
-// affinity (idempotent).
+// StopPodSandbox ends the pod: the kubelet stops a sandbox once every
+// container of the pod is done for good (the pod finished or was
+// deleted), or to replace the sandbox, whose new containers are then
+// admitted afresh. Everything the pod holds is released.
+func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	defer p.d.obs.timeEvent("StopPodSandbox")()
+	return p.releasePod(pod, "stopped")
+}
+
+// RemovePodSandbox forgets every container of the pod, releases every
+// CPU the pod holds (its stopped containers' included) and forgets its
+// pod-scope affinity (idempotent).
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	defer p.d.obs.timeEvent("RemovePodSandbox")()
+	return p.releasePod(pod, "removed")
+}
+
+// releasePod releases everything pod holds; neither event can answer
+// with updates, so the applier's worker brings the shared-pool containers
+// to the grown pool.
+func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 	d := p.d
 	l := d.led
 	key := podKey(pod)
@@ -429,7 +451,25 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 		l.mu.Unlock()
 		return nil
 	}
-	l.forgetGaveUp("", key)
+	changed, err := p.releaseAll(key, podName(pod), "pod "+why)
+	l.mu.Unlock()
+	if changed {
+		d.applier().kick()
+	}
+	return err
+}
+
+// releaseAll forgets every container of pod (key) and releases what it
+// holds, its pod-scope affinity included; name is for the log. It
+// reports whether the shared pool changed. l.mu is held.
+func (p *plugin) releaseAll(key, name, why string) (bool, error) {
+	d := p.d
+	l := d.led
+	for id, pc := range l.stopped {
+		if pc.Pod == key {
+			delete(l.stopped, id)
+		}
+	}
 	next := l.engine.RemovePod(l.st, key)
 	var edit ctrEdit
 	for id, r := range l.ctrs {
@@ -439,15 +479,22 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 		}
 	}
 	if len(edit.del) == 0 && podUnknown(l.st, key) {
-		l.mu.Unlock()
-		return nil
+		return false, nil
+	}
+	freed := cpuset.New()
+	for _, cpus := range l.st.Alloc.Assignments[key] {
+		freed = freed.Union(cpus)
 	}
 	changed, err := l.commit(next, indexChange{edit: edit})
-	l.mu.Unlock()
-	if changed {
-		d.applier().kick()
+	if err != nil {
+		d.log.WithError(err).WithField("pod", name).Error("cannot write the checkpoint; the pod's CPUs stay assigned")
+		return false, err
 	}
-	return err
+	if !freed.IsEmpty() {
+		d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.engine.SharedMask(l.st).String()}).
+			Info(why + ": the pod's exclusive CPUs released")
+	}
+	return changed, nil
 }
 
 // podUnknown reports whether st holds nothing for pod.

@@ -121,7 +121,7 @@ type syncPlan struct {
 	Adopted     []string // IDs of containers given an assignment they hold
 	Admissions  []admission
 	Placed      int      // adopted and admitted
-	AwaitStart  []string // created, not started: a start timeout from now
+	AwaitStart  []string // created, not started yet
 	Updates     []cpuUpdate
 	Events      []syncEvent
 }
@@ -160,35 +160,34 @@ func planSync(e *policy.Engine, in syncInput) syncPlan {
 	return p.plan
 }
 
-// releaseGone forgets containers that are gone and releases their CPUs,
-// unless a live container of the same pod and name (a restart) holds
-// them. Assignments without a live container (imported from the kubelet,
-// or from a checkpoint whose index was lost) are released too, and the
-// affinity of pods that are gone forgotten.
+// releaseGone forgets the containers that are gone or stopped. Their
+// CPUs stay assigned while their pod lives, as under the kubelet (held.go),
+// and so do assignments without a container (imported from the kubelet,
+// or from a checkpoint whose index was lost): the pod's next container of
+// that name gets them. Everything a pod that is gone holds is released,
+// and its affinity forgotten.
 func (p *planner) releaseGone() {
 	live := make(map[string]bool, len(p.plan.Live))
 	for _, c := range p.plan.Live {
 		live[c.ID] = true
 	}
 	for _, id := range slices.Sorted(maps.Keys(p.in.Records)) {
-		r := p.in.Records[id]
 		if live[id] {
-			p.plan.Records[id] = r
-		} else if !p.liveKey[podContainer{r.Pod, r.Name}] {
-			p.release(r.Pod, r.Name)
-		}
-	}
-	assigned := p.plan.State.Alloc.Assignments
-	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
-		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
-			if !p.liveKey[podContainer{pod, name}] {
-				p.release(pod, name)
-			}
+			p.plan.Records[id] = p.in.Records[id]
 		}
 	}
 	livePods := make(map[string]bool, len(p.in.Pods))
 	for _, pod := range p.in.Pods {
 		livePods[pod.Key] = true
+	}
+	assigned := p.plan.State.Alloc.Assignments
+	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
+		if livePods[pod] {
+			continue
+		}
+		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
+			p.release(pod, name)
+		}
 	}
 	for _, pod := range slices.Sorted(maps.Keys(p.plan.State.PodAffinity)) {
 		if !livePods[pod] {
@@ -301,7 +300,8 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	} else {
 		req = withNodeHints(p.e, req, c.DeviceNodes)
 	}
-	next, dec, err := p.e.Add(p.plan.State, req)
+	st := withReuse(p.plan.State, req, p.in.Static, func(name string) bool { return p.liveKey[podContainer{pod.Key, name}] })
+	next, dec, err := p.e.Add(st, req)
 	if err == nil {
 		err = stranding(p.e, req, next, dec, sharedOthers)
 	}
@@ -392,37 +392,4 @@ func stranding(e *policy.Engine, req policy.Request, next policy.State, dec poli
 		return nil
 	}
 	return &strandedError{Pod: req.Pod, Container: req.Container, CPUs: dec.CPUs.Size(), Shared: sharedOthers}
-}
-
-// lateStart is planLateStart's answer: the state with the container
-// placed again, or Err when it cannot be.
-type lateStart struct {
-	State     policy.State
-	Exclusive bool
-	Mems      string // cpuset.mems to set, "" when left to the runtime
-	Kept      bool   // it keeps the CPUs it runs on
-	Err       error
-}
-
-// planLateStart places again a container that starts after its start
-// timer gave its CPUs back (abandon.go): it keeps the exclusive CPUs it
-// runs on (cpus, as the runtime reports them) when they are exactly its
-// exclusive count and still free, else it is admitted afresh.
-func planLateStart(e *policy.Engine, st policy.State, static bool, req policy.Request, cpus string) lateStart {
-	if n := exclusiveCPUsFor(static, req); n > 0 {
-		if have, err := cpuset.Parse(cpus); err == nil && have.Size() == n {
-			if next, err := e.Assign(st, req.Pod, req.Container, have); err == nil {
-				return lateStart{State: next, Exclusive: true, Kept: true}
-			}
-		}
-	}
-	next, dec, err := e.Add(st, req)
-	if err != nil {
-		return lateStart{State: st, Err: err}
-	}
-	out := lateStart{State: next, Exclusive: dec.Exclusive}
-	if dec.Exclusive && !dec.Mems.IsEmpty() {
-		out.Mems = dec.Mems.String()
-	}
-	return out
 }

@@ -248,10 +248,11 @@ func TestPlanSync(t *testing.T) {
 			events:     []string{"refused c4"},
 		},
 	}, {
-		// Containers still created, not started, wait for their start
-		// from now, known or not; a stopped container's record goes
-		// and its CPUs come back; a container of a pod the runtime no
-		// longer lists is not live.
+		// Containers still created, not started, await their start,
+		// known or not; a stopped container's record goes and its CPUs
+		// stay held for its pod, which lives (3,7 stays out of the
+		// shared pool); a container of a pod the runtime no longer
+		// lists is not live.
 		name:   "created not started at sync",
 		doc:    planStatic,
 		assign: map[string]string{"p1/app": "1,5", "p5/old": "3,7"},
@@ -269,17 +270,42 @@ func TestPlanSync(t *testing.T) {
 			},
 		},
 		want: planWant{
-			assignments: map[string]string{"p1/app": "1,5"},
+			assignments: map[string]string{"p1/app": "1,5", "p5/old": "3,7"},
 			records: map[string]ctrRecord{
 				"c1": rec("c1", "p1", "app", true, "0"),
 				"c2": rec("c2", "p2", "web", false, ""),
 			},
-			released:   []podContainer{{"p5", "old"}},
-			admissions: []string{"c2: 0,2-4,6-7 shared"},
+			admissions: []string{"c2: 0,2,4,6 shared"},
 			placed:     1,
 			await:      []string{"c1", "c2"},
-			updates:    []cpuUpdate{{ID: "c2", CPUs: "0,2-4,6-7"}},
+			updates:    []cpuUpdate{{ID: "c2", CPUs: "0,2,4,6"}},
 			events:     []string{"placed c2"},
+		},
+	}, {
+		// Pods that are gone release everything they hold: p5's
+		// stopped container and p6's assignment without a container
+		// (both of any name); p1's stopped container and p2's
+		// assignment without a container (imported from the kubelet)
+		// stay held for their live pods. The pod-scope affinity of the
+		// gone pod is forgotten.
+		name:   "pods gone",
+		doc:    planStatic,
+		assign: map[string]string{"p1/app": "1", "p2/x": "5", "p5/old": "2,6", "p6/gone": "3"},
+		in: syncInput{
+			Records: map[string]ctrRecord{
+				"c1": rec("c1", "p1", "app", true, "0"),
+				"c5": rec("c5", "p5", "old", true, "0"),
+			},
+			Pods: planPods("p1", "p2"),
+			Ctrs: []syncCtr{
+				planCtr("c1", gReq("p1", "app", 1), phaseStopped, 1, "1"),
+				planCtr("c5", gReq("p5", "old", 2), phaseRunning, 2, "2,6"),
+			},
+		},
+		want: planWant{
+			assignments: map[string]string{"p1/app": "1", "p2/x": "5"},
+			records:     map[string]ctrRecord{},
+			released:    []podContainer{{"p5", "old"}, {"p6", "gone"}},
 		},
 	}, {
 		// No reserved CPUs: three cores are exclusive and a shared
@@ -413,70 +439,4 @@ func orEmptyS(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
-}
-
-// TestPlanLateStart: a container given up by its start timer starts after
-// all (ht-1s-4c, CPUs 0 and 4 reserved, as TestPlanSync).
-func TestPlanLateStart(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		assign map[string]string
-		req    policy.Request
-		cpus   string // what the runtime reports it runs on
-		want   string // "cpus exclusive|shared [mems M] [kept]" or the reason word
-		after  map[string]string
-	}{
-		{"keeps the free whole core it runs on", nil, gReq("p1", "app", 2), "2,6", "2,6 exclusive kept",
-			map[string]string{"p1/app": "2,6"}},
-		{"its CPUs were taken meanwhile: admitted afresh", map[string]string{"p9/x": "2,6"}, gReq("p1", "app", 2), "2,6",
-			"1,5 exclusive mems 0", map[string]string{"p1/app": "1,5", "p9/x": "2,6"}},
-		{"runs unpinned: admitted afresh", nil, gReq("p1", "app", 2), "0-7", "1,5 exclusive mems 0",
-			map[string]string{"p1/app": "1,5"}},
-		{"shared-pool container", map[string]string{"p9/x": "2,6"}, bReq("p1", "web"), "0-7", "0-1,3-5,7 shared",
-			map[string]string{"p9/x": "2,6"}},
-		{"no room, on the reserved CPUs: refused", map[string]string{"p1/a": "1,5", "p2/b": "2,6", "p3/c": "3,7"},
-			gReq("p4", "d", 2), "0,4", allocator.ReasonInsufficientCPUs,
-			map[string]string{"p1/a": "1,5", "p2/b": "2,6", "p3/c": "3,7"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := engineFor(t, "ht-1s-4c", planStatic)
-			st := e.NewState()
-			for k, s := range tc.assign {
-				pod, name, _ := strings.Cut(k, "/")
-				cpus, err := cpuset.Parse(s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if st, err = e.Assign(st, pod, name, cpus); err != nil {
-					t.Fatal(err)
-				}
-			}
-			late := planLateStart(e, st, true, tc.req, tc.cpus)
-			var got string
-			if late.Err != nil {
-				got = reasonOf(late.Err)
-			} else {
-				cpus := rightCPUsIn(e, late.State, ctrRecord{Pod: tc.req.Pod, Name: tc.req.Container, Exclusive: late.Exclusive})
-				got = cpus.String() + map[bool]string{true: " exclusive", false: " shared"}[late.Exclusive]
-				if late.Mems != "" {
-					got += " mems " + late.Mems
-				}
-				if late.Kept {
-					got += " kept"
-				}
-			}
-			if got != tc.want {
-				t.Errorf("planLateStart = %q, want %q", got, tc.want)
-			}
-			after := map[string]string{}
-			for pod, byName := range late.State.Alloc.Assignments {
-				for name, cpus := range byName {
-					after[pod+"/"+name] = cpus.String()
-				}
-			}
-			if !reflect.DeepEqual(after, tc.after) {
-				t.Errorf("assignments after = %v, want %v", after, tc.after)
-			}
-		})
-	}
 }

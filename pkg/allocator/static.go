@@ -327,7 +327,8 @@ func withoutAssignment(st State, pod, container string) State {
 
 // Release drops a container's assignment and returns its CPUs to the shared
 // pool, except those another container of the same pod still holds (an
-// app container reusing an init container's CPUs). Idempotent.
+// app container reusing an init container's CPUs), and out of the pod's
+// reuse set. Idempotent.
 func (s *Static) Release(st State, pod, container string) State {
 	cpus, ok := st.Assignments[pod][container]
 	if !ok {
@@ -340,7 +341,12 @@ func (s *Static) Release(st State, pod, container string) State {
 		}
 	}
 	next := withoutAssignment(st, pod, container)
-	next.Default = st.Default.Union(s.m.setMask(cpus.Difference(inUse)))
+	freed := cpus.Difference(inUse)
+	next.Default = st.Default.Union(s.m.setMask(freed))
+	// CPUs back in the shared pool are no longer the pod's to reuse.
+	if next.ReusablePod == pod && !next.Reusable.IsEmpty() {
+		next.Reusable = next.Reusable.Difference(freed)
+	}
 	return next
 }
 

@@ -417,3 +417,29 @@ func TestAllocateWithAffinity(t *testing.T) {
 		})
 	}
 }
+
+// Released CPUs leave the pod's reuse set: back in the shared pool they
+// are anyone's, and the reuse set names only CPUs the pod holds.
+func TestReleaseDropsReusableCPUs(t *testing.T) {
+	topo := build(t, specHT1S4C) // cores {0,4} {1,5} {2,6} {3,7}
+	s := newStatic(t, topo, Options{}, "0,4")
+	// init takes core 1 = {1,5}: the pod's reuse set.
+	st, got, err := s.Allocate(s.NewState(), Request{Pod: "p", Container: "init", Type: Init, CPUs: 2}, hints.Hint{})
+	if err != nil || !got.Equals(mustParse(t, "1,5")) || !st.Reusable.Equals(mustParse(t, "1,5")) {
+		t.Fatalf("init: got %s reusable %s, %v; want 1,5 both", got, st.Reusable, err)
+	}
+	// app reuses one of them, 1 (the most used core first): 5 stays
+	// reusable.
+	st, got, err = s.Allocate(st, Request{Pod: "p", Container: "app", Type: App, CPUs: 1}, hints.Hint{})
+	if err != nil || !got.Equals(mustParse(t, "1")) || !st.Reusable.Equals(mustParse(t, "5")) {
+		t.Fatalf("app: got %s reusable %s, %v; want 1 and 5", got, st.Reusable, err)
+	}
+	// init goes: 5 is shared again (1 stays with app) and not reusable.
+	st = s.Release(st, "p", "init")
+	if !st.Default.Equals(mustMask(t, "0,2-7")) || !st.Reusable.IsEmpty() {
+		t.Errorf("after init's release: shared %s reusable %s, want 0,2-7 and none", st.Default, st.Reusable)
+	}
+	if err := s.Validate(st); err != nil {
+		t.Error(err)
+	}
+}

@@ -45,9 +45,11 @@ const (
 	KeyMetricsAddress               = "metrics_address"
 	KeyReconcilePeriod              = "reconcile_period"
 	KeySharedPoolUpdates            = "shared_pool_updates"
-	KeyContainerStartTimeout        = "container_start_timeout"
-	KeyLogLevel                     = "log_level"
-	KeyLogFormat                    = "log_format"
+	// KeyContainerStartTimeout is no longer used: accepted and ignored,
+	// with a warning (Config.Ignored).
+	KeyContainerStartTimeout = "container_start_timeout"
+	KeyLogLevel              = "log_level"
+	KeyLogFormat             = "log_format"
 )
 
 // Default values of the daemon-level keys.
@@ -58,10 +60,6 @@ const (
 	DefaultSocketPath      = "/var/run/nri/nri.sock"
 	DefaultMetricsAddress  = "127.0.0.1:9464"
 	DefaultReconcilePeriod = 10 * time.Second
-	// DefaultContainerStartTimeout bounds how long a container the plugin
-	// placed may take to start: the kubelet starts a container right after
-	// creating it, so 30 s is far beyond a live container's gap.
-	DefaultContainerStartTimeout = 30 * time.Second
 )
 
 // Values accepted by the enumerated keys, in the kubelet's spelling
@@ -119,14 +117,11 @@ type Config struct {
 	ReconcilePeriod Duration `toml:"reconcile_period"`
 	// SharedPoolUpdates is SharedUpdatesDirect or SharedUpdatesInAnswer.
 	SharedPoolUpdates string `toml:"shared_pool_updates"`
-	// ContainerStartTimeout is how long a container may stay created but
-	// not started before the plugin takes it for dead (the OCI runtime
-	// failed after the plugin's answer, and CRI-O, or containerd when
-	// runc create fails at start, tells plugins nothing) and gives its
-	// CPUs back; 0 turns this off.
-	ContainerStartTimeout Duration `toml:"container_start_timeout"`
-	LogLevel              string   `toml:"log_level"`
-	LogFormat             string   `toml:"log_format"`
+	LogLevel          string `toml:"log_level"`
+	LogFormat         string `toml:"log_format"`
+	// Ignored are the keys of the document that are no longer used,
+	// each with why; the daemon warns about them.
+	Ignored []IgnoredKey `toml:"-"`
 
 	// source and lines remember where the configuration came from so that
 	// errors found later (e.g. by policy.New) can name the line.
@@ -170,7 +165,6 @@ func Default() Config {
 		MetricsAddress:               DefaultMetricsAddress,
 		ReconcilePeriod:              Duration(DefaultReconcilePeriod),
 		SharedPoolUpdates:            SharedUpdatesDirect,
-		ContainerStartTimeout:        Duration(DefaultContainerStartTimeout),
 		LogLevel:                     "info",
 		LogFormat:                    "text",
 	}
@@ -293,12 +287,8 @@ func load(data []byte, file string) (Config, error) {
 		}
 	}
 	if r.ContainerStartTimeout != nil {
-		d, value, err := parsePeriod(r.ContainerStartTimeout)
-		if err != nil {
-			bad(KeyContainerStartTimeout, value, "%v", err)
-		} else {
-			c.ContainerStartTimeout = Duration(d)
-		}
+		c.Ignored = append(c.Ignored, IgnoredKey{Key: KeyContainerStartTimeout, Line: c.lines[KeyContainerStartTimeout],
+			Why: "a container that never started keeps its CPUs for its pod, as under the kubelet; the pod's removal frees them"})
 	}
 	for _, e := range c.problems() {
 		e.File, e.Line = file, c.lines[e.Key]
@@ -404,9 +394,6 @@ func (c Config) problems() []*Error {
 	}
 	if c.ReconcilePeriod < 0 {
 		bad(KeyReconcilePeriod, time.Duration(c.ReconcilePeriod).String(), "want a duration >= 0 (0 = off)")
-	}
-	if c.ContainerStartTimeout < 0 {
-		bad(KeyContainerStartTimeout, time.Duration(c.ContainerStartTimeout).String(), "want a duration >= 0 (0 = off)")
 	}
 	for _, k := range []struct{ key, value string }{
 		{KeyStateDir, c.StateDir}, {KeySysfsRoot, c.SysfsRoot}, {KeyCgroupRoot, c.CgroupRoot}, {KeySocketPath, c.SocketPath},
@@ -515,7 +502,6 @@ func (c Config) Summary() string {
 		KeyMetricsAddress:               strconv.Quote(c.MetricsAddress),
 		KeyReconcilePeriod:              time.Duration(c.ReconcilePeriod).String(),
 		KeySharedPoolUpdates:            c.SharedPoolUpdates,
-		KeyContainerStartTimeout:        time.Duration(c.ContainerStartTimeout).String(),
 		KeyLogLevel:                     c.LogLevel,
 		KeyLogFormat:                    c.LogFormat,
 	}
@@ -629,4 +615,12 @@ func keyLines(data []byte) map[string]int {
 		}
 	}
 	return lines
+}
+
+// IgnoredKey is a key a configuration document sets that is no longer
+// used: accepted, so that an existing file still loads, and ignored.
+type IgnoredKey struct {
+	Key  string
+	Line int // 0 when unknown
+	Why  string
 }

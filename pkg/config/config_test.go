@@ -29,7 +29,6 @@ reconcile_period = "30s"
 log_level = "debug"
 log_format = "json"
 shared_pool_updates = "in-answer"
-container_start_timeout = "45s"
 
 [cpu_manager_policy_options]
 full-pcpus-only = true
@@ -57,7 +56,6 @@ max-allowable-numa-nodes = 16
 		MetricsAddress:               "",
 		ReconcilePeriod:              Duration(30 * time.Second),
 		SharedPoolUpdates:            SharedUpdatesInAnswer,
-		ContainerStartTimeout:        Duration(45 * time.Second),
 		LogLevel:                     "debug",
 		LogFormat:                    "json",
 	}
@@ -69,11 +67,11 @@ max-allowable-numa-nodes = 16
 	if l := c.Line(KeyLogFormat); l != 15 {
 		t.Errorf("Line(log_format) = %d, want 15", l)
 	}
-	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 20 {
-		t.Errorf("Line(full-pcpus-only) = %d, want 20", l)
+	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 19 {
+		t.Errorf("Line(full-pcpus-only) = %d, want 19", l)
 	}
-	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 23 {
-		t.Errorf("Line(topology_manager_policy_options) = %d, want 23", l)
+	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 22 {
+		t.Errorf("Line(topology_manager_policy_options) = %d, want 22", l)
 	}
 
 	p, err := c.Policy()
@@ -129,28 +127,26 @@ func TestReconcilePeriodForms(t *testing.T) {
 	}
 }
 
-func TestContainerStartTimeout(t *testing.T) {
-	if got := time.Duration(Default().ContainerStartTimeout); got != 30*time.Second {
-		t.Errorf("default container_start_timeout = %v, want 30s", got)
-	}
-	for _, tc := range []struct {
-		doc  string
-		want time.Duration
-	}{
-		{`container_start_timeout = "0"`, 0},
-		{`container_start_timeout = 0`, 0},
-		{`container_start_timeout = "2m"`, 2 * time.Minute},
-		{`container_start_timeout = "1500ms"`, 1500 * time.Millisecond},
+// container_start_timeout is no longer used: an existing file that sets
+// it still loads, whatever the value, and the key is reported as ignored
+// with its line.
+func TestContainerStartTimeoutIgnored(t *testing.T) {
+	for _, doc := range []string{
+		"log_level = \"info\"\ncontainer_start_timeout = \"30s\"\n",
+		"log_level = \"info\"\ncontainer_start_timeout = \"0\"\n",
+		"log_level = \"info\"\ncontainer_start_timeout = \"-1s\"\n",
 	} {
-		t.Run(tc.doc, func(t *testing.T) {
-			c, err := Load([]byte(tc.doc))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if time.Duration(c.ContainerStartTimeout) != tc.want {
-				t.Errorf("got %v, want %v", time.Duration(c.ContainerStartTimeout), tc.want)
-			}
-		})
+		c, err := Load([]byte(doc))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		if len(c.Ignored) != 1 || c.Ignored[0].Key != KeyContainerStartTimeout || c.Ignored[0].Line != 2 || !strings.Contains(c.Ignored[0].Why, "pod") {
+			t.Errorf("%q: ignored %+v, want container_start_timeout on line 2", doc, c.Ignored)
+		}
+	}
+	c, err := Load([]byte("log_level = \"info\"\n"))
+	if err != nil || len(c.Ignored) != 0 {
+		t.Errorf("without the key: ignored %+v, err %v; want none", c.Ignored, err)
 	}
 }
 
@@ -181,8 +177,6 @@ func TestLoadErrors(t *testing.T) {
 		{"negative period", "reconcile_period = \"-5s\"\n", "reconcile_period", 1, "-5s", ">= 0"},
 		{"period without unit", "reconcile_period = 10\n", "reconcile_period", 1, "10", "no unit"},
 		{"period of wrong type", "reconcile_period = true\n", "reconcile_period", 1, "true", "duration"},
-		{"negative start timeout", "\ncontainer_start_timeout = \"-1s\"\n", "container_start_timeout", 2, "-1s", ">= 0"},
-		{"start timeout without unit", "container_start_timeout = 30\n", "container_start_timeout", 1, "30", "no unit"},
 		{"bad log level", "log_level = \"loud\"\n", "log_level", 1, "loud", "debug"},
 		{"bad log format", "log_format = \"xml\"\n", "log_format", 1, "xml", "text, json"},
 		{"bad shared pool updates", "shared_pool_updates = \"later\"\n", "shared_pool_updates", 1, "later", "direct, in-answer"},
@@ -329,7 +323,7 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 22 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 21 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
 	}

@@ -20,7 +20,7 @@ func keys() []string {
 		KeyCPUManagerPolicy, KeyCPUManagerPolicyOptions, KeyReservedSystemCPUs, KeyReservedCPUCount,
 		KeyTopologyManagerPolicy, KeyTopologyManagerScope, KeyTopologyManagerPolicyOptions,
 		KeyStateDir, KeySysfsRoot, KeyCgroupRoot, KeySocketPath, KeyMetricsAddress, KeyReconcilePeriod,
-		KeySharedPoolUpdates, KeyContainerStartTimeout, KeyLogLevel, KeyLogFormat,
+		KeySharedPoolUpdates, KeyLogLevel, KeyLogFormat,
 	}
 }
 

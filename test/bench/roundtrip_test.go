@@ -112,7 +112,6 @@ socket_path = %q
 cgroup_root = %q
 metrics_address = ""
 reconcile_period = "0"
-container_start_timeout = "0"
 shared_pool_updates = %q
 log_level = "info"
 `, bench.ReservedCount, stateDir, rt.Socket(), cgroupRoot, updates)

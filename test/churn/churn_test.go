@@ -193,7 +193,7 @@ func (s stats) String() string {
 	}
 	ops, nOps := f(s.ops)
 	faults, nFaults := f(s.faults)
-	return fmt.Sprintf("%d steps, %d operations (%s; create-rejected, resize-rejected, restart, kubelet-retry, late-start and settled-late are outcomes, not counted again), %d faults injected (%s)",
+	return fmt.Sprintf("%d steps, %d operations (%s; create-rejected, resize-rejected, restart, kubelet-retry and settled-late are outcomes, not counted again), %d faults injected (%s)",
 		s.steps, nOps, ops, nFaults, faults)
 }
 
@@ -219,25 +219,15 @@ type churn struct {
 	// admitted holds, by container ID, the exclusive CPUs of every running
 	// container the plugin admitted: they must never change.
 	admitted map[string]cpuset.CPUSet
-	// ghosts are containers that exited without their StopContainer
-	// reaching the plugin and were not restarted: the plugin cannot know,
-	// so their CPUs stay assigned until the next Synchronize.
-	ghosts map[invariant.Key]bool
+	// held holds, by pod and name, the exclusive CPUs of containers that
+	// exited (told to the plugin or not) while their pod lives: they stay
+	// the pod's, nobody else's, until the pod goes, and the next container
+	// of that pod and name gets exactly them.
+	held map[invariant.Key]cpuset.CPUSet
 	// names counts the containers created per pod, for unique names.
 	names map[string]int
 	res   map[string]framework.Resources // by container ID
 	qos   map[string]framework.QOS       // by pod sandbox ID
-
-	// clock fires the plugin's start timers (container_start_timeout).
-	clock *startClock
-	// pending holds, by container ID, when the start timer of every
-	// container the plugin placed and saw no StartContainer for fires.
-	pending map[string]startDue
-	// gaveUp holds the containers whose start timer gave their CPUs back
-	// while they were still being created: the plugin no longer tracks
-	// them until they start (late) or Synchronize comes; their cgroups
-	// keep what they were created with.
-	gaveUp map[string]bool
 
 	history []string
 	stats
@@ -279,10 +269,9 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	c := &churn{
 		t: t, s: s, seed: seed, totalOps: totalOps, rng: rand.New(rand.NewSource(seed)),
 		topo: sysfstest.Load(t, s.fixture), stateDir: filepath.Join(dir, "state"),
-		logs: newRing(400), admitted: map[string]cpuset.CPUSet{}, ghosts: map[invariant.Key]bool{}, names: map[string]int{},
+		logs: newRing(400), admitted: map[string]cpuset.CPUSet{}, held: map[invariant.Key]cpuset.CPUSet{}, names: map[string]int{},
 		res: map[string]framework.Resources{}, qos: map[string]framework.QOS{},
 		stats: stats{ops: map[string]int{}, faults: map[string]int{}},
-		clock: &startClock{}, pending: map[string]startDue{}, gaveUp: map[string]bool{},
 	}
 	// The runtime keeps a fake cgroup v1 tree under cgroup_root, which is
 	// what the checker reads: under shared_pool_updates = "direct" (the
@@ -300,10 +289,9 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.rt.Stop)
-	// The reconcile loop runs when the test says (ReconcileNow), the start
-	// timers when the test's clock says.
-	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\ncgroup_root = %q\nreconcile_period = \"0\"\ncontainer_start_timeout = %q\nlog_level = \"info\"\n",
-		c.stateDir, c.rt.Socket(), cgroupRoot, startTimeout.String())
+	// The reconcile loop runs when the test says (ReconcileNow).
+	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\ncgroup_root = %q\nreconcile_period = \"0\"\nlog_level = \"info\"\n",
+		c.stateDir, c.rt.Socket(), cgroupRoot)
 	if !strings.Contains(s.toml, "metrics_address") {
 		doc += "metrics_address = \"\"\n"
 	}
@@ -386,7 +374,7 @@ func (c *churn) startDaemon() {
 	c.t.Helper()
 	n := c.rt.Syncs() + 1
 	d, err := daemon.New(c.cfg, daemon.WithTopology(c.topo), daemon.WithLogger(c.logger),
-		daemon.WithStubOptions(stub.WithDialer(c.dial)), daemon.WithStartTimers(c.clock.afterFunc))
+		daemon.WithStubOptions(stub.WithDialer(c.dial)))
 	if err != nil {
 		c.t.Fatalf("daemon.New: %v", err)
 	}
@@ -425,8 +413,6 @@ func (c *churn) stopDaemon() {
 	}
 	c.cancel()
 	c.cancel = nil
-	// The start timers die with the plugin's process.
-	defer c.clock.drop()
 	select {
 	case err := <-c.done:
 		if err != nil {
@@ -466,13 +452,25 @@ func (c *churn) mustFail(pod, name string, n int) string {
 		}
 		return ""
 	}
-	held := cpuset.New()
-	for _, byName := range st.Alloc.Assignments {
-		for _, cpus := range byName {
-			held = held.Union(cpus)
+	// Taken: what other pods hold, and what the pod's live containers
+	// hold; the CPUs held for its exited ones may be reused (the
+	// kubelet's init-container reuse). Counting too many as free only
+	// makes this check weaker.
+	live := map[string]bool{}
+	for _, ct := range c.live() {
+		if c.rt.PodOf(ct).GetUid() == pod {
+			live[ct.Name] = true
 		}
 	}
-	free := c.topo.CPUs().Difference(e.Reserved()).Difference(held)
+	taken := cpuset.New()
+	for p, byName := range st.Alloc.Assignments {
+		for name, cpus := range byName {
+			if p != pod || live[name] {
+				taken = taken.Union(cpus)
+			}
+		}
+	}
+	free := c.topo.CPUs().Difference(e.Reserved()).Difference(taken)
 	if n > free.Size() {
 		return fmt.Sprintf("%d CPUs > %d free", n, free.Size())
 	}
@@ -520,7 +518,7 @@ func (c *churn) run(n int) {
 
 // notCounted are outcome labels in stats.ops, not operations of their own.
 var notCounted = map[string]bool{"create-rejected": true, "restart": true, "settled-late": true,
-	"resize-rejected": true, "late-start": true, "kubelet-retry": true}
+	"resize-rejected": true, "kubelet-retry": true}
 
 func (c *churn) opCount() int {
 	n := 0
@@ -545,9 +543,9 @@ func (c *churn) step() {
 		{100, c.opStop},
 		{90, c.opRemove},
 		{70, c.opRestartContainer},
+		{50, c.opRestartExited},
 		{c.removePodWeight(), c.opRemovePod},
 		{12, c.opDieBeforeStart},
-		{10, c.opTimePasses},
 		{12, c.opDrift},
 		{10, c.opPluginRestart},
 		{7, c.opCorruptRestart},
@@ -701,6 +699,8 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 	q := c.qos[p.Id]
 	n := c.exclusiveCPUs(q, r)
 	why := c.mustFail(p.Uid, name, n)
+	key := invariant.Key{Pod: p.Uid, Container: name}
+	heldCPUs, wasHeld := c.held[key]
 	ct, err := c.createIn(p, name, r)
 	c.ops["create"]++
 	c.record("create %s/%s qos=%s req=%d lim=%d exclusive=%d -> %s", p.Uid, name, q, r.CPURequestMilli, r.CPULimitMilli, n, errOr(ct, err))
@@ -712,6 +712,13 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 		if n == 0 {
 			c.fail("CreateContainer %s/%s of the shared pool rejected: %v", p.Uid, name, err)
 		}
+		// The next container of an exited one's pod and name is refused
+		// only where full-pcpus-only counts the free cores before
+		// returning the existing assignment (kubelet-rules §6); the CPUs
+		// stay held.
+		if wasHeld && c.cfg.CPUManagerPolicyOptions["full-pcpus-only"] != "true" {
+			c.fail("CreateContainer %s/%s refused; the pod holds %s for that name: %v", p.Uid, name, heldCPUs, err)
+		}
 		c.ops["create-rejected"]++
 		if why != "" {
 			c.faults["must-fail-request"]++
@@ -722,20 +729,14 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 		c.fail("CreateContainer %s/%s admitted although it must fail (%s)", p.Uid, name, why)
 	}
 	c.res[ct.Id] = r
-	key := invariant.Key{Pod: p.Uid, Container: name}
-	delete(c.ghosts, key)
 	// The new container takes the place of any other of its pod and name
-	// (a restart, or the retry of an attempt that never started, whose
-	// start timer stops); its own timer starts.
-	for id, due := range c.pending {
-		if due.key == key {
-			delete(c.pending, id)
-		}
-	}
-	c.pending[ct.Id] = startDue{at: c.clock.now() + startTimeout, key: key}
+	// (a restart, or the retry of an attempt that never started).
+	delete(c.held, key)
 	e, st := c.d.EngineState()
 	cpus, ok := e.Assignment(st, p.Uid, name)
 	switch {
+	case wasHeld && !sameSet(cpus, heldCPUs):
+		c.fail("%s/%s restarted on %q; its pod held %s for it", p.Uid, name, cpus, heldCPUs)
 	case n == 0 && ok:
 		c.fail("%s/%s (not exclusive by the static rule) got exclusive CPUs %s", p.Uid, name, cpus)
 	case n > 0 && !ok:
@@ -790,7 +791,62 @@ func (c *churn) opStop() {
 		c.fail("StopContainer %s: %v", ct.Id, err)
 	}
 	c.ops["stop"]++
+	c.exited(ct)
+	c.check(false)
+}
+
+// removedFrom follows a RemoveContainer of a container of p: when the
+// runtime has no container of p left, the plugin takes the pod for
+// ending (the kubelet keeps the newest exited container of every name
+// while a pod lives; after a containerd restart nothing else says a pod
+// ended) and releases what it held.
+func (c *churn) removedFrom(p *api.PodSandbox) {
+	if p == nil {
+		return
+	}
+	for _, ct := range c.rt.Containers() {
+		if ct.PodSandboxId == p.Id {
+			return
+		}
+	}
+	for k := range c.held {
+		if k.Pod == p.Uid {
+			delete(c.held, k)
+		}
+	}
+}
+
+// exited moves a container that stopped or went (the plugin told or not)
+// while its pod lives from admitted to held.
+func (c *churn) exited(ct *api.Container) {
+	if cpus, ok := c.admitted[ct.Id]; ok {
+		c.held[c.keyOf(ct)] = cpus
+	}
 	c.forgetCtr(ct.Id)
+}
+
+// opRestartExited creates again, with the same name and resources, a
+// container of a live pod that exited: the kubelet's restart after its
+// back-off. It gets exactly the CPUs its pod held for it.
+func (c *churn) opRestartExited() {
+	live := map[invariant.Key]bool{}
+	for _, ct := range c.live() {
+		live[c.keyOf(ct)] = true
+	}
+	var cands []*api.Container
+	for _, ct := range c.inState(api.ContainerState_CONTAINER_STOPPED) {
+		if !live[c.keyOf(ct)] {
+			cands = append(cands, ct)
+		}
+	}
+	old := c.pick(cands)
+	if old == nil {
+		c.opStop()
+		return
+	}
+	c.record("restart exited %s", old.Id)
+	c.create(c.rt.PodOf(old), old.Name, c.res[old.Id])
+	c.ops["restart"]++
 	c.check(false)
 }
 
@@ -806,7 +862,8 @@ func (c *churn) opRemove() {
 		c.fail("RemoveContainer %s: %v", ct.Id, err)
 	}
 	c.ops["remove"]++
-	c.forgetCtr(ct.Id)
+	c.exited(ct)
+	c.removedFrom(c.rt.PodOf(ct))
 	// RemoveContainer cannot answer with updates: the plugin pushes the
 	// grown shared pool from its worker.
 	c.check(true)
@@ -815,7 +872,7 @@ func (c *churn) opRemove() {
 // opRestartContainer restarts a running container under the same pod and
 // name: as the kubelet does (StopContainer, RemoveContainer, a new
 // CreateContainer), or after an exit whose StopContainer never reached the
-// plugin — then the new container must get the old one's CPUs back.
+// plugin. Either way the new container gets the old one's CPUs.
 func (c *churn) opRestartContainer() {
 	old := c.pick(c.inState(api.ContainerState_CONTAINER_RUNNING))
 	if old == nil {
@@ -826,43 +883,31 @@ func (c *churn) opRestartContainer() {
 	r := c.res[old.Id]
 	silent := c.rng.Intn(2) == 0
 	c.record("restart %s silent=%v", old.Id, silent)
-	before, wasExclusive := c.admitted[old.Id]
 	if silent {
 		c.rt.StopContainerAway(old)
 	} else if _, err := c.rt.StopContainer(context.Background(), old); err != nil {
 		c.fail("StopContainer %s: %v", old.Id, err)
 	}
-	delete(c.admitted, old.Id)
+	c.exited(old)
 	if silent {
 		c.faults["lost-stop-event"]++
 	} else {
 		c.ops["stop"]++
+		c.check(false)
+	}
+	c.create(p, old.Name, r)
+	c.ops["restart"]++
+	c.check(false)
+	if !silent && c.rng.Intn(2) == 0 {
+		// The kubelet's container GC removes the exited one.
+		c.record("remove %s (the kubelet's container GC)", old.Id)
 		if err := c.rt.RemoveContainer(context.Background(), old); err != nil {
 			c.fail("RemoveContainer %s: %v", old.Id, err)
 		}
 		c.ops["remove"]++
+		c.removedFrom(p)
 		c.check(true)
 	}
-	ct := c.create(p, old.Name, r)
-	c.ops["restart"]++
-	if silent && wasExclusive {
-		if ct == nil {
-			// full-pcpus-only counts the available physical CPUs before
-			// returning an existing assignment (kubelet-rules §6): with the
-			// shared pool too small the restart is refused, as by the
-			// kubelet, and the old CPUs stay with the exited container.
-			if c.cfg.CPUManagerPolicyOptions["full-pcpus-only"] == "true" {
-				c.ghosts[invariant.Key{Pod: p.Uid, Container: old.Name}] = true
-				c.check(false)
-				return
-			}
-			c.fail("restart of %s after a lost stop event was rejected; it held %s", old.Id, before)
-		}
-		if got := c.admitted[ct.Id]; !got.Equals(before) {
-			c.fail("restart of %s after a lost stop event moved it from %s to %s", old.Id, before, got)
-		}
-	}
-	c.check(false)
 }
 
 func (c *churn) opRemovePod() {
@@ -882,19 +927,14 @@ func (c *churn) opRemovePod() {
 }
 
 func (c *churn) forgetPod(p *api.PodSandbox) {
-	for k := range c.ghosts {
+	for k := range c.held {
 		if k.Pod == p.Uid {
-			delete(c.ghosts, k)
+			delete(c.held, k)
 		}
 	}
 	for _, ct := range c.rt.Containers() {
 		if ct.PodSandboxId == p.Id {
 			c.forgetCtr(ct.Id)
-		}
-	}
-	for id, due := range c.pending {
-		if due.key.Pod == p.Uid {
-			delete(c.pending, id) // a dead attempt of the pod
 		}
 	}
 }
@@ -903,8 +943,6 @@ func (c *churn) forgetPod(p *api.PodSandbox) {
 // removed, or with its pod) from the model.
 func (c *churn) forgetCtr(id string) {
 	delete(c.admitted, id)
-	delete(c.pending, id)
-	delete(c.gaveUp, id)
 }
 
 // awayOps changes the runtime while no plugin is connected: containers are
@@ -935,13 +973,13 @@ func (c *churn) awayOps(creates bool) {
 			if ct := c.pick(c.live()); ct != nil {
 				c.record("away: exit %s", ct.Id)
 				c.rt.StopContainerAway(ct)
-				c.forgetCtr(ct.Id)
+				c.exited(ct)
 			}
 		case x < 90:
 			if ct := c.pick(c.rt.Containers()); ct != nil {
 				c.record("away: remove %s", ct.Id)
 				c.rt.RemoveContainerAway(ct)
-				c.forgetCtr(ct.Id)
+				c.exited(ct)
 			}
 		default:
 			if pods := c.rt.Pods(); len(pods) > 0 {
@@ -958,14 +996,6 @@ func (c *churn) awayOps(creates bool) {
 // afterSync adopts into the model the containers the plugin placed in
 // Synchronize (created while it was away) and checks them.
 func (c *churn) afterSync() {
-	clear(c.ghosts) // Synchronize releases what no running container holds
-	// Every container still being created is placed and waits for its
-	// start a full timeout from now; a container given up is placed again.
-	clear(c.gaveUp)
-	clear(c.pending)
-	for _, ct := range c.inState(api.ContainerState_CONTAINER_CREATED) {
-		c.pending[ct.Id] = startDue{at: c.clock.now() + startTimeout, key: invariant.Key{Pod: c.rt.PodOf(ct).GetUid(), Container: ct.Name}}
-	}
 	e, st := c.d.EngineState()
 	for _, ct := range c.live() {
 		if _, ok := c.admitted[ct.Id]; ok {
@@ -1014,6 +1044,9 @@ func (c *churn) opCorruptRestart() {
 	c.faults["corrupt-checkpoint:"+kind]++
 	c.record("checkpoint corrupted: %s", kind)
 	c.awayOps(true)
+	// A rebuild from the runtime knows only the live containers: what
+	// exited containers held may be lost (and given to others).
+	clear(c.held)
 	c.mayMoveAtRebuild()
 	c.record("plugin restarted")
 	c.startDaemon()
@@ -1022,32 +1055,25 @@ func (c *churn) opCorruptRestart() {
 }
 
 // mayMoveAtRebuild drops from the model the exclusive containers a rebuild
-// of the state from the runtime may move: the rebuild keeps a running
-// container's CPUs only when no other live container runs on any of them,
-// and a container given up by its start timer still
-// shows the cpuset it was created with, which may name CPUs given to
-// another since. afterSync adopts them again on whatever CPUs they get.
+// of the state from the runtime may move: it keeps a running container's
+// CPUs only when no other live container runs on any of them, and two
+// containers of a pod share CPUs when one reused those held for the other
+// before it restarted. afterSync adopts them again on whatever CPUs they
+// get.
 func (c *churn) mayMoveAtRebuild() {
 	applied, err := c.rt.Running()
 	if err != nil {
 		c.fail("%v", err)
 	}
-	stale := cpuset.New()
-	for _, ct := range c.live() {
-		if !c.gaveUp[ct.Id] {
-			continue
-		}
-		rec, _, _ := c.rt.CPUs(ct.Id)
-		if set, err := cpuset.Parse(rec); err == nil {
-			stale = stale.Union(set)
-		}
-		stale = stale.Union(applied[c.keyOf(ct)])
-	}
 	for _, id := range slices.Sorted(maps.Keys(c.admitted)) {
-		if cpus := c.admitted[id]; !cpus.Intersection(stale).IsEmpty() {
-			c.record("%s on %s may move: a container given up shows CPUs of it", id, cpus)
-			delete(c.admitted, id)
-			c.faults["rebuild-beside-given-up"]++
+		cpus := c.admitted[id]
+		for _, ct := range c.live() {
+			if ct.Id != id && !applied[c.keyOf(ct)].Intersection(cpus).IsEmpty() {
+				c.record("%s on %s may move: %s runs on some of them", id, cpus, ct.Id)
+				delete(c.admitted, id)
+				c.faults["rebuild-beside-shared"]++
+				break
+			}
 		}
 	}
 }
@@ -1281,7 +1307,9 @@ func (c *churn) verify() error {
 		return err
 	}
 	var probs []string
-	if err := (invariant.Options{NoPodOverlap: true}).Check(e, st, applied); err != nil {
+	// A pod's containers may overlap: a new one reuses the CPUs held for
+	// its exited ones.
+	if err := invariant.Check(e, st, applied); err != nil {
 		probs = append(probs, err.Error())
 	}
 	ids := slices.Sorted(maps.Keys(c.admitted))
@@ -1302,11 +1330,32 @@ func (c *churn) verify() error {
 			probs = append(probs, fmt.Sprintf("container %s (%s) lost its CPUs: admitted on %q, assignment now %q, runs on %q", id, k, want, have, applied[k]))
 		}
 	}
+	// A pod's held CPUs are nobody else's: its assignment is unchanged,
+	// no other pod's container and no shared-pool container runs on them.
+	shared := e.SharedPool(st).CPUSet()
+	for _, k := range slices.SortedFunc(maps.Keys(c.held), func(a, b invariant.Key) int { return strings.Compare(a.String(), b.String()) }) {
+		want := c.held[k]
+		if have, _ := e.Assignment(st, k.Pod, k.Container); !sameSet(have, want) {
+			probs = append(probs, fmt.Sprintf("%s exited and its pod lives: held %s, assignment now %q", k, want, have))
+		}
+		if o := shared.Intersection(want); !o.IsEmpty() {
+			probs = append(probs, fmt.Sprintf("CPUs %s held for %s are in the shared pool %s", o, k, shared))
+		}
+		for other, set := range applied {
+			if other.Pod != k.Pod && !set.Intersection(want).IsEmpty() {
+				probs = append(probs, fmt.Sprintf("%s of another pod runs on %s, CPUs held for %s (%s)", other, set, k, want))
+			}
+		}
+	}
+	// What a pod that is gone held is released.
+	pods := map[string]bool{}
+	for _, p := range c.rt.Pods() {
+		pods[p.Uid] = true
+	}
 	for pod, byName := range st.Alloc.Assignments {
 		for name, cpus := range byName {
-			k := invariant.Key{Pod: pod, Container: name}
-			if _, ok := applied[k]; !ok && !c.ghosts[k] {
-				probs = append(probs, fmt.Sprintf("CPUs %s leaked: assigned to %s/%s, which is not running", cpus, pod, name))
+			if !pods[pod] {
+				probs = append(probs, fmt.Sprintf("CPUs %s leaked: assigned to %s/%s, whose pod is gone", cpus, pod, name))
 			}
 		}
 	}

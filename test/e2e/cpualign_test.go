@@ -114,14 +114,32 @@ var _ = Describe("static policy on a real "+RuntimeName, Ordered, Serial, func()
 		}
 	}, SpecTimeout(2*time.Minute))
 
-	It("gives the CPU back to every shared container when the Guaranteed container stops", func(ctx SpecContext) {
+	It("keeps a stopped Guaranteed container's CPU for its pod: the shared pool unchanged, another pod refused, the restart on the same CPU; the pod's removal gives it back", func(ctx SpecContext) {
 		Expect(CRI.StopContainer(ctx, pinned)).To(Succeed())
+		// Another pod asking for one CPU more than is free without the
+		// held one is refused: the plugin still counts it as taken. The
+		// refusal went through the plugin after the stop, so the shared
+		// containers' cgroups read next show what the stop left them.
+		expectAllocatable(ctx, pinnedCPUs)
+		expectShared(ctx, pool(pinnedCPUs))
+
+		By("the restart: a new container of the same pod and name, as the kubelet's after its back-off")
+		restarted, err := CRI.RunContainer(ctx, pinned.Pod, pinned.Name, framework.GuaranteedCPUs(1), framework.WithAttempt(1))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(CPUsOf(ctx, restarted)).To(EqualCPUs(pinnedCPUs), "the restart did not get its pod's CPU back; plugin log:\n%s", plugin.LogTail())
+		// The kubelet's container GC removes the exited one later.
+		Expect(CRI.RemoveContainer(ctx, pinned)).To(Succeed())
+		expectAllocatable(ctx, pinnedCPUs)
+		expectShared(ctx, pool(pinnedCPUs))
+
+		By("the pod's removal gives the CPU back to every shared container")
+		Expect(CRI.StopContainer(ctx, restarted)).To(Succeed())
+		pods.Remove(ctx, pinned.Pod)
 		Eventually(func(g Gomega) {
 			for _, ct := range shared {
 				g.Expect(CPUsOfG(g, ctx, ct)).To(EqualCPUs(Host.CPUs), "shared container %s", ct.Name)
 			}
 		}).WithContext(ctx).WithTimeout(5 * time.Second).Should(Succeed())
-		pods.Remove(ctx, pinned.Pod)
 		pinned, pinnedCPUs = nil, cpuset.New()
 	}, SpecTimeout(2*time.Minute))
 
@@ -232,11 +250,12 @@ var _ = Describe("static policy on a real "+RuntimeName, Ordered, Serial, func()
 		Expect(aside).NotTo(BeEmpty(), "no copy of the corrupt checkpoint was set aside in %s", plugin.StateDir)
 
 		// Rebuilt from what the runtime reports: the same placements, the
-		// exclusive CPU still counted as taken, and given back on stop.
+		// exclusive CPU still counted as taken, and given back with its pod.
 		Expect(CPUsOf(ctx, pinned)).To(EqualCPUs(pinnedCPUs))
 		expectShared(ctx, pool(pinnedCPUs))
 		expectAllocatable(ctx, pinnedCPUs)
 		Expect(CRI.StopContainer(ctx, pinned)).To(Succeed())
+		pods.Remove(ctx, pinned.Pod)
 		Eventually(func(g Gomega) {
 			for _, ct := range shared {
 				g.Expect(CPUsOfG(g, ctx, ct)).To(EqualCPUs(pool(cpuset.New())), "shared container %s", ct.Name)

@@ -22,7 +22,7 @@ import (
 // never get an empty cpuset nor stay on the exclusive CPUs: they run on
 // the reserved CPU until the exclusive ones come back. On a 2-CPU machine:
 // reserved 0, shared 1; a Guaranteed 1-CPU container takes 1 and the
-// shared containers move to 0, then back to 1 when it stops.
+// shared containers move to 0, then back to 1 when its pod goes.
 var _ = Describe("an empty shared pool under strict-cpu-reservation on a real "+RuntimeName, Ordered, Serial, func() {
 	var (
 		plugin      *Plugin
@@ -70,7 +70,7 @@ var _ = Describe("an empty shared pool under strict-cpu-reservation on a real "+
 		metric(ctx, "nri_cpualign_shared_pool_empty 0")
 	}, NodeTimeout(3*time.Minute))
 
-	It("gives a Guaranteed container every non-reserved CPU, runs the shared containers on the reserved CPU meanwhile, and moves them back when it stops", func(ctx SpecContext) {
+	It("gives a Guaranteed container every non-reserved CPU, runs the shared containers on the reserved CPU meanwhile, and moves them back when its pod goes", func(ctx SpecContext) {
 		logOffset := framework.FileSize(plugin.LogPath)
 		r := framework.GuaranteedCPUs(nonReserved.Size())
 		pinned := pods.RunWith(ctx, "takes-all", r)
@@ -88,13 +88,13 @@ var _ = Describe("an empty shared pool under strict-cpu-reservation on a real "+
 		Expect(CPUsOf(ctx, late)).To(EqualCPUs(Reserved()))
 		shared = append(shared, late)
 
-		By(fmt.Sprintf("stopping the Guaranteed container gives %s back to the shared containers", nonReserved))
+		By(fmt.Sprintf("removing the Guaranteed container's pod gives %s back to the shared containers", nonReserved))
 		Expect(CRI.StopContainer(ctx, pinned)).To(Succeed())
+		pods.Remove(ctx, pinned.Pod)
 		sharedOn(ctx, nonReserved)
 		metric(ctx, "nri_cpualign_shared_pool_empty 0")
 		_, ok, err = framework.FindLine(plugin.LogPath, logOffset, "shared pool has CPUs again")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeTrue(), "no line when the pool had CPUs again; plugin log:\n%s", plugin.LogTail())
-		pods.Remove(ctx, pinned.Pod)
 	}, SpecTimeout(2*time.Minute))
 })

@@ -83,6 +83,7 @@ shared_pool_updates = "in-answer"
 
 // Placement is the plugin's answer to one CreateContainer.
 type Placement struct {
+	Pod       *api.PodSandbox
 	Container *api.Container
 	CPUs      cpuset.CPUSet     // the adjustment's cpuset.cpus
 	Mems      string            // the adjustment's cpuset.mems
@@ -104,21 +105,24 @@ func (f *FixtureDaemon) Place(ctx context.Context, name string, r framework.Reso
 		return pod, Placement{}, err
 	}
 	cpu := resp.GetAdjust().GetLinux().GetResources().GetCpu()
-	p := Placement{Container: c, Mems: cpu.GetMems(), Updates: f.RT.UpdatesByName(resp.GetUpdate())}
+	p := Placement{Pod: pod, Container: c, Mems: cpu.GetMems(), Updates: f.RT.UpdatesByName(resp.GetUpdate())}
 	p.CPUs, err = cpuset.Parse(cpu.GetCpus())
 	Expect(err).NotTo(HaveOccurred(), "adjusted cpuset %q", cpu.GetCpus())
 	Expect(f.RT.StartContainer(ctx, c)).To(Succeed())
 	return pod, p, nil
 }
 
-// StopContainer sends StopContainer and RemoveContainer and returns the
-// updates the plugin sent for other containers, by name.
-func (f *FixtureDaemon) StopContainer(ctx context.Context, c *api.Container) map[string]string {
+// EndPod ends the placement's pod as the kubelet does: StopContainer and
+// RemoveContainer (its CPUs stay with the pod: no updates), then
+// RemovePodSandbox, which frees them; the plugin pushes the grown pool
+// to the shared containers from its worker.
+func (f *FixtureDaemon) EndPod(ctx context.Context, p Placement) {
 	GinkgoHelper()
-	updates, err := f.RT.StopContainer(ctx, c)
+	updates, err := f.RT.StopContainer(ctx, p.Container)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(f.RT.RemoveContainer(ctx, c)).To(Succeed())
-	return f.RT.UpdatesByName(updates)
+	Expect(updates).To(BeEmpty(), "StopContainer of a container whose pod lives changes no pool")
+	Expect(f.RT.RemoveContainer(ctx, p.Container)).To(Succeed())
+	Expect(f.RT.RemovePod(ctx, p.Pod)).To(Succeed())
 }
 
 // CPUsOf is the cpuset the runtime currently has for the container named
@@ -216,8 +220,8 @@ prefer-align-cpus-by-uncorecache = "true"
 		f.ExpectShared("web", a, b, c)
 	})
 
-	It("gives the CPUs of a stopped container back to the shared pool", func(ctx SpecContext) {
-		f.StopContainer(ctx, b.Container)
+	It("gives the CPUs of a removed pod back to the shared pool", func(ctx SpecContext) {
+		f.EndPod(ctx, b)
 		f.ExpectShared("web", a, c)
 	})
 })
@@ -272,9 +276,8 @@ full-pcpus-only = "true"
 		f.ExpectShared("web", a, b, big)
 	})
 
-	It("returns the stopped container's cores to the shared pool", func(ctx SpecContext) {
-		updates := f.StopContainer(ctx, a.Container)
-		GinkgoWriter.Printf("StopContainer updates: %v\n", updates)
+	It("returns a removed pod's cores to the shared pool", func(ctx SpecContext) {
+		f.EndPod(ctx, a)
 		Expect(mustParse(f.CPUsOf("web")).IsSubsetOf(f.All)).To(BeTrue())
 		Eventually(func() bool { return a.CPUs.IsSubsetOf(mustParse(f.CPUsOf("web"))) }).
 			WithTimeout(5 * time.Second).Should(BeTrue())

@@ -445,11 +445,11 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 			GinkgoWriter.Printf("plugin container memory peak: %s bytes (limit %s)\n", peak, dep.ctr.Resources.Limits.Memory())
 		}
 
-		// Stopping it gives the CPU back, here too.
+		// Removing its pod gives the CPU back, here too.
 		Expect(CRI.StopContainer(ctx, pinned)).To(Succeed())
+		pods.Remove(ctx, pinned.Pod)
 		Eventually(func(g Gomega) {
 			g.Expect(CPUsOfG(g, ctx, sharedBefore)).To(EqualCPUs(Host.CPUs))
 		}).WithContext(ctx).WithTimeout(5 * time.Second).Should(Succeed())
-		pods.Remove(ctx, pinned.Pod)
 	}, NodeTimeout(2*time.Minute))
 })

@@ -21,10 +21,10 @@ import (
 // A Guaranteed container whose command does not exist in the image: runc
 // fails after the plugin answered CreateContainer (CRI-O runs `runc create`
 // inside CreateContainer, containerd at StartContainer), and neither
-// runtime tells the plugin. The plugin must give the CPU back by itself
-// within container_start_timeout.
+// runtime tells the plugin. As under the kubelet, the pod keeps the CPU
+// while it lives: no other pod gets it, the kubelet's retry (same pod and
+// name) gets exactly it, and the pod's removal gives it back.
 var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered, Serial, func() {
-	const startTimeout = 8 * time.Second
 	var (
 		plugin *Plugin
 		pods   = &Pods{}
@@ -44,11 +44,14 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 		Expect(resp.StatusCode).To(Equal(http.StatusOK), "%s: %s", path, b)
 		return b
 	}
-	// heldBy is the plugin's /state entry of the pod's container, if any.
-	heldBy := func(g Gomega, ctx context.Context, pod string) *daemon.ContainerView {
+	state := func(g Gomega, ctx context.Context) daemon.StateView {
 		var st daemon.StateView
 		g.Expect(json.Unmarshal(get(ctx, "/state"), &st)).To(Succeed())
-		for _, c := range st.Containers {
+		return st
+	}
+	// placed is the plugin's /state entry of the pod's container, if any.
+	placed := func(g Gomega, ctx context.Context, pod string) *daemon.ContainerView {
+		for _, c := range state(g, ctx).Containers {
 			if c.Pod == "e2e/"+pod {
 				return &c
 			}
@@ -61,9 +64,7 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 		if Host.CPUs.Size() < 2 {
 			Skip("the static policy needs 2 CPUs: one reserved, one to give out exclusively")
 		}
-		plugin = NewPlugin("never-started",
-			fmt.Sprintf("container_start_timeout = %q", startTimeout.String()),
-			`metrics_address = "127.0.0.1:0"`)
+		plugin = NewPlugin("never-started", `metrics_address = "127.0.0.1:0"`)
 		// Registered after the plugin: the pods go first, while it runs.
 		DeferCleanup(pods.RemoveAll, NodeTimeout(2*time.Minute))
 		plugin.Start(ctx)
@@ -74,7 +75,7 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 		Expect(CPUsOf(ctx, shared)).To(EqualCPUs(Host.CPUs))
 	}, NodeTimeout(3*time.Minute))
 
-	It("gives the CPU of a Guaranteed container whose command is missing back within container_start_timeout, with a log line and a metric; a retry takes the dead attempt's place at once", func(ctx SpecContext) {
+	It("keeps the CPU of a Guaranteed container whose command is missing for its pod; the retry gets exactly it, another pod does not, and the pod's removal gives it back", func(ctx SpecContext) {
 		logOffset := framework.FileSize(plugin.LogPath)
 		r := framework.GuaranteedCPUs(1)
 		p := pods.Run(ctx, "never-starts", r)
@@ -96,47 +97,43 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 
 		// The plugin answered, so it holds the CPU; the runtime said
 		// nothing since.
-		held := heldBy(Default, ctx, "never-starts")
-		Expect(held).NotTo(BeNil(), "the plugin did not place the container at all; its log:\n%s", plugin.LogTail())
-		Expect(held.Exclusive).To(BeTrue())
-
-		// The kubelet's retry (attempt 1) names the same pod and container:
-		// the first attempt is given up at once (long before its timeout)
-		// and the retry is placed on its CPU, where the machine may have no
-		// other CPU to give.
-		tryRun(1)
-		failedAt := time.Now()
-		cpus, err := cpuset.Parse(held.CPUs)
+		first := placed(Default, ctx, "never-starts")
+		Expect(first).NotTo(BeNil(), "the plugin did not place the container at all; its log:\n%s", plugin.LogTail())
+		Expect(first.Exclusive).To(BeTrue())
+		cpus, err := cpuset.Parse(first.CPUs)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cpus).To(HaveCPUCount(1))
 		Expect(cpus).To(BeDisjointFrom(Reserved()))
-		Expect(CPUsOf(ctx, shared)).To(EqualCPUs(Host.CPUs.Difference(cpus)), "the shared container did not leave the dead attempts' CPU")
+		Expect(CPUsOf(ctx, shared)).To(EqualCPUs(Host.CPUs.Difference(cpus)), "the shared container runs on the dead attempt's CPU")
+
+		By("another pod asking for one CPU more than is free without it is refused")
+		free := Host.CPUs.Difference(Reserved()).Difference(cpus).Size()
+		other := pods.Run(ctx, "other", framework.GuaranteedCPUs(free+1))
+		_, err = CRI.CreateContainer(ctx, other, "other", framework.GuaranteedCPUs(free+1))
+		Expect(err).To(MatchError(ContainSubstring("InsufficientCPUs")), "plugin log:\n%s", plugin.LogTail())
+		pods.Remove(ctx, other)
+
+		By("the kubelet's retry (attempt 1, same pod and name) takes the dead attempt's place and its CPU")
+		tryRun(1)
 		line, ok, err := framework.FindLine(plugin.LogPath, logOffset, "created it again", "reason=ContainerNeverStarted", "container=app")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(ok).To(BeTrue(), "the retry did not give up the first attempt; plugin log:\n%s", plugin.LogTail())
+		Expect(ok).To(BeTrue(), "the retry did not take the first attempt's place; plugin log:\n%s", plugin.LogTail())
+		Expect(line).To(ContainSubstring("cpus=" + cpus.String()))
 		GinkgoWriter.Printf("plugin: %s\n", line)
 		Expect(string(get(ctx, "/metrics"))).To(ContainSubstring("\nnri_cpualign_abandoned_containers_total 1\n"))
-		retry := heldBy(Default, ctx, "never-starts")
+		retry := placed(Default, ctx, "never-starts")
 		Expect(retry).NotTo(BeNil(), "the retry was not placed; plugin log:\n%s", plugin.LogTail())
-		Expect(retry.ID).NotTo(Equal(held.ID))
-		Expect(retry.CPUs).To(Equal(held.CPUs))
+		Expect(retry.ID).NotTo(Equal(first.ID))
+		Expect(retry.CPUs).To(Equal(first.CPUs))
+		Expect(CPUsOf(ctx, shared)).To(EqualCPUs(Host.CPUs.Difference(cpus)))
 
-		By(fmt.Sprintf("waiting up to container_start_timeout (%s) and a margin for CPU %s to come back", startTimeout, cpus))
+		By(fmt.Sprintf("removing the pod gives CPU %s back", cpus))
+		pods.Remove(ctx, p)
 		Eventually(func(g Gomega) {
-			g.Expect(heldBy(g, ctx, "never-starts")).To(BeNil(), "/state still lists the container")
+			g.Expect(placed(g, ctx, "never-starts")).To(BeNil(), "/state still lists the container")
+			g.Expect(state(g, ctx).Held).To(BeEmpty(), "/state still holds CPUs")
 			g.Expect(CPUsOfG(g, ctx, shared)).To(EqualCPUs(Host.CPUs), "the shared container's cgroup")
-		}).WithContext(ctx).WithTimeout(startTimeout+10*time.Second).WithPolling(250*time.Millisecond).
-			Should(Succeed(), "plugin log:\n%s", plugin.LogTail())
-		GinkgoWriter.Printf("CPU %s back in the shared pool %s after the failure\n", cpus, time.Since(failedAt).Round(100*time.Millisecond))
-
-		line, ok, err = framework.FindLine(plugin.LogPath, logOffset, "container never started: CPUs given back", "reason=ContainerNeverStarted", "container=app")
-		Expect(err).NotTo(HaveOccurred())
-		Expect(ok).To(BeTrue(), "no log line for the container; plugin log:\n%s", plugin.LogTail())
-		Expect(line).To(ContainSubstring("cpus="+cpus.String()), "the line names the CPUs")
-		Expect(line).To(ContainSubstring("pod=e2e/never-starts"))
-		GinkgoWriter.Printf("plugin: %s\n", line)
-		Expect(line).To(ContainSubstring("id=" + retry.ID))
-		Expect(string(get(ctx, "/metrics"))).To(ContainSubstring("\nnri_cpualign_abandoned_containers_total 2\n"))
+		}).WithContext(ctx).WithTimeout(10*time.Second).Should(Succeed(), "plugin log:\n%s", plugin.LogTail())
 
 		// Nothing leaked: a new Guaranteed container gets an exclusive CPU.
 		again := pods.RunWith(ctx, "pinned-after", r)

@@ -70,7 +70,7 @@ strict-align-cpus-by-uncorecache = "exclusive"
 	})
 
 	It("hands a freed cache to the next container", func(ctx SpecContext) {
-		f.StopContainer(ctx, b.Container)
+		f.EndPod(ctx, b)
 		// L3 1 is nobody's again: its first whole core, 4.
 		_, g := f.ExpectPlaced(ctx, "g", 2, "4,68", "0")
 		rest := []Placement{g}

@@ -18,8 +18,10 @@ import (
 // name, its pod's labels and annotations, its cgroup values and the pod's
 // summed resources: nothing says "init container" or "sidecar" (README,
 // "Init containers and sidecars"). The plugin places each as an app
-// container and gives an exclusive CPU back when the container stops; these
-// specs check that the placement is right either way.
+// container and keeps an exited container's CPUs for its pod, which its
+// later containers may reuse, as the kubelet's app containers reuse their
+// init containers' CPUs; these specs check that the placement is right
+// either way.
 var _ = Describe("init containers and sidecars under a real kubelet", Ordered, Serial, func() {
 	var (
 		plugin  *Plugin
@@ -87,10 +89,15 @@ var _ = Describe("init containers and sidecars under a real kubelet", Ordered, S
 		expectInitFinished(ctx, name)
 		v := plugin.State(Default, ctx)
 		Expect(Exclusive(v)).To(Equal(map[string]string{"default/" + StaticName(name) + "/app": app.String()}))
-		Expect(v.Shared).To(Equal(Host.CPUs.Difference(app).String()))
-		Expect(plugin.LogCount("exclusive CPUs released", StaticName(name), `container=init`)).To(Equal(1))
+		// The init container's CPU stays with the pod (held), reused by
+		// the app container or not.
+		Expect(v.Held).To(ConsistOf(HaveField("CPUs", ic.String())))
+		Expect(v.Shared).To(Equal(Host.CPUs.Difference(app).Difference(ic).String()))
+		Expect(plugin.LogCount("stay held for its pod", StaticName(name), `container=init`)).To(Equal(1))
 		kubelet.Delete(ctx, name)
-		Expect(Exclusive(plugin.State(Default, ctx))).To(BeEmpty())
+		v = plugin.State(Default, ctx)
+		Expect(Exclusive(v)).To(BeEmpty())
+		Expect(v.Held).To(BeEmpty())
 	}, NodeTimeout(4*time.Minute))
 
 	It("keeps a sidecar (restartable init container) on the shared pool beside an exclusive app container, after an exclusive init container", func(ctx SpecContext) {
@@ -102,9 +109,10 @@ var _ = Describe("init containers and sidecars under a real kubelet", Ordered, S
 		kubelet.Apply(initPod(name, out, []corev1.Container{sidecar}, Container("app", Guaranteed("1"))))
 		app := CPUsOf(ctx, kubelet, name, "app")
 		Expect(app.Size()).To(Equal(1))
-		pool := Host.CPUs.Difference(app)
+		ic := initCPUs(out)
+		Expect(ic.Size()).To(Equal(1))
+		pool := Host.CPUs.Difference(app).Difference(ic)
 		ExpectCPUs(ctx, kubelet, name, "sidecar", pool)
-		Expect(initCPUs(out).Size()).To(Equal(1))
 		expectInitFinished(ctx, name)
 		v := plugin.State(Default, ctx)
 		Expect(Exclusive(v)).To(Equal(map[string]string{"default/" + StaticName(name) + "/app": app.String()}))

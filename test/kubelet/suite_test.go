@@ -300,6 +300,15 @@ type StateView struct {
 	Reserved     string          `json:"reserved"`
 	Shared       string          `json:"shared"`
 	Containers   []ContainerView `json:"containers"`
+	Held         []HeldView      `json:"held"`
+}
+
+// HeldView is one assignment held for an exited container on /state.
+type HeldView struct {
+	Pod       string `json:"pod"`
+	PodUID    string `json:"pod_uid"`
+	Container string `json:"container"`
+	CPUs      string `json:"cpus"`
 }
 
 // ContainerView is one container on /state.

@@ -84,13 +84,6 @@ reconcile_period = {{ .Values.config.reconcile_period | toString | toJson }}
 # start waits for). Fixed at start-up.
 shared_pool_updates = {{ .Values.config.shared_pool_updates | toString | toJson }}
 
-# A container given CPUs at CreateContainer that has not started after
-# this long is taken for dead (its OCI runtime failed after the
-# plugin's answer, which CRI-O does not report to plugins) and its CPUs
-# go back to the shared pool, with a warning (reason
-# ContainerNeverStarted). "0" turns this off.
-container_start_timeout = {{ .Values.config.container_start_timeout | toString | toJson }}
-
 # Logging: trace, debug, info, warn, error; format "text" or "json".
 log_level = {{ .Values.config.log_level | toString | toJson }}
 log_format = {{ .Values.config.log_format | toString | toJson }}

@@ -1,0 +1,150 @@
+package daemon
+
+import (
+	"maps"
+	"slices"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
+
+// CPUs held for stopped containers. The kubelet keys exclusive CPUs by pod
+// and container name and drops them only when the pair no longer belongs
+// to an active pod (removeStaleState): a container that exits, crashes or
+// never starts keeps its CPUs while its pod lives, out of the shared pool
+// and out of other pods' reach, and its restart gets exactly them. The
+// engine's assignments are that table here: a container that stops
+// leaves the index, its assignment stays, and the engine's Add returns it
+// to the next container of the same pod and name. An assignment whose pod
+// and name no container in the index holds is "held".
+//
+// The kubelet lets a pod's later containers reuse the CPUs of its init
+// containers. NRI does not say which containers are init containers; the
+// order of events does: an init container has stopped before the pod's
+// next container is created. So a new exclusive container may take the
+// CPUs held for its pod's stopped containers, as the kubelet's
+// allocatable set counts the pod's reusable CPUs; what it does not take
+// stays held for the pod.
+
+// withPodReuse is st with the allocator's reuse set made the CPUs held for
+// req's pod by its stopped containers, less those its tracked containers
+// run on, when req asks for exclusive CPUs it does not hold yet. The
+// allocator keeps one pod's reuse set (the kubelet's most recently
+// allocated pod); here it is derived again at every creation, so another
+// pod's admission in between loses nothing. l.mu is held.
+func withPodReuse(st policy.State, ctrs map[string]ctrRecord, req policy.Request, static bool) policy.State {
+	return withReuse(st, req, static, func(name string) bool {
+		for _, r := range ctrs {
+			if r.Pod == req.Pod && r.Name == name {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// withReuse is withPodReuse for any idea of which containers of the pod
+// run (tracked, by name).
+func withReuse(st policy.State, req policy.Request, static bool, tracked func(name string) bool) policy.State {
+	assigned := st.Alloc.Assignments[req.Pod]
+	if len(assigned) == 0 || exclusiveCPUsFor(static, req) == 0 {
+		return st
+	}
+	if _, ok := assigned[req.Container]; ok {
+		return st
+	}
+	held, running := cpuset.New(), cpuset.New()
+	for name, cpus := range assigned {
+		if tracked(name) {
+			running = running.Union(cpus)
+		} else {
+			held = held.Union(cpus)
+		}
+	}
+	reuse := held.Difference(running)
+	if reuse.IsEmpty() && st.Alloc.ReusablePod != req.Pod {
+		return st
+	}
+	st.Alloc.ReusablePod, st.Alloc.Reusable = req.Pod, reuse
+	return st
+}
+
+// heldAssignment is one assignment no tracked container holds.
+type heldAssignment struct {
+	Pod, PodName, Name string
+	CPUs               cpuset.CPUSet
+}
+
+// heldAssignments lists the assignments of st that no record of ctrs
+// holds, by pod key and name; PodName is the pod's namespace/name when a
+// record of the pod still says it.
+func heldAssignments(st policy.State, ctrs []ctrRecord) []heldAssignment {
+	tracked := map[podContainer]bool{}
+	names := map[string]string{}
+	for _, r := range ctrs {
+		tracked[podContainer{r.Pod, r.Name}] = true
+		names[r.Pod] = r.PodName
+	}
+	var out []heldAssignment
+	assigned := st.Alloc.Assignments
+	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
+		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
+			if !tracked[podContainer{pod, name}] {
+				out = append(out, heldAssignment{Pod: pod, PodName: names[pod], Name: name, CPUs: assigned[pod][name]})
+			}
+		}
+	}
+	return out
+}
+
+// heldOnlyCPUs is how many CPUs are held for stopped containers and used
+// by no tracked container (an app container on its init container's CPUs
+// runs on them).
+func heldOnlyCPUs(st policy.State, ctrs []ctrRecord) int {
+	held := cpuset.New()
+	for _, h := range heldAssignments(st, ctrs) {
+		held = held.Union(h.CPUs)
+	}
+	if held.IsEmpty() {
+		return 0
+	}
+	for _, r := range ctrs {
+		if cpus, ok := st.Alloc.Assignments[r.Pod][r.Name]; ok {
+			held = held.Difference(cpus)
+		}
+	}
+	return held.Size()
+}
+
+// podHasContainers reports whether the plugin knows a container of pod,
+// tracked or stopped and not removed. l.mu is held.
+func (l *ledger) podHasContainers(pod string) bool {
+	for _, r := range l.ctrs {
+		if r.Pod == pod {
+			return true
+		}
+	}
+	for _, pc := range l.stopped {
+		if pc.Pod == pod {
+			return true
+		}
+	}
+	return false
+}
+
+// stoppedOf is the stopped containers of live pods that Synchronize
+// reports, by ID: those whose RemoveContainer may end their pod.
+func stoppedOf(in syncInput) map[string]podContainer {
+	keys := make(map[string]string, len(in.Pods))
+	for _, pod := range in.Pods {
+		keys[pod.ID] = pod.Key
+	}
+	out := map[string]podContainer{}
+	for _, c := range in.Ctrs {
+		if key, ok := keys[c.SandboxID]; ok && c.Phase == phaseStopped {
+			out[c.ID] = podContainer{key, c.Name}
+		}
+	}
+	return out
+}
