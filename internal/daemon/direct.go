@@ -36,12 +36,15 @@ import (
 // the current pool if it differs; until then only the OCI runtime's init
 // runs in it.
 //
-// The runtime's record: the runtime still believes a shared-pool container
-// has the cpuset it was created with (what crictl inspect shows). Nothing
-// the runtime does re-applies it on its own: a CRI resize reaches the
-// plugin's UpdateContainer, and kubelet resizes carry no cpuset. Another
-// NRI plugin's update of such a container may carry the old value; the
-// reconcile loop restores it within reconcile_period.
+// The runtime's record: the runtime believes a shared-pool container has
+// the cpuset it was last given through NRI (at its creation, or in the
+// answer to its last UpdateContainer; what crictl inspect shows).
+// containerd re-applies that record with every update of the container's
+// resources: a CRI update (a kubelet resize) reaches the plugin's
+// UpdateContainer, whose answer carries the current pool, and
+// PostUpdateContainer checks the cgroup afterwards. Another NRI plugin's
+// update of such a container reaches neither and may carry the old value;
+// the reconcile loop restores it within reconcile_period.
 type direct struct {
 	*updater
 	// writeMu serializes every cgroup write (passes, the start check, the
@@ -235,6 +238,17 @@ func (a *direct) check(id string) {
 			Debug("starting container created with an older shared pool: written")
 	}
 	a.noteIfKnown(id, shared)
+}
+
+// updated is PostUpdateContainer's check: the runtime wrote the cpuset of
+// the update's answer, and a pass may have written a newer pool into the
+// cgroup before that write landed; the container's cgroup is read and
+// written back if it differs from the current state.
+func (a *direct) updated(id string) {
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
+	found, _ := a.checkUpdated(id)
+	a.restore(found, nil, 0)
 }
 
 // noteIfKnown records what a container's cgroup holds unless the
