@@ -58,7 +58,12 @@ type applier interface {
 }
 
 // newApplier chooses how the shared pool is applied, the one place the
-// mode is decided. Under the default "direct" a cgroup_root whose cpuset
+// mode is decided. Under the default "direct" a node where systemd
+// manages the container cgroups (cgroups.SystemdManaged) falls back to
+// "in-answer" with an info line: the OCI runtime's systemd driver sets
+// the scope's AllowedCPUs, which systemd keeps; a plain write is undone
+// at its next re-apply. "direct" in so many words is kept there, with a
+// warning. A cgroup_root whose cpuset
 // hierarchy cannot be written (a read-only mount) falls back to
 // "in-answer" with a warning, so that a deployment mounting the cgroups
 // read-only keeps working; a configuration that asks for "direct" in so
@@ -68,6 +73,21 @@ func newApplier(cfg *config.Config, l *ledger, conn *connection, log *logrus.Log
 	root := cgroups.New(cfg.CgroupRoot)
 	if cfg.SharedPoolUpdates == config.SharedUpdatesDirect {
 		err := root.Writable()
+		if err == nil && root.SystemdManaged() {
+			if cfg.Line(config.KeySharedPoolUpdates) > 0 {
+				log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot}).
+					Warn("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and writes a scope's AllowedCPUs " +
+						"back when it re-applies the unit (daemon-reload): until the reconcile loop restores them, shared-pool containers " +
+						"may run on exclusive CPUs; leave shared_pool_updates unset to have the runtime apply the pool through systemd")
+				return newDirect(newUpdater(l, conn, root, log)), nil
+			}
+			log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "using": config.SharedUpdatesInAnswer}).
+				Info("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and would undo cpusets the plugin writes: " +
+					"the runtime applies the shared pool instead, through systemd (each exclusive admission then waits for one OCI runtime " +
+					"update per shared-pool container)")
+			cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+			return newInAnswer(newUpdater(l, conn, root, log)), nil
+		}
 		if err == nil {
 			return newDirect(newUpdater(l, conn, root, log)), nil
 		}
