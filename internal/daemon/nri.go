@@ -485,6 +485,8 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		}
 		r = l.ctrs[r.ID]
 	}
+	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.rightCPUs(r).String(), "mems": r.Mems,
+		"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
 	return p.currentCPUSet(r), nil
 }
 

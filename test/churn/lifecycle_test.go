@@ -311,12 +311,19 @@ func (c *churn) opResize() {
 	default:
 		c.res[ct.Id] = next
 	}
-	// The answer to an accepted resize of a shared-pool container records
-	// the current pool in the runtime (under direct its record was the pool
-	// of its creation); anything else keeps the record it had.
+	// The answer to an accepted resize records in the runtime the cpuset
+	// the container must have now: the current pool, or its exclusive CPUs
+	// (under direct the record may be older: a shared-pool container's
+	// creation pool, the CPUs a late start or a reconcile replaced); a
+	// refused one changes nothing.
 	record := before
-	if e, st := c.d.EngineState(); err == nil && have == 0 && !e.SharedCPUs(st).IsEmpty() {
-		record = e.SharedCPUs(st).String()
+	if e, st := c.d.EngineState(); err == nil {
+		k := c.keyOf(ct)
+		if cpus, ok := e.Assignment(st, k.Pod, k.Container); ok && have > 0 {
+			record = cpus.String()
+		} else if have == 0 && !e.SharedCPUs(st).IsEmpty() {
+			record = e.SharedCPUs(st).String()
+		}
 	}
 	if after, _, _ := c.rt.CPUs(ct.Id); after != record {
 		c.fail("resize of %s: the runtime's record of its cpuset is %q (before: %q), want %q", ct.Id, after, before, record)
