@@ -51,9 +51,8 @@ func (r Root) Unified() bool { return r.unified }
 // root.
 func (r Root) Dir(cgroupsPath string) (string, error) {
 	p := cgroupsPath
-	if strings.Count(p, ":") == 2 && !strings.HasPrefix(p, "/") {
-		parts := strings.SplitN(p, ":", 3)
-		p = ExpandSlice(parts[0]) + "/" + parts[1] + "-" + parts[2] + ".scope"
+	if slice, unit, ok := systemdForm(p); ok {
+		p = ExpandSlice(slice) + "/" + unit
 	}
 	if p == "" {
 		return "", errors.New("no cgroups path")
@@ -63,6 +62,42 @@ func (r Root) Dir(cgroupsPath string) (string, error) {
 		return filepath.Join(r.root, p), nil
 	}
 	return cgroup1.NewCpuset(r.root).Path(p), nil
+}
+
+// systemdForm splits a cgroupsPath in the systemd driver's form
+// "slice:prefix:name" into its slice and the scope unit the OCI runtime
+// creates for the container, "prefix-name.scope".
+func systemdForm(cgroupsPath string) (slice, unit string, ok bool) {
+	if strings.Count(cgroupsPath, ":") != 2 || strings.HasPrefix(cgroupsPath, "/") {
+		return "", "", false
+	}
+	parts := strings.SplitN(cgroupsPath, ":", 3)
+	return parts[0], parts[1] + "-" + parts[2] + ".scope", true
+}
+
+// ScopeUnit is the systemd unit of a container whose cgroupsPath is in the
+// systemd driver's form: containerd's
+// "kubepods-burstable-pod<uid>.slice:cri-containerd:<id>" is
+// "cri-containerd-<id>.scope", CRI-O's "…:crio:<id>" "crio-<id>.scope".
+// ok is false for a cgroupfs path.
+func ScopeUnit(cgroupsPath string) (unit string, ok bool) {
+	_, unit, ok = systemdForm(cgroupsPath)
+	return unit, ok
+}
+
+// SystemdManaged reports whether systemd manages the containers' cpusets
+// under this root: a cgroup v2 hierarchy holding the kubelet's systemd
+// driver slice, kubepods.slice. systemd keeps each container scope's
+// AllowedCPUs and AllowedMemoryNodes and writes them again whenever it
+// re-applies the unit (a daemon-reload, a property change), undoing a
+// cpuset the plugin wrote itself. Under cgroup v1 systemd does not manage
+// the cpuset controller.
+func (r Root) SystemdManaged() bool {
+	if !r.unified {
+		return false
+	}
+	fi, err := os.Stat(filepath.Join(r.root, "kubepods.slice"))
+	return err == nil && fi.IsDir()
 }
 
 // ExpandSlice turns a systemd slice name into its path:

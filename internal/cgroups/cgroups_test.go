@@ -80,3 +80,69 @@ func TestCgroupReadV2(t *testing.T) {
 		t.Error("a root without cgroup.controllers detected as v2")
 	}
 }
+
+// The cgroupsPath values are those the runtimes hand NRI under the systemd
+// cgroup driver (containerd 2.x with SystemdCgroup, CRI-O's default) and
+// under cgroupfs.
+func TestScopeUnit(t *testing.T) {
+	for _, tc := range []struct {
+		path, unit string
+		ok         bool
+	}{
+		{"kubepods-burstable-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice:cri-containerd:3f9a0c1b2d4e", "cri-containerd-3f9a0c1b2d4e.scope", true},
+		{"kubepods-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice:crio:7c6b5a4d3e2f", "crio-7c6b5a4d3e2f.scope", true},
+		{"kubepods-besteffort-podu.slice:docker:abc", "docker-abc.scope", true},
+		{"/kubepods/burstable/pod0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0/3f9a0c1b2d4e", "", false},
+		{"/kubepods/podu/crio-7c6b5a4d3e2f", "", false},
+		{"", "", false},
+	} {
+		unit, ok := ScopeUnit(tc.path)
+		if unit != tc.unit || ok != tc.ok {
+			t.Errorf("ScopeUnit(%q) = %q, %v; want %q, %v", tc.path, unit, ok, tc.unit, tc.ok)
+		}
+	}
+}
+
+// TestSystemdManaged: only a cgroup v2 root holding kubepods.slice (the
+// kubelet's systemd driver) is managed by systemd.
+func TestSystemdManaged(t *testing.T) {
+	mk := func(t *testing.T, unified bool, dirs ...string) Root {
+		root := t.TempDir()
+		if unified {
+			if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, d := range dirs {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return New(root)
+	}
+	for _, tc := range []struct {
+		name    string
+		unified bool
+		dirs    []string
+		want    bool
+	}{
+		{"v2 systemd driver", true, []string{"kubepods.slice/kubepods-burstable.slice", "system.slice"}, true},
+		{"v2 cgroupfs driver", true, []string{"kubepods/burstable", "system.slice"}, false},
+		{"v2 before the kubelet", true, []string{"system.slice"}, false},
+		{"v1 systemd driver", false, []string{"cpuset/kubepods.slice", "kubepods.slice"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mk(t, tc.unified, tc.dirs...).SystemdManaged(); got != tc.want {
+				t.Errorf("SystemdManaged() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// A file of that name is not the slice.
+	r := mk(t, true)
+	if err := os.WriteFile(filepath.Join(r.root, "kubepods.slice"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r.SystemdManaged() {
+		t.Error("a file named kubepods.slice detected as the systemd driver's slice")
+	}
+}

@@ -41,6 +41,10 @@ type applier interface {
 	// starting is StartContainer's part, after the ledger's: it returns
 	// when the container may start. ledger.mu is not held.
 	starting(id string)
+	// updated is PostUpdateContainer's check of the container's cgroup
+	// after a runtime update: what is wrong is put right (written, or
+	// pushed by the worker). ledger.mu is not held.
+	updated(id string)
 	// kick wakes the worker after a change no answer carries.
 	kick()
 	// run is the worker; it returns when ctx ends.
@@ -54,7 +58,12 @@ type applier interface {
 }
 
 // newApplier chooses how the shared pool is applied, the one place the
-// mode is decided. Under the default "direct" a cgroup_root whose cpuset
+// mode is decided. Under the default "direct" a node where systemd
+// manages the container cgroups (cgroups.SystemdManaged) falls back to
+// "in-answer" with an info line: the OCI runtime's systemd driver sets
+// the scope's AllowedCPUs, which systemd keeps; a plain write is undone
+// at its next re-apply. "direct" in so many words is kept there, with a
+// warning. A cgroup_root whose cpuset
 // hierarchy cannot be written (a read-only mount) falls back to
 // "in-answer" with a warning, so that a deployment mounting the cgroups
 // read-only keeps working; a configuration that asks for "direct" in so
@@ -64,6 +73,21 @@ func newApplier(cfg *config.Config, l *ledger, conn *connection, log *logrus.Log
 	root := cgroups.New(cfg.CgroupRoot)
 	if cfg.SharedPoolUpdates == config.SharedUpdatesDirect {
 		err := root.Writable()
+		if err == nil && root.SystemdManaged() {
+			if cfg.Line(config.KeySharedPoolUpdates) > 0 {
+				log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot}).
+					Warn("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and writes a scope's AllowedCPUs " +
+						"back when it re-applies the unit (daemon-reload): until the reconcile loop restores them, shared-pool containers " +
+						"may run on exclusive CPUs; leave shared_pool_updates unset to have the runtime apply the pool through systemd")
+				return newDirect(newUpdater(l, conn, root, log)), nil
+			}
+			log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "using": config.SharedUpdatesInAnswer}).
+				Info("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and would undo cpusets the plugin writes: " +
+					"the runtime applies the shared pool instead, through systemd (each exclusive admission then waits for one OCI runtime " +
+					"update per shared-pool container)")
+			cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+			return newInAnswer(newUpdater(l, conn, root, log)), nil
+		}
 		if err == nil {
 			return newDirect(newUpdater(l, conn, root, log)), nil
 		}
@@ -79,7 +103,7 @@ func newApplier(cfg *config.Config, l *ledger, conn *connection, log *logrus.Log
 				"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
 		cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
 	}
-	return &inAnswer{newUpdater(l, conn, root, log)}, nil
+	return newInAnswer(newUpdater(l, conn, root, log)), nil
 }
 
 // updater is what both appliers share: the worker's wake-ups, the kick
@@ -248,6 +272,43 @@ func (u *updater) readDrift(items []wantedCPUs) []drifted {
 	return found
 }
 
+// checkUpdated reads the cgroup of a container the runtime just updated
+// and returns it when it differs from the container's assignment (logged
+// and counted), with the generation it was compared at. Nothing is found
+// for an unknown container, before the first Synchronize, or when a
+// commit came while the cgroup was read (whoever made it brings the
+// container along).
+func (u *updater) checkUpdated(id string) (found []drifted, gen uint64) {
+	l := u.l
+	l.mu.Lock()
+	r, ok := l.ctrs[id]
+	if !ok || l.engine == nil || l.syncs == 0 {
+		l.mu.Unlock()
+		return nil, 0
+	}
+	gen = l.gen
+	want := l.rightCPUs(r)
+	l.mu.Unlock()
+	found = u.readDrift([]wantedCPUs{{r, want}})
+	if len(found) == 0 {
+		return nil, gen
+	}
+	l.mu.Lock()
+	stale := l.gen != gen
+	l.mu.Unlock()
+	if stale {
+		return nil, gen
+	}
+	for _, dr := range found {
+		u.log.WithFields(logrus.Fields{
+			"pod": dr.rec.PodName, "container": dr.rec.Name, "id": dr.rec.ID,
+			"cpus": dr.wantCPUs.String(), "found_cpus": dr.haveCPUs.String(), "mems": dr.wantMems, "found_mems": dr.haveMems,
+		}).Warn("cpuset wrong after the runtime updated the container; restoring it")
+	}
+	l.obs.updateRepairs.Add(float64(len(found)))
+	return found, gen
+}
+
 // logDrift logs each drifted container.
 func (u *updater) logDrift(found []drifted) {
 	for _, dr := range found {
@@ -279,7 +340,15 @@ func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, 
 // with stub.UpdateContainers after events that cannot answer with
 // updates, from outside any handler (inside one it deadlocks the
 // runtime).
-type inAnswer struct{ *updater }
+type inAnswer struct {
+	*updater
+	// repairMu guards repairs, the exclusive containers found wrong after
+	// an update that the next push restores; a leaf.
+	repairMu sync.Mutex
+	repairs  map[string]struct{}
+}
+
+func newInAnswer(u *updater) *inAnswer { return &inAnswer{updater: u, repairs: map[string]struct{}{}} }
 
 func (a *inAnswer) mode() string { return config.SharedUpdatesInAnswer }
 
@@ -297,7 +366,24 @@ func (a *inAnswer) starting(string) {}
 
 func (a *inAnswer) run(ctx context.Context) { a.loop(ctx, a.push, a.reconcile) }
 
-// push sends the shared pool to every shared-pool container.
+// updated cannot push from PostUpdateContainer (containerd holds its NRI
+// lock across it): a shared-pool container found wrong goes with the
+// worker's next push of the pool, an exclusive one is queued for it.
+func (a *inAnswer) updated(id string) {
+	found, _ := a.checkUpdated(id)
+	if len(found) == 0 {
+		return
+	}
+	if found[0].rec.Exclusive {
+		a.repairMu.Lock()
+		a.repairs[id] = struct{}{}
+		a.repairMu.Unlock()
+	}
+	a.kick()
+}
+
+// push sends the shared pool to every shared-pool container, and their
+// assignment to the exclusive containers queued by updated.
 func (a *inAnswer) push() {
 	s := a.conn.get()
 	l := a.l
@@ -308,6 +394,14 @@ func (a *inAnswer) push() {
 	}
 	gen := l.gen
 	updates := a.sharedUpdates("")
+	a.repairMu.Lock()
+	for id := range a.repairs {
+		if r, ok := l.ctrs[id]; ok && r.Exclusive {
+			updates = append(updates, nriUpdates([]cpuUpdate{{ID: id, CPUs: l.rightCPUs(r).String(), Mems: r.Mems}})...)
+		}
+		delete(a.repairs, id)
+	}
+	a.repairMu.Unlock()
 	l.mu.Unlock()
 	if len(updates) == 0 {
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -36,12 +37,15 @@ import (
 // the current pool if it differs; until then only the OCI runtime's init
 // runs in it.
 //
-// The runtime's record: the runtime still believes a shared-pool container
-// has the cpuset it was created with (what crictl inspect shows). Nothing
-// the runtime does re-applies it on its own: a CRI resize reaches the
-// plugin's UpdateContainer, and kubelet resizes carry no cpuset. Another
-// NRI plugin's update of such a container may carry the old value; the
-// reconcile loop restores it within reconcile_period.
+// The runtime's record: the runtime believes a shared-pool container has
+// the cpuset it was last given through NRI (at its creation, or in the
+// answer to its last UpdateContainer; what crictl inspect shows).
+// containerd re-applies that record with every update of the container's
+// resources: a CRI update (a kubelet resize) reaches the plugin's
+// UpdateContainer, whose answer carries the current pool, and
+// PostUpdateContainer checks the cgroup afterwards. Another NRI plugin's
+// update of such a container reaches neither and may carry the old value;
+// the reconcile loop restores it within reconcile_period.
 type direct struct {
 	*updater
 	// writeMu serializes every cgroup write (passes, the start check, the
@@ -57,6 +61,8 @@ type direct struct {
 	// done is the generation (ledger.gen) of the newest state a pass
 	// wrote to every shared-pool cgroup there was.
 	done uint64
+	// systemdSeen: watchSystemd has warned.
+	systemdSeen atomic.Bool
 }
 
 func newDirect(u *updater) *direct { return &direct{updater: u, written: map[string]string{}} }
@@ -70,7 +76,28 @@ func (a *direct) poolChanged(skip string) []*api.ContainerUpdate {
 	return nil
 }
 
-func (a *direct) created(id, cpus string) { a.note(id, cpus) }
+func (a *direct) created(id, cpus string) {
+	a.note(id, cpus)
+	a.watchSystemd(a.l.ctrs[id].CgroupsPath)
+}
+
+// watchSystemd warns, once, when a container's cgroup is a systemd scope
+// on cgroup v2 although the start-up check found no systemd driver (the
+// plugin started before the kubelet made kubepods.slice): systemd undoes
+// the writes of this mode there.
+func (a *direct) watchSystemd(cgroupsPath string) {
+	if !a.cg.Unified() || a.systemdSeen.Load() {
+		return
+	}
+	unit, ok := cgroups.ScopeUnit(cgroupsPath)
+	if !ok || a.systemdSeen.Swap(true) {
+		return
+	}
+	a.log.WithFields(logrus.Fields{"unit": unit, "key": config.KeySharedPoolUpdates}).
+		Warn("container cgroups are systemd scopes on cgroup v2: systemd writes a scope's AllowedCPUs back when it re-applies the unit " +
+			"(daemon-reload), undoing the shared pool this plugin writes until the reconcile loop restores it; " +
+			"set shared_pool_updates = \"in-answer\" or restart the plugin once the kubelet runs")
+}
 
 // note records the cpuset a shared-pool container's cgroup holds.
 func (a *direct) note(id, cpus string) {
@@ -83,6 +110,9 @@ func (a *direct) note(id, cpus string) {
 // shared-pool containers are written by a pass, and not sent to the
 // runtime, whose record of them is stale by design. ledger.mu is held.
 func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
+	for _, r := range a.l.ctrs {
+		a.watchSystemd(r.CgroupsPath)
+	}
 	var exclusive []cpuUpdate
 	for _, u := range planned {
 		if a.l.ctrs[u.ID].Exclusive {
@@ -235,6 +265,17 @@ func (a *direct) check(id string) {
 			Debug("starting container created with an older shared pool: written")
 	}
 	a.noteIfKnown(id, shared)
+}
+
+// updated is PostUpdateContainer's check: the runtime wrote the cpuset of
+// the update's answer, and a pass may have written a newer pool into the
+// cgroup before that write landed; the container's cgroup is read and
+// written back if it differs from the current state.
+func (a *direct) updated(id string) {
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
+	found, _ := a.checkUpdated(id)
+	a.restore(found, nil, 0)
 }
 
 // noteIfKnown records what a container's cgroup holds unless the

@@ -46,6 +46,7 @@ type metrics struct {
 	reservedCPUs     prometheus.Gauge
 	containers       prometheus.Gauge
 	drift            prometheus.Counter
+	updateRepairs    prometheus.Counter
 	checkpointErrors prometheus.Counter
 	abandoned        prometheus.Counter
 	poolEmpty        prometheus.Gauge
@@ -90,6 +91,8 @@ func newMetrics() *metrics {
 			Help: "Containers the plugin tracks."}),
 		drift: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_reconcile_drift_total",
 			Help: "Containers whose cgroup cpuset was found different from their assignment and restored."}),
+		updateRepairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_update_repairs_total",
+			Help: "Containers whose cgroup cpuset was found different from their assignment right after a runtime update of their resources (PostUpdateContainer) and restored."}),
 		checkpointErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_checkpoint_errors_total",
 			Help: "Checkpoint writes that failed and corrupt checkpoints set aside."}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_abandoned_containers_total",
@@ -115,7 +118,7 @@ func newMetrics() *metrics {
 	m.buildInfo.WithLabelValues(buildinfo.MetricLabels()).Set(1)
 	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
 		m.admissionErrors, m.admissionDuration, m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
-		m.drift, m.checkpointErrors, m.abandoned, m.eventDuration, m.poolEmpty, m.refusals, m.reconnects, m.buildInfo)
+		m.drift, m.updateRepairs, m.checkpointErrors, m.abandoned, m.eventDuration, m.poolEmpty, m.refusals, m.reconnects, m.buildInfo)
 	return m
 }
 

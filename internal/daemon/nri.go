@@ -24,16 +24,17 @@ type plugin struct{ d *Daemon }
 
 // The NRI events the plugin handles (the stub subscribes to exactly these).
 var (
-	_ stub.ConfigureInterface       = (*plugin)(nil)
-	_ stub.SynchronizeInterface     = (*plugin)(nil)
-	_ stub.ShutdownInterface        = (*plugin)(nil)
-	_ stub.CreateContainerInterface = (*plugin)(nil)
-	_ stub.StartContainerInterface  = (*plugin)(nil)
-	_ stub.UpdateContainerInterface = (*plugin)(nil)
-	_ stub.StopContainerInterface   = (*plugin)(nil)
-	_ stub.RemoveContainerInterface = (*plugin)(nil)
-	_ stub.StopPodInterface         = (*plugin)(nil)
-	_ stub.RemovePodInterface       = (*plugin)(nil)
+	_ stub.ConfigureInterface           = (*plugin)(nil)
+	_ stub.SynchronizeInterface         = (*plugin)(nil)
+	_ stub.ShutdownInterface            = (*plugin)(nil)
+	_ stub.CreateContainerInterface     = (*plugin)(nil)
+	_ stub.StartContainerInterface      = (*plugin)(nil)
+	_ stub.UpdateContainerInterface     = (*plugin)(nil)
+	_ stub.PostUpdateContainerInterface = (*plugin)(nil)
+	_ stub.StopContainerInterface       = (*plugin)(nil)
+	_ stub.RemoveContainerInterface     = (*plugin)(nil)
+	_ stub.StopPodInterface             = (*plugin)(nil)
+	_ stub.RemovePodInterface           = (*plugin)(nil)
 )
 
 // reasoner is implemented by the engine's admission errors.
@@ -504,28 +505,70 @@ func podUnknown(st policy.State, pod string) bool {
 	return !a && !b
 }
 
-// UpdateContainer handles an in-place resize. The exclusive CPU count of
-// a container is fixed for its life, as under the kubelet's static
-// policy: a resize that would change it (including into or out of
-// exclusive CPUs) is refused with an error starting with
-// "InPlaceResizeRejected"; any other resize goes through unchanged, and
-// the container keeps its cpuset (the runtime leaves an empty cpuset
-// alone).
+// UpdateContainer handles an in-place resize (or any other CRI update of
+// a container's resources). Its answer always carries the cpuset.cpus,
+// and for exclusive CPUs the cpuset.mems, that a known container must
+// have now: the kubelet's request carries no cpuset, and containerd fills
+// one in from its stored spec, which for a shared-pool container under
+// "direct" is the pool of its creation. NRI applies the answer in the same
+// OCI runtime call and records it in the runtime's spec; PostUpdateContainer
+// checks the cgroup afterwards. A resize the plugin refuses (resize)
+// changes nothing.
 func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("UpdateContainer")()
 	d := p.d
 	l := d.led
 	cpu := cpuOf(res)
-	if cpu == nil || (cpu.GetShares() == nil && cpu.GetQuota() == nil) {
-		return nil, nil
+	resized := cpu != nil && (cpu.GetShares() != nil || cpu.GetQuota() != nil)
+	var req policy.Request
+	if resized {
+		req = requestWithCPU(pod, ctr, cpu)
 	}
-	resized := requestWithCPU(pod, ctr, cpu)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r, ok := l.ctrs[ctr.GetId()]
-	if !ok {
+	if !ok || l.engine == nil {
 		return nil, nil
 	}
+	if resized {
+		if err := p.resize(r, req); err != nil {
+			return nil, err
+		}
+		r = l.ctrs[r.ID]
+	}
+	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.rightCPUs(r).String(), "mems": r.Mems,
+		"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
+	return p.currentCPUSet(r), nil
+}
+
+// currentCPUSet is the update giving a known container the cpuset.cpus
+// (and, when its record names them, the cpuset.mems) it must have now;
+// none while that cpuset is empty (see emptypool.go). A shared-pool
+// container's mems are never set by the plugin, so the runtime's record
+// of them cannot be stale. l.mu is held.
+func (p *plugin) currentCPUSet(r ctrRecord) []*api.ContainerUpdate {
+	cpus := p.d.led.rightCPUs(r)
+	if cpus.IsEmpty() {
+		return nil
+	}
+	u := &api.ContainerUpdate{}
+	u.SetContainerId(r.ID)
+	u.SetLinuxCPUSetCPUs(cpus.String())
+	if r.Mems != "" {
+		u.SetLinuxCPUSetMems(r.Mems)
+	}
+	return []*api.ContainerUpdate{u}
+}
+
+// resize decides a change of a known container's CPU request. The
+// exclusive CPU count of a container is fixed for its life, as under the
+// kubelet's static policy: a resize that would change it (including into
+// or out of exclusive CPUs) is refused with an error starting with
+// "InPlaceResizeRejected"; any other resize keeps the container's CPUs.
+// l.mu is held.
+func (p *plugin) resize(r ctrRecord, resized policy.Request) error {
+	d := p.d
+	l := d.led
 	have := 0
 	if r.Exclusive {
 		if cpus, ok := l.engine.Assignment(l.st, r.Pod, r.Name); ok {
@@ -533,13 +576,24 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		}
 	}
 	want := exclusiveCPUsFor(l.static(), resized)
-	if want != have {
-		err := fmt.Errorf("InPlaceResizeRejected: container %s of pod %s holds %d exclusive CPUs and the resize asks for %d; "+
-			"the exclusive CPU count cannot change in place, recreate the pod", r.Name, r.PodName, have, want)
-		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "reason": "InPlaceResizeRejected", "have": have, "want": want}).
-			Warn("resize refused")
-		d.obs.refusals.WithLabelValues("InPlaceResizeRejected").Inc()
-		return nil, err
+	if want == have {
+		return nil
 	}
-	return nil, nil
+	err := fmt.Errorf("InPlaceResizeRejected: container %s of pod %s holds %d exclusive CPUs and the resize asks for %d; "+
+		"the exclusive CPU count cannot change in place, recreate the pod", r.Name, r.PodName, have, want)
+	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "reason": "InPlaceResizeRejected", "have": have, "want": want}).
+		Warn("resize refused")
+	d.obs.refusals.WithLabelValues("InPlaceResizeRejected").Inc()
+	return err
+}
+
+// PostUpdateContainer checks the cgroup of a known container once the
+// runtime applied an update: a pool that changed between the answer and
+// the OCI runtime's write, or another plugin's cpuset, is put right by
+// the applier (written under direct, pushed through the runtime by the
+// worker under in-answer).
+func (p *plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	defer p.d.obs.timeEvent("PostUpdateContainer")()
+	p.d.applier().updated(ctr.GetId())
+	return nil
 }

@@ -731,8 +731,11 @@ func (rt *Runtime) forgetPodLocked(pod *api.PodSandbox) {
 
 // UpdateContainer sends UpdateContainer (an in-place resize) with the new
 // resources and, when the plugins accept it, stores the container with the
-// CPU and memory values res sets (the others as they were) and applies the
-// updates of the answer; it returns them.
+// CPU and memory values res sets (the others as they were), applies the
+// updates of the answer and, as containerd does, writes the container's
+// recorded cpuset (the answer's, or else the one it had) into its cgroup:
+// containerd builds the OCI update from its stored spec. Then it sends
+// PostUpdateContainer. It returns the answer's updates.
 func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
 	pod := rt.PodOf(c)
 	var updates []*api.ContainerUpdate
@@ -751,8 +754,34 @@ func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *a
 		defer rt.mu.Unlock()
 		rt.resizeLocked(c.Id, res)
 		rt.applyLocked(updates)
+		if stored, ok := rt.ctrs[c.Id]; ok && stored.State != api.ContainerState_CONTAINER_STOPPED {
+			cpu := stored.GetLinux().GetResources().GetCpu()
+			if cpu.GetCpus() != "" {
+				rt.writeCgroup(stored, "cpuset.cpus", cpu.GetCpus())
+			}
+			if cpu.GetMems() != "" {
+				rt.writeCgroup(stored, "cpuset.mems", cpu.GetMems())
+			}
+		}
 	})
-	return updates, err
+	if err != nil {
+		return nil, err
+	}
+	return updates, rt.PostUpdateContainer(ctx, c)
+}
+
+// PostUpdateContainer sends PostUpdateContainer, as both runtimes do once
+// the OCI runtime applied an update of the container's resources.
+func (rt *Runtime) PostUpdateContainer(ctx context.Context, c *api.Container) error {
+	pod := rt.PodOf(c)
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		rt.mu.Lock()
+		cur := rt.sendableLocked(c)
+		rt.mu.Unlock()
+		err = a.PostUpdateContainer(ctx, &api.PostUpdateContainerRequest{Pod: pod, Container: cur})
+	})
+	return err
 }
 
 // resizeLocked stores a copy of the stored container id with the shares,

@@ -85,9 +85,9 @@ func (c *churn) checkStartBarrier(ct *api.Container) {
 }
 
 // opResize sends an in-place resize of a running container: one that
-// keeps its exclusive CPU count goes through and is stored by the runtime;
-// one that changes it is refused with InPlaceResizeRejected and changes
-// nothing.
+// keeps its exclusive CPU count goes through and is stored by the runtime
+// with the cpuset the plugin answered; one that changes it is refused with
+// InPlaceResizeRejected and changes nothing.
 func (c *churn) opResize() {
 	var cands []*api.Container
 	for _, ct := range c.inState(api.ContainerState_CONTAINER_RUNNING) {
@@ -144,8 +144,22 @@ func (c *churn) opResize() {
 	default:
 		c.res[ct.Id] = next
 	}
-	if after, _, _ := c.rt.CPUs(ct.Id); after != before {
-		c.fail("resize of %s changed its cpuset from %q to %q", ct.Id, before, after)
+	// The answer to an accepted resize records in the runtime the cpuset
+	// the container must have now: the current pool, or its exclusive CPUs
+	// (under direct the record may be older: a shared-pool container's
+	// creation pool, the CPUs a late start or a reconcile replaced); a
+	// refused one changes nothing.
+	record := before
+	if e, st := c.d.EngineState(); err == nil {
+		k := c.keyOf(ct)
+		if cpus, ok := e.Assignment(st, k.Pod, k.Container); ok && have > 0 {
+			record = cpus.String()
+		} else if have == 0 && !e.SharedCPUs(st).IsEmpty() {
+			record = e.SharedCPUs(st).String()
+		}
+	}
+	if after, _, _ := c.rt.CPUs(ct.Id); after != record {
+		c.fail("resize of %s: the runtime's record of its cpuset is %q (before: %q), want %q", ct.Id, after, before, record)
 	}
 	c.check(false)
 }

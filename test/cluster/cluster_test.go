@@ -304,6 +304,10 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 			HaveField("PodUID", string(pinned.UID)), HaveField("Exclusive", true), HaveField("CPUs", pinnedCPUs.String()))))
 	}, SpecTimeout(4*time.Minute))
 
+	It("keeps a Burstable pod resized with kubectl patch --subresource resize on the shared pool before, while and after the resize, in its cgroup and in the runtime's record, while the Guaranteed pod holds its exclusive CPU", func(ctx SpecContext) {
+		resizeBurstable(ctx, pinnedCPUs)
+	}, SpecTimeout(3*time.Minute))
+
 	It("refuses a pod when the plugin reserves more than the kubelet, and kubectl describe shows InsufficientCPUs; the kubelet's retries leak nothing", func(ctx SpecContext) {
 		// With the kubelet reserving nothing and the plugin one CPU, the
 		// DaemonSet's 100m keeps the scheduler from placing a second
