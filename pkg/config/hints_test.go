@@ -39,7 +39,7 @@ func TestKubeletNamesAndTypos(t *testing.T) {
 		{"systemReserved", "systemReserved = { cpu = \"1\" }\n",
 			`config line 1: key "systemReserved": unknown key; the kubelet reserves the cpu of kubeReserved plus systemReserved, rounded up to whole CPUs: write that number as "reserved_cpu_count", or the CPUs themselves as "reserved_system_cpus"`},
 		{"featureGates", "[featureGates]\nCPUManagerPolicyAlphaOptions = true\n",
-			`config line 1: key "featureGates": unknown key; nri-cpualign has no feature gates: every policy option it knows is available without one, `+
+			`config line 1: key "featureGates": unknown key; nri-cpualign has no feature gates: every policy option it knows is available without one, ` +
 				`and the gate DisableCPUQuotaWithExclusiveCPUs is the key "disable_cpu_quota_with_exclusive_cpus"`},
 		{"memoryManagerPolicy", "memoryManagerPolicy = \"None\"\n",
 			`config line 1: key "memoryManagerPolicy": unknown key; did you mean "memory_manager_policy"? (the kubelet's memoryManagerPolicy, flag --memory-manager-policy)`},
