@@ -116,7 +116,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for _, id := range plan.AwaitStart {
 		l.armStartTimer(id)
 	}
-	updates := a.synchronized(plan.Updates)
+	updates := p.quotaAtSync(ctrs, a.synchronized(plan.Updates))
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
 		"updates": len(updates), "shared": l.engine.SharedMask(l.st).String(),
@@ -275,6 +275,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	d.obs.observeDecision(dec, l.topo, l.engine, l.cfg.TopologyManagerScope)
 
 	adj := adjustmentOf(dec)
+	p.exclusiveQuota(adj, rec)
 	if !dec.Exclusive {
 		a.created(rec.ID, dec.CPUs.String())
 	}
@@ -460,7 +461,8 @@ func podUnknown(st policy.State, pod string) bool {
 // "InPlaceResizeRejected"; any other resize goes through unchanged, and
 // the container keeps its cpuset (the runtime leaves an empty cpuset
 // alone).
-func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (updates []*api.ContainerUpdate, err error) {
+	defer func() { updates = p.quotaAtUpdate(ctr, updates) }()
 	defer p.d.obs.timeEvent("UpdateContainer")()
 	d := p.d
 	l := d.led
