@@ -95,6 +95,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.pendingErr)
 	}
 	in.State, in.Records, in.Static = l.st, l.ctrs, l.static()
+	in.Records = memsAtSync(l.engine, in.Records)
 	plan := planSync(l.engine, in)
 	p.logSyncEvents(plan.Events)
 	for _, adm := range plan.Admissions {

@@ -565,6 +565,10 @@ func copyAffinities(m map[string]hints.Hint) map[string]hints.Hint {
 	return out
 }
 
+// Mems is the cpuset.mems the engine gives every container under
+// memory_manager_policy None: every memory node.
+func (e *Engine) Mems() cpuset.CPUSet { return e.allMems() }
+
 // allMems is every NUMA node with memory (every NUMA node when the
 // machine reports no memory at all).
 func (e *Engine) allMems() cpuset.CPUSet {
