@@ -334,7 +334,7 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 22 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 24 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
 	}
@@ -348,7 +348,7 @@ func TestMemoryManagerPolicy(t *testing.T) {
 		t.Fatalf("None: %+v, %v", c.MemoryManagerPolicy, err)
 	}
 	for _, tc := range []struct{ doc, want string }{
-		{"\nmemory_manager_policy = \"Static\"", `config line 2: key "memory_manager_policy": bad value "Static": Static (the kubelet's memory manager: ` +
+		{"\nmemory_manager_policy = \"Static\"", `config line 2: key "memory_manager_policy": bad value "Static": the Static policy (the kubelet's memory manager: ` +
 			`per-NUMA-node memory and hugepages) is not implemented yet; use None`},
 		{`memory_manager_policy = "none"`, `key "memory_manager_policy": bad value "none": want one of None, Static; did you mean "None"?`},
 		{`memory_manager_policy = 1`, `key "memory_manager_policy": wrong type: got a TOML integer, want a string`},

@@ -46,7 +46,7 @@ const (
 
 // MemoryStaticNotImplemented is the refusal of memory_manager_policy
 // Static, the same from the configuration loader and from New.
-const MemoryStaticNotImplemented = `Static (the kubelet's memory manager: per-NUMA-node memory and hugepages) is not implemented yet; ` +
+const MemoryStaticNotImplemented = `the Static policy (the kubelet's memory manager: per-NUMA-node memory and hugepages) is not implemented yet; ` +
 	`use None (the default: every container's cpuset.mems is every memory node, as the kubelet leaves it)`
 
 // State is the engine's whole mutable state: the static policy's pools and
