@@ -57,7 +57,9 @@ log_format = "json"
 	logs := &syncBuffer{}
 	log := logrus.New()
 	log.SetOutput(logs)
-	d, err := daemon.New(cfg, daemon.WithLogger(log))
+	// Every container got its CPUs at this time (the SINCE column).
+	at := time.Date(2026, 11, 25, 10, 5, 0, 0, time.UTC)
+	d, err := daemon.New(cfg, daemon.WithLogger(log), daemon.WithNow(func() time.Time { return at }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,9 +143,9 @@ shared pool:    0,8-32,40-63 (50), 1 container
 exclusive CPUs: 1-7,33-39 (14), 2 containers
 free CPUs:      8-31,40-63 (48)
 
-POD          CONTAINER  CPUS       NUMA  L3
-default/db   main       4-7,36-39  0     1
-default/web  app        1-3,33-35  0     0
+POD          CONTAINER  CPUS       NUMA  L3  SINCE
+default/db   main       4-7,36-39  0     1   2026-11-25T10:05:00Z
+default/web  app        1-3,33-35  0     0   2026-11-25T10:05:00Z
 
 NUMA  CPUS  RESERVED  EXCLUSIVE  FREE  FREE CPUS
 0     32    2         14         16    8-15,40-47
@@ -200,8 +202,8 @@ L3  NUMA  CPUS  RESERVED  EXCLUSIVE  FREE  FREE CPUS
 	if len(doc.Pinned) == 2 {
 		db := doc.Pinned[0]
 		if db.Pod != "default/db" || db.PodUID != "u-db" || db.Container != "main" || db.CPUs != "4-7,36-39" ||
-			!equalJSON(db.NUMA, []int{0}) || !equalJSON(db.L3, []int{1}) || db.Since != "" || db.ID == "" {
-			t.Errorf("pinned[0] = %+v, want default/db main 4-7,36-39 on NUMA 0, L3 1", db)
+			!equalJSON(db.NUMA, []int{0}) || !equalJSON(db.L3, []int{1}) || db.Since != "2026-11-25T10:05:00Z" || db.ID == "" {
+			t.Errorf("pinned[0] = %+v, want default/db main 4-7,36-39 on NUMA 0, L3 1, since 2026-11-25T10:05:00Z", db)
 		}
 	}
 	if len(doc.NUMANodes) == 2 {

@@ -36,6 +36,10 @@ type clock interface {
 // withClock replaces the wall clock of the start timers (tests).
 func withClock(c clock) Option { return func(o *options) { o.clock = c } }
 
+// WithNow replaces the wall clock that stamps when a container got its
+// CPUs (/state's since; test hook).
+func WithNow(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
 type wallClock struct{}
 
 func (wallClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
@@ -126,7 +130,7 @@ func (p *plugin) startedLate(in lateStartInput) bool {
 	delete(l.gaveUp, id)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": id})
 	req := withDeviceHints(l.engine, in.req, in.nodes, in.devErr, entry)
-	rec := ctrRecord{ID: id, Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(), CgroupsPath: ctr.GetLinux().GetCgroupsPath()}
+	rec := ctrRecord{ID: id, Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(), CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.stamp()}
 	late := planLateStart(l.engine, l.st, l.static(), req, ctr.GetLinux().GetResources().GetCpu().GetCpus())
 	if err := late.Err; err != nil {
 		// It runs on what it was created with, which another container

@@ -73,6 +73,7 @@ type options struct {
 	stubOpts    []stub.Option
 	fromRuntime bool
 	clock       clock
+	now         func() time.Time
 	store       Store
 }
 
@@ -181,6 +182,9 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	l.obs, l.log, l.clock, l.timedOut = d.obs, o.log, o.clock, (&plugin{d: d}).startTimedOut
 	if l.clock == nil {
 		l.clock = wallClock{}
+	}
+	if l.now = o.now; l.now == nil {
+		l.now = time.Now
 	}
 	d.led = l
 	app, err := newApplier(&l.cfg, l, &d.conn, o.log)

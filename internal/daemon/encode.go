@@ -184,6 +184,10 @@ func appendRecord(b []byte, r ctrRecord) []byte {
 		b = append(b, `,"mems":`...)
 		b = jsonstr.Append(b, r.Mems)
 	}
+	if r.Since != "" {
+		b = append(b, `,"since":`...)
+		b = jsonstr.Append(b, r.Since)
+	}
 	return append(b, '}')
 }
 

@@ -136,7 +136,7 @@ func randomEvent(rng *rand.Rand, e *policy.Engine, st policy.State, next map[str
 		if ns, dec, err := e.Add(st, req); err == nil {
 			st = ns
 			next[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: cgroupsPath(id),
-				Exclusive: dec.Exclusive, Mems: dec.Mems.String()}
+				Exclusive: dec.Exclusive, Mems: dec.Mems.String(), Since: []string{"", "2026-11-25T10:00:00Z"}[rng.Intn(2)]}
 		}
 	case 2:
 		if r, ok := next[id]; ok {
@@ -257,7 +257,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 func TestRecordFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
 		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty",
-		reflect.TypeOf(ctrRecord{}):           "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty",
+		reflect.TypeOf(ctrRecord{}):           "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty since,omitempty",
 		reflect.TypeOf(policy.SnapshotHint{}): "numa preferred",
 	} {
 		var tags []string

@@ -53,6 +53,7 @@ type ledger struct {
 	obs   *metrics
 	log   *logrus.Logger
 	clock clock
+	now   func() time.Time // stamps ctrRecord.Since
 	// timedOut is the start timers' event (Daemon.startTimedOut).
 	timedOut func(id string, seq uint64)
 }
@@ -65,6 +66,12 @@ func newLedger(cfg config.Config, topo *topology.Topology, engine *policy.Engine
 	}
 	return l
 }
+
+// stamp is the Since of a record made now.
+func (l *ledger) stamp() string { return stampOf(l.now()) }
+
+// stampOf formats t as ctrRecord.Since.
+func stampOf(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
 
 // commit makes the next state durable and then current: the store saves
 // st and the index change; only if that succeeds do the engine state and

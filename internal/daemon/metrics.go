@@ -280,6 +280,9 @@ type ContainerView struct {
 	Exclusive bool   `json:"exclusive"`
 	NUMA      []int  `json:"numa"`
 	L3        []int  `json:"l3"`
+	// Since is when the container got its CPUs (RFC 3339), absent for
+	// containers recorded by a release that did not keep it.
+	Since string `json:"since,omitempty"`
 }
 
 // State returns the current assignments as served on /state.
@@ -308,7 +311,7 @@ func stateView(lv ledgerView, connected bool) StateView {
 		cpus := rightCPUsIn(e, st, r)
 		v.Containers = append(v.Containers, ContainerView{
 			ID: r.ID, Pod: r.PodName, PodUID: r.Pod, Container: r.Name, CPUs: cpus.String(), Mems: r.Mems,
-			Exclusive: r.Exclusive, NUMA: topo.NUMANodesOf(cpus), L3: topo.L3GroupsOf(cpus),
+			Exclusive: r.Exclusive, NUMA: topo.NUMANodesOf(cpus), L3: topo.L3GroupsOf(cpus), Since: r.Since,
 		})
 	}
 	sort.Slice(v.Containers, func(i, j int) bool {

@@ -94,7 +94,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	if l.engine == nil {
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.pendingErr)
 	}
-	in.State, in.Records, in.Static = l.st, l.ctrs, l.static()
+	in.State, in.Records, in.Static, in.Now = l.st, l.ctrs, l.static(), l.stamp()
 	in.Records = memsAtSync(l.engine, in.Records)
 	plan := planSync(l.engine, in)
 	p.logSyncEvents(plan.Events)
@@ -250,7 +250,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, err
 	}
 	rec := ctrRecord{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
-		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Exclusive: dec.Exclusive}
+		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Exclusive: dec.Exclusive, Since: l.stamp()}
 	if dec.Exclusive && !dec.Mems.IsEmpty() {
 		rec.Mems = dec.Mems.String()
 	}
@@ -298,6 +298,10 @@ func withRecord(l *ledger, rec ctrRecord) (edit ctrEdit, superseded []ctrRecord)
 		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
 			if l.awaitingStart(id) {
 				superseded = append(superseded, r)
+			}
+			// A restart keeps its pod's CPUs, and so their date.
+			if r.Exclusive && rec.Exclusive && r.Since != "" {
+				rec.Since = r.Since
 			}
 			edit.del = append(edit.del, id)
 		}

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"time"
 
 	"k8s.io/utils/cpuset"
 
@@ -63,6 +64,8 @@ type syncInput struct {
 	Ctrs    []syncCtr
 	// Static is cpu_manager_policy = static (exclusiveCPUsFor).
 	Static bool
+	// Now is the Since of the records the sync makes (ledger.stamp).
+	Now string
 }
 
 // podContainer names an engine assignment.
@@ -272,8 +275,13 @@ func (p *planner) placeUnknown() {
 			}
 		}
 		pod := p.pods[c.SandboxID]
-		r := ctrRecord{ID: c.ID, Pod: pod.Key, PodName: pod.Name, Name: c.Name, CgroupsPath: c.CgroupsPath}
+		r := ctrRecord{ID: c.ID, Pod: pod.Key, PodName: pod.Name, Name: c.Name, CgroupsPath: c.CgroupsPath, Since: p.in.Now}
 		if _, ok := p.e.Assignment(p.plan.State, r.Pod, r.Name); ok {
+			// Adopted (a kubelet import): it has run on these CPUs since
+			// it was created.
+			if c.CreatedAt > 0 {
+				r.Since = stampOf(time.Unix(0, c.CreatedAt))
+			}
 			r.Exclusive = true
 			p.plan.Records[r.ID] = r
 			p.plan.Adopted = append(p.plan.Adopted, r.ID)

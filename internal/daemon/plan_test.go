@@ -52,6 +52,12 @@ func rec(id, pod, name string, excl bool, mems string) ctrRecord {
 	return ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: "/cg/" + id, Exclusive: excl, Mems: mems}
 }
 
+// epoch is the Since of a container the fake runtime created a few ns
+// after the epoch.
+const epoch = "1970-01-01T00:00:00Z"
+
+func sinceAt(r ctrRecord, since string) ctrRecord { r.Since = since; return r }
+
 // planWant is the hand-worked part of a plan.
 type planWant struct {
 	assignments map[string]string // "pod/name" -> cpus, after the plan
@@ -93,10 +99,11 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/app": "1,5"},
-			records:     map[string]ctrRecord{"c2": rec("c2", "p1", "app", true, "")},
-			adopted:     []string{"c2"},
-			placed:      1,
-			updates:     []cpuUpdate{{ID: "c2", CPUs: "1,5"}},
+			// Adopted: since its creation, 2 ns after the epoch.
+			records: map[string]ctrRecord{"c2": sinceAt(rec("c2", "p1", "app", true, ""), epoch)},
+			adopted: []string{"c2"},
+			placed:  1,
+			updates: []cpuUpdate{{ID: "c2", CPUs: "1,5"}},
 		},
 	}, {
 		// A corrupt checkpoint was set aside: no state, no index. The
@@ -107,6 +114,7 @@ func TestPlanSync(t *testing.T) {
 		doc:  planStatic,
 		in: syncInput{
 			Pods: planPods("p1", "p2"),
+			Now:  "2026-11-25T11:00:00Z",
 			Ctrs: []syncCtr{
 				planCtr("c2", bReq("p2", "web"), phaseRunning, 2, "0-1,3-5,7"),
 				planCtr("c1", gReq("p1", "app", 2), phaseRunning, 1, "2,6"),
@@ -115,8 +123,10 @@ func TestPlanSync(t *testing.T) {
 		want: planWant{
 			assignments: map[string]string{"p1/app": "2,6"},
 			records: map[string]ctrRecord{
-				"c1": rec("c1", "p1", "app", true, ""),
-				"c2": rec("c2", "p2", "web", false, ""),
+				// c1 adopted (since its creation, 1 ns after the epoch),
+				// c2 placed by this sync (since its Now).
+				"c1": sinceAt(rec("c1", "p1", "app", true, ""), epoch),
+				"c2": sinceAt(rec("c2", "p2", "web", false, ""), "2026-11-25T11:00:00Z"),
 			},
 			kept:       map[string]string{"c1": "2,6"},
 			adopted:    []string{"c1"},
@@ -197,7 +207,7 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/app": "3,7"},
-			records:     map[string]ctrRecord{"c1": rec("c1", "p1", "app", true, "")},
+			records:     map[string]ctrRecord{"c1": sinceAt(rec("c1", "p1", "app", true, ""), epoch)},
 			released:    []podContainer{{"p9", "gone"}},
 			adopted:     []string{"c1"},
 			placed:      1,

@@ -33,6 +33,10 @@ type ctrRecord struct {
 	// Mems is the cpuset.mems the daemon set, "" when it leaves mems to
 	// the runtime (shared-pool containers, adopted assignments).
 	Mems string `json:"mems,omitempty"`
+	// Since is when the container got its CPUs (RFC 3339, UTC, seconds):
+	// its admission, or the Synchronize that placed or adopted it. Records
+	// of earlier releases have none.
+	Since string `json:"since,omitempty"`
 }
 
 // payload is the checkpoint's data.
