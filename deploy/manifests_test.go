@@ -808,7 +808,7 @@ func crioValidator(t *testing.T) validator.DefaultValidatorConfig {
 
 // TestValidatorRejectsWhatThePluginNeverDoes: NRI's own default validator,
 // configured from each fail-closed snippet, passes the plugin's cpuset
-// adjustment and refuses an OCI hook, a seccomp policy or a namespace
+// adjustment (cpuset and CFS quota) and refuses an OCI hook, a seccomp policy or a namespace
 // claimed by the same plugin slot: the socket is as good as root, and the
 // plugin never needs those.
 func TestValidatorRejectsWhatThePluginNeverDoes(t *testing.T) {
@@ -819,8 +819,12 @@ func TestValidatorRejectsWhatThePluginNeverDoes(t *testing.T) {
 	request := func(claim func(o *api.OwningPlugins) error) *api.ValidateContainerAdjustmentRequest {
 		adj := &api.ContainerAdjustment{}
 		adj.SetLinuxCPUSetCPUs("2-3")
+		adj.SetLinuxCPUQuota(-1) // disable_cpu_quota_with_exclusive_cpus
 		o := api.NewOwningPlugins()
 		if err := o.ClaimCPUSetCPUs(id, pluginName); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.ClaimCPUQuota(id, pluginName); err != nil {
 			t.Fatal(err)
 		}
 		if claim != nil {

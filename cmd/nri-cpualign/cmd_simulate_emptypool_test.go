@@ -27,8 +27,8 @@ func TestSimulateSharedPoolEmpty(t *testing.T) {
 			t.Fatalf("exit code %d", code)
 		}
 		expectLines(t, out,
-			`{"pod":"p","container":"a","cpus":"6-11,18-23","mems":"1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
-			`{"pod":"p","container":"b","cpus":"1-5,13-17","mems":"0","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
+			`{"pod":"p","container":"a","cpus":"6-11,18-23","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
+			`{"pod":"p","container":"b","cpus":"1-5,13-17","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
 			`{"shared":"","reserved":"0,12","assignments":{"p":{"a":"6-11,18-23","b":"1-5,13-17"}}}`,
 			`{"pod":"q","container":"x","cpus":"0,12","mems":"0-1","exclusive":false,"affinity":{"numa":null,"preferred":false}}`,
 			`{"pod":"q","container":"y","error":"InsufficientCPUs: not enough cpus available to satisfy request: requested=1, available=0","reason":"InsufficientCPUs"}`,

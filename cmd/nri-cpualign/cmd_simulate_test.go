@@ -123,7 +123,7 @@ func TestSimulateContract(t *testing.T) {
 		t.Fatalf("exit code %d", code)
 	}
 	expectLines(t, out,
-		`{"pod":"p","container":"c","cpus":"0-1,12-13","mems":"0","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
+		`{"pod":"p","container":"c","cpus":"0-1,12-13","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
 		`{"pod":"p","container":"d","hints":{"cpu":[{"numa":[0],"preferred":true},{"numa":[1],"preferred":true},{"numa":[0,1],"preferred":false}]}}`,
 		`{"shared":"2-11,14-23","reserved":"","assignments":{"p":{"c":"0-1,12-13"}}}`,
 		`{"pod":"p","container":"b","hints":{"cpu":null}}`,
@@ -200,8 +200,8 @@ func TestSimulateSingleNUMANode(t *testing.T) {
 			t.Fatalf("exit code %d", code)
 		}
 		expectLines(t, out,
-			`{"pod":"p1","container":"c","cpus":"1-4,121-124","mems":"0","exclusive":true,"affinity":{"numa":[0],"preferred":true}}`,
-			`{"pod":"p2","container":"c","cpus":"15-29,135-149","mems":"1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
+			`{"pod":"p1","container":"c","cpus":"1-4,121-124","mems":"0-7","exclusive":true,"affinity":{"numa":[0],"preferred":true}}`,
+			`{"pod":"p2","container":"c","cpus":"15-29,135-149","mems":"0-7","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
 			`{"pod":"p3","container":"c","error":"TopologyAffinityError: resources cannot be allocated with topology locality: pod p3 container c: 31 exclusive CPUs: policy single-numa-node needs a preferred single-NUMA-node affinity, best merged hint is any (preferred=false)","reason":"TopologyAffinityError","affinity":{"numa":null,"preferred":false}}`,
 			`{"shared":"0,5-14,30-120,125-134,150-239","reserved":"0,120","assignments":{"p1":{"c":"1-4,121-124"},"p2":{"c":"15-29,135-149"}}}`,
 		)
@@ -215,7 +215,7 @@ func TestSimulateSingleNUMANode(t *testing.T) {
 		if len(out) != 2 {
 			t.Fatalf("out = %q", out)
 		}
-		expectLines(t, out[:1], `{"pod":"p1","container":"c","cpus":"48-95","mems":"1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`)
+		expectLines(t, out[:1], `{"pod":"p1","container":"c","cpus":"48-95","mems":"0-3","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`)
 		if !strings.Contains(out[1], `"reason":"TopologyAffinityError"`) || !strings.Contains(out[1], `"affinity":{"numa":null,"preferred":false}`) {
 			t.Fatalf("49 CPUs: %s", out[1])
 		}
@@ -257,8 +257,8 @@ func TestSimulateHintsLines(t *testing.T) {
 			name: "device on node 1", root: ht, toml: "topology_manager_policy = \"restricted\"\n",
 			lines: []string{g("add", "p", "a", 4, ""), g("add", "q", "a", 4, nicHints(2, 1))},
 			want: []string{
-				`{"pod":"p","container":"a","cpus":"0-1,12-13","mems":"0","exclusive":true,"affinity":{"numa":[0],"preferred":true}}`,
-				`{"pod":"q","container":"a","cpus":"6-7,18-19","mems":"1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
+				`{"pod":"p","container":"a","cpus":"0-1,12-13","mems":"0-1","exclusive":true,"affinity":{"numa":[0],"preferred":true}}`,
+				`{"pod":"q","container":"a","cpus":"6-7,18-19","mems":"0-1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
 			},
 		},
 		{
@@ -268,7 +268,7 @@ func TestSimulateHintsLines(t *testing.T) {
 			name: "best-effort admits non-preferred", root: xeon,
 			toml:  "reserved_system_cpus = \"0,120\"\ntopology_manager_policy = \"best-effort\"\n",
 			lines: []string{g("add", "p", "a", 40, nicHints(8, 5))},
-			want:  []string{`{"pod":"p","container":"a","cpus":"1-5,15-29,121-125,135-149","mems":"0-1","exclusive":true,"affinity":{"numa":[0,1],"preferred":false}}`},
+			want:  []string{`{"pod":"p","container":"a","cpus":"1-5,15-29,121-125,135-149","mems":"0-7","exclusive":true,"affinity":{"numa":[0,1],"preferred":false}}`},
 		},
 		{
 			name: "restricted rejects non-preferred", root: xeon,
@@ -277,7 +277,7 @@ func TestSimulateHintsLines(t *testing.T) {
 			want: []string{
 				`{"pod":"p","container":"a","error":"TopologyAffinityError: resources cannot be allocated with topology locality: pod p container a: 40 exclusive CPUs: policy restricted needs a preferred affinity, best merged hint is NUMA 0-1 (preferred=false)","reason":"TopologyAffinityError","affinity":{"numa":[0,1],"preferred":false}}`,
 				// 8 CPUs fit node 5 with the NIC.
-				`{"pod":"p","container":"b","cpus":"75-78,195-198","mems":"5","exclusive":true,"affinity":{"numa":[5],"preferred":true}}`,
+				`{"pod":"p","container":"b","cpus":"75-78,195-198","mems":"0-7","exclusive":true,"affinity":{"numa":[5],"preferred":true}}`,
 			},
 		},
 		{
@@ -298,7 +298,7 @@ func TestSimulateHintsLines(t *testing.T) {
 			// free.
 			name: "affinity override", root: ht, toml: "topology_manager_policy = \"restricted\"\n",
 			lines: []string{g("add", "p", "a", 4, `"affinity_override":{"numa":[1],"preferred":true}`)},
-			want:  []string{`{"pod":"p","container":"a","cpus":"6-7,18-19","mems":"1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`},
+			want:  []string{`{"pod":"p","container":"a","cpus":"6-7,18-19","mems":"0-1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`},
 		},
 		{
 			// The KEP-693 pod (effective request 3) after a 10-CPU pod left
@@ -311,9 +311,9 @@ func TestSimulateHintsLines(t *testing.T) {
 				g("add", "kep", "app2", 1, `"pod_cpu_request_milli":3000`),
 			},
 			want: []string{
-				`{"pod":"filler","container":"c","cpus":"0-4,12-16","mems":"0","exclusive":true,"affinity":{"numa":[0],"preferred":true}}`,
-				`{"pod":"kep","container":"app1","cpus":"6,18","mems":"1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
-				`{"pod":"kep","container":"app2","cpus":"7","mems":"1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
+				`{"pod":"filler","container":"c","cpus":"0-4,12-16","mems":"0-1","exclusive":true,"affinity":{"numa":[0],"preferred":true}}`,
+				`{"pod":"kep","container":"app1","cpus":"6,18","mems":"0-1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
+				`{"pod":"kep","container":"app2","cpus":"7","mems":"0-1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
 			},
 		},
 		{
@@ -332,14 +332,14 @@ func TestSimulateHintsLines(t *testing.T) {
 				`{"op":"state"}`,
 			},
 			want: []string{
-				`{"pod":"p","container":"init","cpus":"1-2,13-14","mems":"0","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
-				`{"pod":"p","container":"app","cpus":"1-2,13-14","mems":"0","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
+				`{"pod":"p","container":"init","cpus":"1-2,13-14","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
+				`{"pod":"p","container":"app","cpus":"1-2,13-14","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
 				`{"shared":"0,3-12,15-23","reserved":"0,12","assignments":{"p":{"app":"1-2,13-14","init":"1-2,13-14"}}}`,
 				`{"pod":"p","container":"init","removed":true}`,
 				`{"shared":"0,3-12,15-23","reserved":"0,12","assignments":{"p":{"app":"1-2,13-14"}}}`,
 				`{"pod":"p","container":"app","removed":true}`,
-				`{"pod":"q","container":"side","cpus":"1,13","mems":"0","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
-				`{"pod":"q","container":"app","cpus":"2,14","mems":"0","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
+				`{"pod":"q","container":"side","cpus":"1,13","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
+				`{"pod":"q","container":"app","cpus":"2,14","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
 				`{"shared":"0,3-12,15-23","reserved":"0,12","assignments":{"q":{"app":"2,14","side":"1,13"}}}`,
 			},
 		},
@@ -458,8 +458,8 @@ func TestSimulateBinary(t *testing.T) {
 		t.Fatalf("out = %q", out)
 	}
 	expectLines(t, []string{out[0], out[1], out[3]},
-		`{"pod":"p","container":"a","cpus":"10-19,50-59","mems":"1","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
-		`{"pod":"p","container":"b","cpus":"1-3,41-43","mems":"0","exclusive":true,"affinity":{"numa":[0],"preferred":true}}`,
+		`{"pod":"p","container":"a","cpus":"10-19,50-59","mems":"0-3","exclusive":true,"affinity":{"numa":[1],"preferred":true}}`,
+		`{"pod":"p","container":"b","cpus":"1-3,41-43","mems":"0-3","exclusive":true,"affinity":{"numa":[0],"preferred":true}}`,
 		`{"shared":"0,4-9,20-40,44-49,60-79","reserved":"0,40","assignments":{"p":{"a":"10-19,50-59","b":"1-3,41-43"}}}`,
 	)
 	if !strings.Contains(out[2], `"reason":"TopologyAffinityError"`) {

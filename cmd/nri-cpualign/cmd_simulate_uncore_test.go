@@ -39,12 +39,12 @@ func TestSimulateStrictUncoreRestricted(t *testing.T) {
 		`{"op":"state"}`,
 	)
 	want = append(want,
-		`{"pod":"x1","container":"c","cpus":"48-95","mems":"1","exclusive":true,"affinity":{"numa":[1],"preferred":true},"l3":[6,7,8,9,10,11]}`,
-		`{"pod":"x2","container":"c","cpus":"96-143","mems":"2","exclusive":true,"affinity":{"numa":[2],"preferred":true},"l3":[12,13,14,15,16,17]}`,
-		`{"pod":"x3","container":"c","cpus":"144-191","mems":"3","exclusive":true,"affinity":{"numa":[3],"preferred":true},"l3":[18,19,20,21,22,23]}`,
+		`{"pod":"x1","container":"c","cpus":"48-95","mems":"0-3","exclusive":true,"affinity":{"numa":[1],"preferred":true},"l3":[6,7,8,9,10,11]}`,
+		`{"pod":"x2","container":"c","cpus":"96-143","mems":"0-3","exclusive":true,"affinity":{"numa":[2],"preferred":true},"l3":[12,13,14,15,16,17]}`,
+		`{"pod":"x3","container":"c","cpus":"144-191","mems":"0-3","exclusive":true,"affinity":{"numa":[3],"preferred":true},"l3":[18,19,20,21,22,23]}`,
 		`{"pod":"p","container":"c","hints":{"cpu":[]},"strict_align_cpus_by_uncorecache":"true"}`,
 		`{"pod":"p","container":"c","error":"UncoreCacheAlignmentError: requested 8 CPUs do not fit in one uncore cache (strict-align-cpus-by-uncorecache; the most assignable CPUs in one such cache: 7 of 8)","reason":"UncoreCacheAlignmentError"}`,
-		`{"pod":"q","container":"c","cpus":"9-15","mems":"0","exclusive":true,"affinity":{"numa":[0],"preferred":true},"l3":[1]}`,
+		`{"pod":"q","container":"c","cpus":"9-15","mems":"0-3","exclusive":true,"affinity":{"numa":[0],"preferred":true},"l3":[1]}`,
 		`{"shared":"0-7,17-23,25-31,33-39,41-47","reserved":"0-1","assignments":{"b0":{"c":"8"},"b1":{"c":"16"},"b2":{"c":"24"},"b3":{"c":"32"},"b4":{"c":"40"},"q":{"c":"9-15"},"x1":{"c":"48-95"},"x2":{"c":"96-143"},"x3":{"c":"144-191"}}}`,
 	)
 	out, code := simulate(t, simFixture(t, "epyc-9654-2p-nps2"), toml, lines...)

@@ -165,13 +165,18 @@ func (r Root) writeFile(cgroupsPath, name, value string) error {
 	if err != nil {
 		return err
 	}
+	return r.writeAt(filepath.Join(dir, name), value)
+}
+
+// writeAt writes value into the cgroup file at path; ErrGone when it does
+// not exist.
+func (Root) writeAt(path, value string) error {
 	// No O_CREATE: a cgroup file that is not there is a cgroup that is
 	// gone. O_TRUNC as a shell redirection does (cgroupfs ignores it; a
 	// plain file, as in tests, needs it). Plain system calls rather than
 	// os.File: a pass writes every shared-pool cgroup, and os.OpenFile's
 	// non-blocking set-up and poller registration cost as much again as
 	// the three calls.
-	path := filepath.Join(dir, name)
 	fd, err := eintr.Retry(func() (int, error) {
 		return syscall.Open(path, syscall.O_WRONLY|syscall.O_TRUNC|syscall.O_CLOEXEC, 0)
 	})

@@ -189,6 +189,7 @@ func (u *updater) loop(ctx context.Context, pass func(), reconcile func() int) {
 			u.kicks.serve(upTo)
 		case <-tick:
 			reconcile()
+			u.reconcileQuota()
 		}
 	}
 }

@@ -69,9 +69,12 @@ func TestCheckpointCompat(t *testing.T) {
 			be.PodSandboxId, g.PodSandboxId = bePod.Id, gPod.Id
 			be.State, g.State = api.ContainerState_CONTAINER_RUNNING, api.ContainerState_CONTAINER_RUNNING
 			be.Linux.Resources.Cpu.Cpus, g.Linux.Resources.Cpu.Cpus, g.Linux.Resources.Cpu.Mems = "0,2-4,6-7", "1,5", "0"
+			// An earlier release left g's CFS quota (the kubelet's 200000):
+			// the one update takes it off, the cpusets stay.
 			ups, err := h.p.Synchronize(context.Background(), []*api.PodSandbox{bePod, gPod}, []*api.Container{be, g})
-			if err != nil || len(ups) != 0 {
-				t.Fatalf("Synchronize = %d updates, %v; want none", len(ups), err)
+			if err != nil || len(ups) != 1 || ups[0].GetContainerId() != "g-1" || ups[0].GetLinux().GetResources().GetCpu().GetQuota().GetValue() != -1 ||
+				ups[0].GetLinux().GetResources().GetCpu().GetCpus() != "" {
+				t.Fatalf("Synchronize = %v, %v; want one update, g-1's quota -1", ups, err)
 			}
 			if cpus, _ := h.create(t, testPod("n"), testCtr("n-1", "app", 2000)); cpus != "2,6" {
 				t.Fatalf("new container on %q, want 2,6", cpus)

@@ -779,7 +779,8 @@ func TestConfigFromRuntimeDeferred(t *testing.T) {
 
 // On the two-socket fixture ht-2s-6c (NUMA 0 = socket 0 = CPUs 0-5,12-17,
 // NUMA 1 = 6-11,18-23, siblings N and N+12) with single-numa-node, a
-// container lands in one NUMA node with that node's memory, and one that
+// container lands in one NUMA node with every node's memory (memory
+// manager None), and one that
 // cannot fit in any single node is refused with TopologyAffinityError.
 func TestSingleNUMANodeThroughNRI(t *testing.T) {
 	topo := loadFixture(t, "ht-2s-6c")
@@ -794,8 +795,8 @@ func TestSingleNUMANodeThroughNRI(t *testing.T) {
 	}
 	// Both nodes fit 4 CPUs; the tie goes to the lower mask, NUMA 0, where
 	// the lowest free whole cores are 1 and 2 = {1,13} and {2,14}.
-	if got, mems := rt.cpus(four), rt.mems(four); got != "1-2,13-14" || mems != "0" {
-		t.Errorf("four: cpus %q mems %q, want 1-2,13-14 and 0", got, mems)
+	if got, mems := rt.cpus(four), rt.mems(four); got != "1-2,13-14" || mems != "0-1" {
+		t.Errorf("four: cpus %q mems %q, want 1-2,13-14 and 0-1", got, mems)
 	}
 	// 14 CPUs: 18 are free (6 in NUMA 0, 12 in NUMA 1) but no single node
 	// holds 14.
@@ -816,8 +817,8 @@ func TestSingleNUMANodeThroughNRI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, mems := rt.cpus(twelve), rt.mems(twelve); got != "6-11,18-23" || mems != "1" {
-		t.Errorf("twelve: cpus %q mems %q, want 6-11,18-23 and 1", got, mems)
+	if got, mems := rt.cpus(twelve), rt.mems(twelve); got != "6-11,18-23" || mems != "0-1" {
+		t.Errorf("twelve: cpus %q mems %q, want 6-11,18-23 and 0-1", got, mems)
 	}
 }
 

@@ -61,7 +61,7 @@ func TestDeviceHintPullsCPUsToItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	cpu := resp.GetAdjust().GetLinux().GetResources().GetCpu()
-	if cpu.GetCpus() != "6,18" || cpu.GetMems() != "1" {
-		t.Fatalf("container with a NUMA-1 device got cpus %q mems %q, want 6,18 and 1", cpu.GetCpus(), cpu.GetMems())
+	if cpu.GetCpus() != "6,18" || cpu.GetMems() != "0-1" {
+		t.Fatalf("container with a NUMA-1 device got cpus %q mems %q, want 6,18 and 0-1", cpu.GetCpus(), cpu.GetMems())
 	}
 }

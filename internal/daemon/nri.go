@@ -97,6 +97,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.pendingErr)
 	}
 	in.State, in.Records, in.Static, in.Now = l.st, l.ctrs, l.static(), l.stamp()
+	in.Records = memsAtSync(l.engine, in.Records)
 	plan := planSync(l.engine, in)
 	p.logSyncEvents(plan.Events)
 	for _, adm := range plan.Admissions {
@@ -113,7 +114,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		l.awaitStart(id)
 	}
 	l.stopped = stoppedOf(in)
-	updates := a.synchronized(plan.Updates)
+	updates := p.quotaAtSync(ctrs, a.synchronized(plan.Updates))
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
 		"updates": len(updates), "shared": l.engine.SharedMask(l.st).String(),
@@ -275,6 +276,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	d.obs.observeDecision(dec, l.topo, l.engine, l.cfg.TopologyManagerScope)
 
 	adj := adjustmentOf(dec)
+	p.exclusiveQuota(adj, rec)
 	if !dec.Exclusive {
 		a.created(rec.ID, dec.CPUs.String())
 	}
@@ -514,7 +516,8 @@ func podUnknown(st policy.State, pod string) bool {
 // OCI runtime call and records it in the runtime's spec; PostUpdateContainer
 // checks the cgroup afterwards. A resize the plugin refuses (resize)
 // changes nothing.
-func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (updates []*api.ContainerUpdate, err error) {
+	defer func() { updates = p.quotaAtUpdate(ctr, updates) }()
 	defer p.d.obs.timeEvent("UpdateContainer")()
 	d := p.d
 	l := d.led

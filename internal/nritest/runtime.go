@@ -242,7 +242,31 @@ func (rt *Runtime) applyLocked(updates []*api.ContainerUpdate) {
 		}
 		cpu := u.GetLinux().GetResources().GetCpu()
 		rt.storeCPUsLocked(c, cpu.GetCpus(), cpu.GetMems())
+		if cpu.GetQuota() != nil {
+			c = proto.Clone(rt.ctrs[c.Id]).(*api.Container)
+			setQuota(c, cpu)
+			rt.ctrs[c.Id] = c
+		}
 	}
+}
+
+// setQuota records the CFS quota cpu sets, if any, in the resources of c
+// (not stored, or a copy), as a runtime keeps an adjusted or updated quota
+// in the container's spec and reports it from then on.
+func setQuota(c *api.Container, cpu *api.LinuxCPU) {
+	if cpu.GetQuota() == nil {
+		return
+	}
+	if c.Linux == nil {
+		c.Linux = &api.LinuxContainer{}
+	}
+	if c.Linux.Resources == nil {
+		c.Linux.Resources = &api.LinuxResources{}
+	}
+	if c.Linux.Resources.Cpu == nil {
+		c.Linux.Resources.Cpu = &api.LinuxCPU{}
+	}
+	c.Linux.Resources.Cpu.Quota = api.Int64(cpu.GetQuota().GetValue())
 }
 
 // storeCPUsLocked stores a copy of the stored container c with a new
@@ -503,6 +527,7 @@ func (rt *Runtime) CreateContainerTimed(ctx context.Context, pod *api.PodSandbox
 		c.State = rt.createdStateOf()
 		cpu := resp.GetAdjust().GetLinux().GetResources().GetCpu()
 		rt.setCPUs(c, cpu.GetCpus(), cpu.GetMems())
+		setQuota(c, cpu)
 		rt.ctrs[c.Id] = c
 		rt.applyLocked(resp.GetUpdate())
 	})

@@ -38,13 +38,17 @@ const (
 	KeyTopologyManagerPolicy        = policy.KeyTopologyManagerPolicy
 	KeyTopologyManagerScope         = policy.KeyTopologyManagerScope
 	KeyTopologyManagerPolicyOptions = policy.KeyTopologyManagerPolicyOptions
-	KeyStateDir                     = "state_dir"
-	KeySysfsRoot                    = "sysfs_root"
-	KeyCgroupRoot                   = "cgroup_root"
-	KeySocketPath                   = "socket_path"
-	KeyMetricsAddress               = "metrics_address"
-	KeyReconcilePeriod              = "reconcile_period"
-	KeySharedPoolUpdates            = "shared_pool_updates"
+	KeyMemoryManagerPolicy          = policy.KeyMemoryManagerPolicy
+	// KeyDisableCPUQuota is the kubelet's feature gate
+	// DisableCPUQuotaWithExclusiveCPUs (on by default since 1.33).
+	KeyDisableCPUQuota   = "disable_cpu_quota_with_exclusive_cpus"
+	KeyStateDir          = "state_dir"
+	KeySysfsRoot         = "sysfs_root"
+	KeyCgroupRoot        = "cgroup_root"
+	KeySocketPath        = "socket_path"
+	KeyMetricsAddress    = "metrics_address"
+	KeyReconcilePeriod   = "reconcile_period"
+	KeySharedPoolUpdates = "shared_pool_updates"
 	// KeyContainerStartTimeout is no longer used: accepted and ignored,
 	// with a warning (Config.Ignored).
 	KeyContainerStartTimeout = "container_start_timeout"
@@ -68,6 +72,7 @@ const (
 	cpuPolicies      = "none,static"
 	topologyPolicies = "none,best-effort,restricted,single-numa-node"
 	topologyScopes   = "container,pod"
+	memoryPolicies   = policy.MemoryPolicyNone + "," + policy.MemoryPolicyStatic
 	logLevels        = "trace,debug,info,warn,warning,error,fatal,panic"
 	logFormats       = "text,json"
 	sharedUpdates    = SharedUpdatesDirect + "," + SharedUpdatesInAnswer
@@ -107,11 +112,18 @@ type Config struct {
 	TopologyManagerPolicy        string            `toml:"topology_manager_policy"`
 	TopologyManagerScope         string            `toml:"topology_manager_scope"`
 	TopologyManagerPolicyOptions map[string]string `toml:"topology_manager_policy_options"`
-	StateDir                     string            `toml:"state_dir"`
-	SysfsRoot                    string            `toml:"sysfs_root"`
-	CgroupRoot                   string            `toml:"cgroup_root"`
-	SocketPath                   string            `toml:"socket_path"`
-	MetricsAddress               string            `toml:"metrics_address"`
+	// MemoryManagerPolicy is the kubelet's memoryManagerPolicy; only
+	// "None" is implemented.
+	MemoryManagerPolicy string `toml:"memory_manager_policy"`
+	// DisableCPUQuota: containers with exclusive CPUs, and their pods,
+	// run without a CFS quota, as under the kubelet's feature gate
+	// DisableCPUQuotaWithExclusiveCPUs.
+	DisableCPUQuota bool   `toml:"disable_cpu_quota_with_exclusive_cpus"`
+	StateDir        string `toml:"state_dir"`
+	SysfsRoot       string `toml:"sysfs_root"`
+	CgroupRoot      string `toml:"cgroup_root"`
+	SocketPath      string `toml:"socket_path"`
+	MetricsAddress  string `toml:"metrics_address"`
 	// ReconcilePeriod is how often the reconcile loop compares cgroups with
 	// the assignments; 0 turns the loop off.
 	ReconcilePeriod Duration `toml:"reconcile_period"`
@@ -158,6 +170,8 @@ func Default() Config {
 		TopologyManagerPolicy:        "none",
 		TopologyManagerScope:         "container",
 		TopologyManagerPolicyOptions: map[string]string{},
+		MemoryManagerPolicy:          policy.MemoryPolicyNone,
+		DisableCPUQuota:              true,
 		StateDir:                     DefaultStateDir,
 		SysfsRoot:                    DefaultSysfsRoot,
 		CgroupRoot:                   DefaultCgroupRoot,
@@ -212,6 +226,8 @@ type raw struct {
 	TopologyManagerPolicy        *string        `toml:"topology_manager_policy"`
 	TopologyManagerScope         *string        `toml:"topology_manager_scope"`
 	TopologyManagerPolicyOptions map[string]any `toml:"topology_manager_policy_options"`
+	MemoryManagerPolicy          *string        `toml:"memory_manager_policy"`
+	DisableCPUQuota              *bool          `toml:"disable_cpu_quota_with_exclusive_cpus"`
 	StateDir                     *string        `toml:"state_dir"`
 	SysfsRoot                    *string        `toml:"sysfs_root"`
 	CgroupRoot                   *string        `toml:"cgroup_root"`
@@ -268,6 +284,10 @@ func load(data []byte, file string) (Config, error) {
 	setStr(&c.LogLevel, r.LogLevel)
 	setStr(&c.LogFormat, r.LogFormat)
 	setStr(&c.SharedPoolUpdates, r.SharedPoolUpdates)
+	setStr(&c.MemoryManagerPolicy, r.MemoryManagerPolicy)
+	if r.DisableCPUQuota != nil {
+		c.DisableCPUQuota = *r.DisableCPUQuota
+	}
 	if r.ReservedCPUCount != nil {
 		n := *r.ReservedCPUCount
 		if n < 0 || n > 1<<20 {
@@ -375,6 +395,11 @@ func (c Config) problems() []*Error {
 	oneOf(KeyCPUManagerPolicy, c.CPUManagerPolicy, cpuPolicies)
 	oneOf(KeyTopologyManagerPolicy, c.TopologyManagerPolicy, topologyPolicies)
 	oneOf(KeyTopologyManagerScope, c.TopologyManagerScope, topologyScopes)
+	if c.MemoryManagerPolicy == policy.MemoryPolicyStatic {
+		bad(KeyMemoryManagerPolicy, c.MemoryManagerPolicy, "%s", policy.MemoryStaticNotImplemented)
+	} else {
+		oneOf(KeyMemoryManagerPolicy, c.MemoryManagerPolicy, memoryPolicies)
+	}
 	oneOf(KeyLogLevel, c.LogLevel, logLevels)
 	oneOf(KeyLogFormat, c.LogFormat, logFormats)
 	if c.SharedPoolUpdates == removedAfterAnswer {
@@ -443,6 +468,7 @@ func (c Config) Policy() (policy.Config, error) {
 		TopologyPolicy:   c.TopologyManagerPolicy,
 		TopologyScope:    c.TopologyManagerScope,
 		TopologyOptions:  copyMap(c.TopologyManagerPolicyOptions),
+		MemoryPolicy:     c.MemoryManagerPolicy,
 	}, nil
 }
 
@@ -495,6 +521,8 @@ func (c Config) Summary() string {
 		KeyTopologyManagerPolicy:        c.TopologyManagerPolicy,
 		KeyTopologyManagerScope:         c.TopologyManagerScope,
 		KeyTopologyManagerPolicyOptions: mapString(c.TopologyManagerPolicyOptions),
+		KeyMemoryManagerPolicy:          c.MemoryManagerPolicy,
+		KeyDisableCPUQuota:              strconv.FormatBool(c.DisableCPUQuota),
 		KeyStateDir:                     c.StateDir,
 		KeySysfsRoot:                    c.SysfsRoot,
 		KeyCgroupRoot:                   c.CgroupRoot,
@@ -567,6 +595,8 @@ func expectedType(key string) string {
 	switch key {
 	case KeyReservedCPUCount:
 		return "an integer"
+	case KeyDisableCPUQuota:
+		return "a boolean"
 	case KeyCPUManagerPolicyOptions, KeyTopologyManagerPolicyOptions:
 		return "a table"
 	case KeyReconcilePeriod:

@@ -29,6 +29,8 @@ reconcile_period = "30s"
 log_level = "debug"
 log_format = "json"
 shared_pool_updates = "in-answer"
+memory_manager_policy = "None"
+disable_cpu_quota_with_exclusive_cpus = false
 
 [cpu_manager_policy_options]
 full-pcpus-only = true
@@ -58,6 +60,8 @@ max-allowable-numa-nodes = 16
 		SharedPoolUpdates:            SharedUpdatesInAnswer,
 		LogLevel:                     "debug",
 		LogFormat:                    "json",
+		MemoryManagerPolicy:          "None",
+		DisableCPUQuota:              false,
 	}
 	got := c
 	got.source, got.lines = "", nil
@@ -67,11 +71,11 @@ max-allowable-numa-nodes = 16
 	if l := c.Line(KeyLogFormat); l != 15 {
 		t.Errorf("Line(log_format) = %d, want 15", l)
 	}
-	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 19 {
-		t.Errorf("Line(full-pcpus-only) = %d, want 19", l)
+	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 21 {
+		t.Errorf("Line(full-pcpus-only) = %d, want 21", l)
 	}
-	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 22 {
-		t.Errorf("Line(topology_manager_policy_options) = %d, want 22", l)
+	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 24 {
+		t.Errorf("Line(topology_manager_policy_options) = %d, want 24", l)
 	}
 
 	p, err := c.Policy()
@@ -79,7 +83,7 @@ max-allowable-numa-nodes = 16
 		t.Fatalf("Policy: %v", err)
 	}
 	if !p.ReservedCPUs.Equals(cpuset.New(0, 4)) || p.TopologyPolicy != "single-numa-node" || p.TopologyScope != "pod" ||
-		p.CPUOptions["full-pcpus-only"] != "true" || p.TopologyOptions["max-allowable-numa-nodes"] != "16" {
+		p.CPUOptions["full-pcpus-only"] != "true" || p.TopologyOptions["max-allowable-numa-nodes"] != "16" || p.MemoryPolicy != "None" {
 		t.Errorf("Policy = %+v", p)
 	}
 }
@@ -97,7 +101,8 @@ func TestLoadEmptyIsDefault(t *testing.T) {
 	}
 	d := Default()
 	if d.CPUManagerPolicy != "static" || d.SocketPath != "/var/run/nri/nri.sock" || d.StateDir != "/var/lib/nri-cpualign" ||
-		time.Duration(d.ReconcilePeriod) != 10*time.Second || d.HasReservation() {
+		time.Duration(d.ReconcilePeriod) != 10*time.Second || d.HasReservation() ||
+		d.MemoryManagerPolicy != "None" || !d.DisableCPUQuota {
 		t.Errorf("Default = %+v", d)
 	}
 	if err := d.Validate(); err != nil {
@@ -323,8 +328,44 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 21 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 23 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
+	}
+}
+
+// memory_manager_policy takes the kubelet's values; Static is refused
+// until it is implemented, naming the key, the line and what to use.
+func TestMemoryManagerPolicy(t *testing.T) {
+	c, err := Load([]byte(`memory_manager_policy = "None"`))
+	if err != nil || c.MemoryManagerPolicy != "None" {
+		t.Fatalf("None: %+v, %v", c.MemoryManagerPolicy, err)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{"\nmemory_manager_policy = \"Static\"", `config line 2: key "memory_manager_policy": bad value "Static": the Static policy (the kubelet's memory manager: ` +
+			`per-NUMA-node memory and hugepages) is not implemented yet; use None`},
+		{`memory_manager_policy = "none"`, `key "memory_manager_policy": bad value "none": want one of None, Static; did you mean "None"?`},
+		{`memory_manager_policy = 1`, `key "memory_manager_policy": wrong type: got a TOML integer, want a string`},
+	} {
+		_, err := Load([]byte(tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Load(%q) = %v, want an error containing %q", tc.doc, err, tc.want)
+		}
+	}
+}
+
+// disable_cpu_quota_with_exclusive_cpus is a boolean, true by default
+// like the kubelet's gate.
+func TestDisableCPUQuotaKey(t *testing.T) {
+	for doc, want := range map[string]bool{"": true, "disable_cpu_quota_with_exclusive_cpus = true": true, "disable_cpu_quota_with_exclusive_cpus = false": false} {
+		c, err := Load([]byte(doc))
+		if err != nil || c.DisableCPUQuota != want {
+			t.Errorf("Load(%q) = %v, %v; want %v", doc, c.DisableCPUQuota, err, want)
+		}
+	}
+	_, err := Load([]byte(`disable_cpu_quota_with_exclusive_cpus = "yes"`))
+	want := `key "disable_cpu_quota_with_exclusive_cpus": wrong type: got a TOML string, want a boolean`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Load(string) = %v, want an error containing %q", err, want)
 	}
 }

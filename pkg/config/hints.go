@@ -19,7 +19,7 @@ func keys() []string {
 	return []string{
 		KeyCPUManagerPolicy, KeyCPUManagerPolicyOptions, KeyReservedSystemCPUs, KeyReservedCPUCount,
 		KeyTopologyManagerPolicy, KeyTopologyManagerScope, KeyTopologyManagerPolicyOptions,
-		KeyStateDir, KeySysfsRoot, KeyCgroupRoot, KeySocketPath, KeyMetricsAddress, KeyReconcilePeriod,
+		KeyMemoryManagerPolicy, KeyDisableCPUQuota, KeyStateDir, KeySysfsRoot, KeyCgroupRoot, KeySocketPath, KeyMetricsAddress, KeyReconcilePeriod,
 		KeySharedPoolUpdates, KeyLogLevel, KeyLogFormat,
 	}
 }
@@ -67,13 +67,18 @@ func kubeletHint(key string) (string, bool) {
 		return same(KeyTopologyManagerScope, "topologyManagerScope", "topology-manager-scope"), true
 	case "topologymanagerpolicyoptions":
 		return same(KeyTopologyManagerPolicyOptions, "topologyManagerPolicyOptions", "topology-manager-policy-options"), true
+	case "memorymanagerpolicy":
+		return same(KeyMemoryManagerPolicy, "memoryManagerPolicy", "memory-manager-policy"), true
+	case "disablecpuquotawithexclusivecpus":
+		return fmt.Sprintf("unknown key; did you mean %q? (the kubelet's feature gate DisableCPUQuotaWithExclusiveCPUs)", KeyDisableCPUQuota), true
 	case "kubereserved", "systemreserved":
 		return fmt.Sprintf("unknown key; the kubelet reserves the cpu of kubeReserved plus systemReserved, rounded up to whole CPUs: "+
 			"write that number as %q, or the CPUs themselves as %q", KeyReservedCPUCount, KeyReservedSystemCPUs), true
 	case "logging":
 		return fmt.Sprintf("unknown key; did you mean %q and %q? (the kubelet's logging.format and logging.verbosity)", KeyLogFormat, KeyLogLevel), true
 	case "featuregates":
-		return "unknown key; nri-cpualign has no feature gates: every policy option it knows is available without one", true
+		return fmt.Sprintf("unknown key; nri-cpualign has no feature gates: every policy option it knows is available without one, "+
+			"and the gate DisableCPUQuotaWithExclusiveCPUs is the key %q", KeyDisableCPUQuota), true
 	}
 	return "", false
 }

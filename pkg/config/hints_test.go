@@ -10,7 +10,8 @@ import (
 // hint written out by hand.
 func TestKubeletNamesAndTypos(t *testing.T) {
 	const allKeys = "cpu_manager_policy, cpu_manager_policy_options, reserved_system_cpus, reserved_cpu_count, " +
-		"topology_manager_policy, topology_manager_scope, topology_manager_policy_options, state_dir, sysfs_root, " +
+		"topology_manager_policy, topology_manager_scope, topology_manager_policy_options, memory_manager_policy, " +
+		"disable_cpu_quota_with_exclusive_cpus, state_dir, sysfs_root, " +
 		"cgroup_root, socket_path, metrics_address, reconcile_period, shared_pool_updates, " +
 		"log_level, log_format"
 	const cpuOpts = "align-by-socket, distribute-cpus-across-cores, distribute-cpus-across-numa, full-pcpus-only, " +
@@ -38,7 +39,12 @@ func TestKubeletNamesAndTypos(t *testing.T) {
 		{"systemReserved", "systemReserved = { cpu = \"1\" }\n",
 			`config line 1: key "systemReserved": unknown key; the kubelet reserves the cpu of kubeReserved plus systemReserved, rounded up to whole CPUs: write that number as "reserved_cpu_count", or the CPUs themselves as "reserved_system_cpus"`},
 		{"featureGates", "[featureGates]\nCPUManagerPolicyAlphaOptions = true\n",
-			`config line 1: key "featureGates": unknown key; nri-cpualign has no feature gates: every policy option it knows is available without one`},
+			`config line 1: key "featureGates": unknown key; nri-cpualign has no feature gates: every policy option it knows is available without one, ` +
+				`and the gate DisableCPUQuotaWithExclusiveCPUs is the key "disable_cpu_quota_with_exclusive_cpus"`},
+		{"memoryManagerPolicy", "memoryManagerPolicy = \"None\"\n",
+			`config line 1: key "memoryManagerPolicy": unknown key; did you mean "memory_manager_policy"? (the kubelet's memoryManagerPolicy, flag --memory-manager-policy)`},
+		{"the gate as a key", "DisableCPUQuotaWithExclusiveCPUs = false\n",
+			`config line 1: key "DisableCPUQuotaWithExclusiveCPUs": unknown key; did you mean "disable_cpu_quota_with_exclusive_cpus"? (the kubelet's feature gate DisableCPUQuotaWithExclusiveCPUs)`},
 		{"logging", "[logging]\nformat = \"json\"\n",
 			`config line 1: key "logging": unknown key; did you mean "log_format" and "log_level"? (the kubelet's logging.format and logging.verbosity)`},
 		// The kubelet's flags, as someone might copy them.
@@ -52,7 +58,7 @@ func TestKubeletNamesAndTypos(t *testing.T) {
 		{"dashes for underscores", "log-level = \"debug\"\n", `config line 1: key "log-level": unknown key; did you mean "log_level"?`},
 		{"table typo", "[topology_manager_policy_option]\nprefer-closest-numa-nodes = \"true\"\n",
 			`config line 1: key "topology_manager_policy_option": unknown key; did you mean "topology_manager_policy_options"?`},
-		{"nothing near", "memoryManagerPolicy = \"Static\"\n", `config line 1: key "memoryManagerPolicy": unknown key; the keys are ` + allKeys},
+		{"nothing near", "cpuCFSQuota = false\n", `config line 1: key "cpuCFSQuota": unknown key; the keys are ` + allKeys},
 		{"short key, nothing near", "ab = 1\n", `config line 1: key "ab": unknown key; the keys are ` + allKeys},
 		// Option names.
 		{"option typo", "reserved_cpu_count = 2\n[cpu_manager_policy_options]\nfull-pcpus-onyl = \"true\"\n",

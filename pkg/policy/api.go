@@ -22,6 +22,7 @@ type Config struct {
 	TopologyPolicy   string            // "none" | "best-effort" | "restricted" | "single-numa-node"
 	TopologyScope    string            // "container" | "pod"
 	TopologyOptions  map[string]string // topology_manager_policy_options
+	MemoryPolicy     string            // memory_manager_policy: "None" (only "None" is implemented)
 }
 
 // QoS is a pod's Kubernetes QoS class.
@@ -58,7 +59,7 @@ type Request struct {
 // Decision is the outcome for one admitted container.
 type Decision struct {
 	CPUs      cpuset.CPUSet // the container's cpuset.cpus
-	Mems      cpuset.CPUSet // the container's cpuset.mems (NUMA node ids)
+	Mems      cpuset.CPUSet // the container's cpuset.mems (NUMA node ids): every memory node under memory_manager_policy None
 	Exclusive bool          // CPUs are exclusive to it (false: shared pool)
 	Affinity  hints.Hint    // merged hint; empty Affinity = any node
 	Existing  bool          // the container already had this assignment

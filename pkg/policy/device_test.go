@@ -49,12 +49,12 @@ func TestDeviceHintFromSysfs(t *testing.T) {
 			}
 			// Without the device: node 0, its two lowest whole cores.
 			_, d := add(t, e, e.NewState(), guaranteed("p", "c", 4))
-			check(t, d, want{cpus: "0-1,12-13", mems: "0", exclusive: true, numa: "0", preferred: true})
+			check(t, d, want{cpus: "0-1,12-13", mems: "0-1", exclusive: true, numa: "0", preferred: true})
 
 			req := guaranteed("p", "c", 4)
 			req.Hints = map[string][]hints.Hint{"vfio/240:0": e.DeviceHints([]int{node})}
 			_, d = add(t, e, e.NewState(), req)
-			check(t, d, want{cpus: "6-7,18-19", mems: "1", exclusive: true, numa: "1", preferred: true})
+			check(t, d, want{cpus: "6-7,18-19", mems: "0-1", exclusive: true, numa: "1", preferred: true})
 		})
 	}
 }

@@ -30,7 +30,24 @@ const (
 	KeyTopologyManagerPolicy        = "topology_manager_policy"
 	KeyTopologyManagerScope         = "topology_manager_scope"
 	KeyTopologyManagerPolicyOptions = "topology_manager_policy_options"
+	KeyMemoryManagerPolicy          = "memory_manager_policy"
 )
+
+// Values of memory_manager_policy, in the kubelet's spelling
+// (memoryManagerPolicy).
+const (
+	// MemoryPolicyNone, the kubelet's default: the memory manager does
+	// nothing and every container's cpuset.mems is every memory node.
+	MemoryPolicyNone = "None"
+	// MemoryPolicyStatic is the kubelet's per-NUMA-node memory accounting;
+	// not implemented yet, so New refuses it.
+	MemoryPolicyStatic = "Static"
+)
+
+// MemoryStaticNotImplemented is the refusal of memory_manager_policy
+// Static, the same from the configuration loader and from New.
+const MemoryStaticNotImplemented = `the Static policy (the kubelet's memory manager: per-NUMA-node memory and hugepages) is not implemented yet; ` +
+	`use None (the default: every container's cpuset.mems is every memory node, as the kubelet leaves it)`
 
 // State is the engine's whole mutable state: the static policy's pools and
 // assignments, and under the pod scope each pod's merged affinity. Treat it
@@ -82,7 +99,6 @@ type Engine struct {
 	reserved cpuset.CPUSet
 	memNodes []int // NUMA nodes with memory, ascending
 	online   cpumask.Mask
-	memMask  hints.Mask // memNodes below hints.MaxNUMANodes
 	// reservedMask is where shared-pool containers run while the shared
 	// pool is empty (see SharedMask).
 	reservedMask cpumask.Mask
@@ -107,13 +123,22 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	if cfg.TopologyScope == "" {
 		cfg.TopologyScope = hints.ScopeContainer
 	}
+	if cfg.MemoryPolicy == "" {
+		cfg.MemoryPolicy = MemoryPolicyNone
+	}
 	cfg.CPUOptions = copyOptions(cfg.CPUOptions)
 	cfg.TopologyOptions = copyOptions(cfg.TopologyOptions)
 	// Topology bounds CPU ids by MaxCPUID (= cpumask.MaxID): no error.
 	online, _ := cpumask.FromCPUSet(topo.CPUs())
 	e := &Engine{topo: topo, cfg: cfg, memNodes: topo.MemoryNodes(), online: online}
-	e.memMask = hints.NewMask(e.memNodes...)
 
+	switch cfg.MemoryPolicy {
+	case MemoryPolicyNone:
+	case MemoryPolicyStatic:
+		return nil, &ConfigError{Key: KeyMemoryManagerPolicy, Err: errors.New(MemoryStaticNotImplemented)}
+	default:
+		return nil, &ConfigError{Key: KeyMemoryManagerPolicy, Err: fmt.Errorf("unknown policy %q (want %s)", cfg.MemoryPolicy, MemoryPolicyNone)}
+	}
 	if cfg.CPUManagerPolicy != CPUPolicyNone && cfg.CPUManagerPolicy != CPUPolicyStatic {
 		return nil, &ConfigError{Key: KeyCPUManagerPolicy, Err: fmt.Errorf("unknown policy %q (want %s or %s)", cfg.CPUManagerPolicy, CPUPolicyNone, CPUPolicyStatic)}
 	}
@@ -465,9 +490,12 @@ func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err 
 //     holds the pod's next container because another pod took CPUs in
 //     between (the kubelet allocates a whole pod at admission and cannot
 //     meet that case);
-//  5. cpuset.mems: exclusive containers get the NUMA nodes of the hint and
-//     of their CPUs that have memory; shared-pool containers every memory
-//     node. A shared-pool container gets SharedCPUs; when that is empty
+//  5. cpuset.mems: every memory node, for exclusive and shared-pool
+//     containers alike, as the kubelet leaves memory with its memory
+//     manager at None (memory_manager_policy None, the only policy
+//     implemented): narrowing mems to the CPUs' NUMA nodes without
+//     counting memory could OOM-kill a container while other nodes have
+//     free memory. A shared-pool container gets SharedCPUs; when that is empty
 //     (no CPU reserved and every CPU exclusive) it is refused with
 //     *NoSharedCPUsError instead of an empty cpuset.
 func (e *Engine) Add(st State, req Request) (State, Decision, error) {
@@ -492,7 +520,7 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 			}
 			next := st
 			next.Alloc = alloc
-			return next, Decision{CPUs: cpus, Mems: e.memsFor(h.Affinity, cpus), Exclusive: true, Affinity: h, Existing: true}, nil
+			return next, Decision{CPUs: cpus, Mems: e.allMems(), Exclusive: true, Affinity: h, Existing: true}, nil
 		}
 	}
 	// Step 3, after the strict uncore option's own check (see
@@ -526,7 +554,7 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 	}
 	next.Alloc = alloc
 	// Step 5, exclusive.
-	return next, Decision{CPUs: cpus, Mems: e.memsFor(h.Affinity, cpus), Exclusive: true, Affinity: h}, nil
+	return next, Decision{CPUs: cpus, Mems: e.allMems(), Exclusive: true, Affinity: h}, nil
 }
 
 func copyAffinities(m map[string]hints.Hint) map[string]hints.Hint {
@@ -537,6 +565,10 @@ func copyAffinities(m map[string]hints.Hint) map[string]hints.Hint {
 	return out
 }
 
+// Mems is the cpuset.mems the engine gives every container under
+// memory_manager_policy None: every memory node.
+func (e *Engine) Mems() cpuset.CPUSet { return e.allMems() }
+
 // allMems is every NUMA node with memory (every NUMA node when the
 // machine reports no memory at all).
 func (e *Engine) allMems() cpuset.CPUSet {
@@ -544,49 +576,6 @@ func (e *Engine) allMems() cpuset.CPUSet {
 		return cpuset.New(e.numa.Nodes()...)
 	}
 	return cpuset.New(e.memNodes...)
-}
-
-// memsFor is cpuset.mems of an exclusive container: the NUMA nodes of its
-// affinity and of its CPUs (a best-effort allocation may spill out of the
-// affinity) that have memory. Where none of them has memory (CPU-only
-// nodes) the nearest memory nodes are used, so mems is never empty.
-func (e *Engine) memsFor(affinity hints.Mask, cpus cpuset.CPUSet) cpuset.CPUSet {
-	// NUMA nodes with CPUs are below hints.MaxNUMANodes (NewNUMAInfo
-	// checks), so a Mask holds them without a map.
-	mask := affinity
-	for _, cpu := range cpus.UnsortedList() {
-		if c, ok := e.topo.Info(cpu); ok {
-			mask |= hints.NewMask(c.NUMA)
-		}
-	}
-	if len(e.memNodes) == 0 {
-		return cpuset.New(mask.Nodes()...)
-	}
-	if withMem := mask & e.memMask; withMem != 0 {
-		return cpuset.New(withMem.Nodes()...)
-	}
-	// Rare: none of the container's nodes has memory (a memory node above
-	// MaxNUMANodes is never one of them): the nearest memory nodes.
-	nodes := cpuset.New(mask.Nodes()...)
-	best, bestD := []int{}, -1
-	for _, m := range e.memNodes {
-		for _, n := range nodes.List() {
-			d, ok := e.topo.Distance(n, m)
-			if !ok {
-				continue
-			}
-			switch {
-			case bestD < 0 || d < bestD:
-				best, bestD = []int{m}, d
-			case d == bestD:
-				best = append(best, m)
-			}
-		}
-	}
-	if len(best) == 0 {
-		return e.allMems()
-	}
-	return cpuset.New(best...)
 }
 
 // Remove releases a container's exclusive CPUs; idempotent. CPUs still used

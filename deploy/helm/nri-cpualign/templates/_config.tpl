@@ -50,6 +50,16 @@ topology_manager_policy = {{ .Values.config.topology_manager_policy | toString |
 # (align all containers of a pod together).
 topology_manager_scope = {{ .Values.config.topology_manager_scope | toString | toJson }}
 
+# Memory manager policy, as the kubelet's memoryManagerPolicy: "None"
+# leaves every container on every memory node (cpuset.mems); "Static" is
+# not implemented yet and refused.
+memory_manager_policy = {{ .Values.config.memory_manager_policy | toString | toJson }}
+
+# No CFS quota for containers with exclusive CPUs, nor for their pods, as
+# the kubelet's feature gate DisableCPUQuotaWithExclusiveCPUs (on by
+# default since 1.33); false leaves the kubelet's quota.
+disable_cpu_quota_with_exclusive_cpus = {{ .Values.config.disable_cpu_quota_with_exclusive_cpus | toJson }}
+
 # Where the checkpoint lives (a hostPath volume, so it survives restarts
 # and upgrades).
 state_dir = {{ .Values.config.state_dir | toString | toJson }}

@@ -1,0 +1,171 @@
+package daemon
+
+import (
+	"errors"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+)
+
+// No CFS quota on exclusive CPUs, as the kubelet does under its feature
+// gate DisableCPUQuotaWithExclusiveCPUs (beta, on by default since 1.33;
+// key disable_cpu_quota_with_exclusive_cpus): a container with exclusive
+// CPUs runs with quota -1 (kuberuntime's generateLinuxContainerResources),
+// and so does the cgroup of a pod as soon as any of its containers has
+// exclusive CPUs (cm's podHasExclusiveCPUs: "any", init containers
+// included). A pod's quota stays lifted when its exclusive containers are
+// gone, as the kubelet decides it once, when it creates the pod cgroup.
+//
+// The container's quota goes through the runtime: the CreateContainer
+// adjustment, and an update at Synchronize (a container created while the
+// key was off or by an earlier release) and at UpdateContainer (the
+// kubelet's resize sends its quota again). The pod's cgroup is the
+// kubelet's, which the runtime never touches, so the plugin writes it
+// itself at the same events, and every reconcile period: the kubelet
+// rewrites the pod's quota at an in-place resize, after the containers'
+// update when the limit shrinks, where no NRI event follows.
+
+// noQuota is the runtime's "no CFS quota" (OCI linux.resources.cpu.quota).
+const noQuota = -1
+
+// quotaOff reports whether exclusive containers and their pods run without
+// a CFS quota. l.mu is held.
+func (l *ledger) quotaOff() bool { return l.cfg.DisableCPUQuota }
+
+// exclusiveQuota takes the quota off a new exclusive container, in its
+// adjustment, and off its pod's cgroup. l.mu is held.
+func (p *plugin) exclusiveQuota(adj *api.ContainerAdjustment, rec ctrRecord) {
+	if !rec.Exclusive || !p.d.led.quotaOff() {
+		return
+	}
+	adj.SetLinuxCPUQuota(noQuota)
+	p.liftPodQuota(rec, "container created")
+}
+
+// quotaAtSync adds to Synchronize's updates the quota removal of every
+// running or created exclusive container the runtime reports with a quota,
+// and lifts their pods' quota. l.mu is held.
+func (p *plugin) quotaAtSync(ctrs []*api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
+	l := p.d.led
+	if !l.quotaOff() {
+		return updates
+	}
+	for _, c := range ctrs {
+		r, ok := l.ctrs[c.GetId()]
+		if !ok || !r.Exclusive || c.GetState() == api.ContainerState_CONTAINER_STOPPED {
+			continue
+		}
+		p.liftPodQuota(r, "synchronize")
+		// 0 or absent is no quota too: the kubelet's cpuCFSQuota off.
+		if c.GetLinux().GetResources().GetCpu().GetQuota().GetValue() > 0 {
+			updates = withNoQuota(updates, c.GetId())
+		}
+	}
+	return updates
+}
+
+// quotaAtUpdate is UpdateContainer's part: the resize the kubelet sends
+// carries the container's quota again, and the kubelet may have written
+// the pod's already (a growing limit goes to the pod first). It returns
+// updates with the container's quota removed when it is exclusive after
+// the update. l.mu is not held.
+func (p *plugin) quotaAtUpdate(ctr *api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
+	l := p.d.led
+	l.mu.Lock()
+	r, ok := l.ctrs[ctr.GetId()]
+	off := l.quotaOff()
+	l.mu.Unlock()
+	if !ok || !r.Exclusive || !off {
+		return updates
+	}
+	p.liftPodQuota(r, "container updated")
+	return withNoQuota(updates, ctr.GetId())
+}
+
+// withNoQuota sets quota -1 in the update of container id, adding one when
+// updates has none.
+func withNoQuota(updates []*api.ContainerUpdate, id string) []*api.ContainerUpdate {
+	for _, u := range updates {
+		if u.GetContainerId() == id {
+			u.SetLinuxCPUQuota(noQuota)
+			return updates
+		}
+	}
+	u := &api.ContainerUpdate{}
+	u.SetContainerId(id)
+	u.SetLinuxCPUQuota(noQuota)
+	u.SetIgnoreFailure()
+	return append(updates, u)
+}
+
+// liftPodQuota removes the quota of rec's pod cgroup, logging what it did.
+func (p *plugin) liftPodQuota(rec ctrRecord, why string) {
+	d := p.d
+	logPodQuota(d.log, rec, why, liftPodQuota(d.applier().cgroupRoot(), rec.CgroupsPath))
+}
+
+// liftPodQuota removes the CFS quota of the pod cgroup holding the
+// container whose cgroups path is ctrPath. It reports whether there was
+// one (lifted) and the pod's cgroups path.
+func liftPodQuota(cg cgroups.Root, ctrPath string) podQuotaResult {
+	pod, err := cgroups.PodCgroupsPath(ctrPath)
+	if err != nil {
+		return podQuotaResult{err: err}
+	}
+	unlimited, err := cg.QuotaUnlimited(pod)
+	if err != nil || unlimited {
+		return podQuotaResult{pod: pod, err: err}
+	}
+	return podQuotaResult{pod: pod, lifted: true, err: cg.RemoveQuota(pod)}
+}
+
+type podQuotaResult struct {
+	pod    string
+	lifted bool
+	err    error
+}
+
+// logPodQuota logs a pod quota removal (info) or its failure (warning; a
+// pod cgroup that is gone is the pod going away: debug).
+func logPodQuota(log *logrus.Logger, rec ctrRecord, why string, res podQuotaResult) {
+	entry := log.WithFields(logrus.Fields{"pod": rec.PodName, "container": rec.Name, "id": rec.ID, "pod_cgroup": res.pod, "reason": why})
+	switch {
+	case errors.Is(res.err, cgroups.ErrGone):
+		entry.Debug("pod cgroup is gone; no CFS quota to lift")
+	case res.err != nil:
+		entry.WithError(res.err).Warn("cannot lift the CFS quota of the pod of an exclusive container (disable_cpu_quota_with_exclusive_cpus)")
+	case res.lifted:
+		entry.Info("CFS quota of the pod lifted: it has a container with exclusive CPUs")
+	}
+}
+
+// reconcileQuota lifts the quota of every pod cgroup holding an exclusive
+// container where something (the kubelet's resize) wrote one again.
+func (u *updater) reconcileQuota() {
+	l := u.l
+	l.mu.Lock()
+	if !l.quotaOff() || l.syncs == 0 {
+		l.mu.Unlock()
+		return
+	}
+	var recs []ctrRecord
+	for _, r := range l.ctrs {
+		if r.Exclusive {
+			recs = append(recs, r)
+		}
+	}
+	l.mu.Unlock()
+	seen := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		pod, err := cgroups.PodCgroupsPath(r.CgroupsPath)
+		if err != nil || seen[pod] {
+			continue
+		}
+		seen[pod] = true
+		if res := liftPodQuota(u.cg, r.CgroupsPath); res.lifted || (res.err != nil && !errors.Is(res.err, cgroups.ErrGone)) {
+			logPodQuota(u.log, r, "reconcile", res)
+		}
+	}
+}
