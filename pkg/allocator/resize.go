@@ -17,7 +17,11 @@ import (
 //     as many as fit from the affinity's NUMA nodes and the rest from all
 //     others, with takeByTopology and the options. full-pcpus-only adds
 //     whole free cores only; strict-align-cpus-by-uncorecache adds CPUs of
-//     the uncore caches the container already uses only.
+//     the uncore caches the container already uses only. Under
+//     distribute-cpus-across-numa, a container whose affinity spans
+//     several NUMA nodes gets each added CPU (core, under full-pcpus-only)
+//     on the node of the affinity that holds the fewest of its CPUs
+//     (ties: the lowest node id), so that it stays spread evenly.
 //   - Shrink keeps the baseline and, of the CPUs the container gained
 //     since, the ones takeByTopology picks, those of the baseline's NUMA
 //     nodes first; the rest return to the shared pool. The KEP keeps the
@@ -111,7 +115,13 @@ func (s *Static) Grow(st State, pod, container string, n int, aff hints.Mask) (S
 			return st, cpuset.New(), &InsufficientCPUsError{Requested: add, Available: have}
 		}
 	}
-	got := s.place(avail, add, aff)
+	var got bitset
+	if s.opts.DistributeCPUsAcrossNUMA {
+		got = s.growDistributed(avail, own, add, aff)
+	}
+	if got == nil {
+		got = s.place(avail, add, aff)
+	}
 	if got == nil {
 		return st, cpuset.New(), &InsufficientCPUsError{Requested: add, Available: avail.count()}
 	}
@@ -180,4 +190,61 @@ func (s *Static) Shrink(st State, pod, container string, n int, keep cpuset.CPUS
 	next := withAssignment(st, pod, container, retained)
 	next.Default = st.Default.Union(m.setMask(released.Difference(inUse)))
 	return next, released, nil
+}
+
+// growDistributed is Grow's choice under distribute-cpus-across-numa when
+// the affinity (the nodes of own when it is 0) spans several NUMA nodes:
+// the added CPUs, a unit (a core under full-pcpus-only) at a time, go to
+// the node holding the fewest of the container's CPUs that still has a
+// unit free, and are taken there packed. nil when the affinity is one node
+// or the nodes cannot hold all of them (Grow then places as Allocate does).
+func (s *Static) growDistributed(avail, own bitset, add int, aff hints.Mask) bitset {
+	m := s.m
+	var nodes []int
+	for g, id := range m.numas.ids {
+		if (aff != 0 && aff.IsSet(id)) || (aff == 0 && own.intersects(m.numas.mask[g])) {
+			nodes = append(nodes, g)
+		}
+	}
+	if len(nodes) < 2 {
+		return nil
+	}
+	unit := 1
+	if s.opts.FullPCPUsOnly {
+		unit = m.cpusPerCore
+	}
+	held := make([]int, len(nodes))
+	free := make([]int, len(nodes))
+	per := make([]int, len(nodes))
+	for i, g := range nodes {
+		held[i] = own.andCount(m.numas.mask[g])
+		free[i] = avail.andCount(m.numas.mask[g])
+	}
+	for left := add; left > 0; left -= unit {
+		best := -1
+		for i := range nodes {
+			if free[i]-per[i] < unit {
+				continue
+			}
+			if best < 0 || held[i]+per[i] < held[best]+per[best] {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		per[best] += unit
+	}
+	out := newBitset(m.n)
+	for i, g := range nodes {
+		if per[i] == 0 {
+			continue
+		}
+		got := m.takePacked(avail.and(m.numas.mask[g]), per[i], s.opts.DistributeCPUsAcrossCores, s.opts.PreferAlignByUncoreCache)
+		if got == nil {
+			return nil
+		}
+		out = out.or(got)
+	}
+	return out
 }
