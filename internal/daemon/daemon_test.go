@@ -354,44 +354,6 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	}
 }
 
-func TestResizeOfExclusiveCountRefused(t *testing.T) {
-	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t)
-	startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo)
-	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
-	c2, _, err := rt.create(g1, "c2", 2000, 2000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.resize(c2, 4000, 4000); err == nil || !strings.Contains(err.Error(), "InPlaceResizeRejected") {
-		t.Errorf("resize 2 -> 4 CPUs = %v, want InPlaceResizeRejected", err)
-	}
-	if err := rt.resize(c2, 2000, 2000); err != nil {
-		t.Errorf("resize keeping 2 CPUs = %v", err)
-	}
-	bu := rt.addPod(podSpec{uid: "bu", name: "bu", qos: "burstable"})
-	b, _, err := rt.create(bu, "b", 500, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.resize(b, 700, 2000); err != nil {
-		t.Errorf("resize of a burstable container = %v", err)
-	}
-	// A guaranteed shared container growing to whole CPUs would become
-	// exclusive: refused too.
-	g2 := rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"})
-	half, _, err := rt.create(g2, "half", 500, 500)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.resize(half, 1000, 1000); err == nil || !strings.Contains(err.Error(), "InPlaceResizeRejected") {
-		t.Errorf("resize 500m -> 1 CPU = %v, want InPlaceResizeRejected", err)
-	}
-	if got := rt.cpus(c2); got != "1,5" {
-		t.Errorf("c2 cpus changed to %q", got)
-	}
-}
-
 // TestReconcileRestoresDrift: a cgroup something else changed is put back
 // by the reconcile loop, through the runtime (in-answer) or by writing it
 // (direct, the default); a cgroup that is gone is skipped; the drift is

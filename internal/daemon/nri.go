@@ -33,6 +33,8 @@ var (
 	_ stub.StopContainerInterface   = (*plugin)(nil)
 	_ stub.RemoveContainerInterface = (*plugin)(nil)
 	_ stub.RemovePodInterface       = (*plugin)(nil)
+
+	_ stub.PostUpdateContainerInterface = (*plugin)(nil)
 )
 
 // reasoner is implemented by the engine's admission errors.
@@ -453,42 +455,25 @@ func podUnknown(st policy.State, pod string) bool {
 	return !a && !b
 }
 
-// UpdateContainer handles an in-place resize. The exclusive CPU count of
-// a container is fixed for its life, as under the kubelet's static
-// policy: a resize that would change it (including into or out of
+// UpdateContainer handles an in-place resize: an exclusive container's
+// CPUs grow and shrink in place under KEP-5554's rules, and a resize the
+// rules forbid (below the admitted CPUs, or between the shared pool and
 // exclusive CPUs) is refused with an error starting with
-// "InPlaceResizeRejected"; any other resize goes through unchanged, and
-// the container keeps its cpuset (the runtime leaves an empty cpuset
-// alone).
+// "InPlaceResizeRejected" (resize.go). A shared-pool container that stays
+// shared keeps its cpuset (the runtime leaves an empty cpuset alone).
 func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("UpdateContainer")()
-	d := p.d
-	l := d.led
 	cpu := cpuOf(res)
 	if cpu == nil || (cpu.GetShares() == nil && cpu.GetQuota() == nil) {
 		return nil, nil
 	}
-	resized := requestWithCPU(pod, ctr, cpu)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r, ok := l.ctrs[ctr.GetId()]
-	if !ok {
-		return nil, nil
-	}
-	have := 0
-	if r.Exclusive {
-		if cpus, ok := l.engine.Assignment(l.st, r.Pod, r.Name); ok {
-			have = cpus.Size()
-		}
-	}
-	want := exclusiveCPUsFor(l.static(), resized)
-	if want != have {
-		err := fmt.Errorf("InPlaceResizeRejected: container %s of pod %s holds %d exclusive CPUs and the resize asks for %d; "+
-			"the exclusive CPU count cannot change in place, recreate the pod", r.Name, r.PodName, have, want)
-		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "reason": "InPlaceResizeRejected", "have": have, "want": want}).
-			Warn("resize refused")
-		d.obs.refusals.WithLabelValues("InPlaceResizeRejected").Inc()
-		return nil, err
-	}
-	return nil, nil
+	return p.resize(ctr.GetId(), requestWithCPU(pod, ctr, cpu))
+}
+
+// PostUpdateContainer follows an update the runtime applied: a downsize
+// gives its CPUs back to the shared pool now (resize.go).
+func (p *plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	defer p.d.obs.timeEvent("PostUpdateContainer")()
+	p.resized(ctr.GetId())
+	return nil
 }

@@ -76,6 +76,8 @@ type Runtime struct {
 	pushes       int
 	seq          int
 	beforeUpdate func()
+	// beforeWrite sees every cgroup write of the runtime (SetBeforeWrite).
+	beforeWrite func(c *api.Container, file, value string)
 }
 
 // Option configures a Runtime.
@@ -231,6 +233,15 @@ func (rt *Runtime) SetBeforeUpdate(f func()) {
 	rt.beforeUpdate = f
 }
 
+// SetBeforeWrite sets a function run before each cgroup file the runtime
+// writes (with a cgroup root), with the runtime's store locked: tests
+// check what the other cgroups hold at that moment by reading the files.
+func (rt *Runtime) SetBeforeWrite(f func(c *api.Container, file, value string)) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.beforeWrite = f
+}
+
 // applyLocked applies updates as the runtime does: to known containers
 // that have not stopped (an update for any other fails, ignored when the
 // plugin says so).
@@ -282,6 +293,9 @@ func (rt *Runtime) setCPUs(c *api.Container, cpus, mems string) {
 func (rt *Runtime) writeCgroup(c *api.Container, file, value string) {
 	if rt.cgroupRoot == "" {
 		return
+	}
+	if rt.beforeWrite != nil {
+		rt.beforeWrite(c, file, value)
 	}
 	dir := filepath.Join(rt.cgroupRoot, "cpuset", c.Linux.CgroupsPath)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -731,8 +745,11 @@ func (rt *Runtime) forgetPodLocked(pod *api.PodSandbox) {
 
 // UpdateContainer sends UpdateContainer (an in-place resize) with the new
 // resources and, when the plugins accept it, stores the container with the
-// CPU and memory values res sets (the others as they were) and applies the
-// updates of the answer; it returns them.
+// CPU and memory values res sets (the others as they were), applies the
+// updates of the answer and, as containerd does, writes the container's
+// recorded cpuset (the answer's, or else the one it had) into its cgroup:
+// containerd builds the OCI update from its stored spec. Then it sends
+// PostUpdateContainer. It returns the answer's updates.
 func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
 	pod := rt.PodOf(c)
 	var updates []*api.ContainerUpdate
@@ -751,8 +768,34 @@ func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *a
 		defer rt.mu.Unlock()
 		rt.resizeLocked(c.Id, res)
 		rt.applyLocked(updates)
+		if stored, ok := rt.ctrs[c.Id]; ok && stored.State != api.ContainerState_CONTAINER_STOPPED {
+			cpu := stored.GetLinux().GetResources().GetCpu()
+			if cpu.GetCpus() != "" {
+				rt.writeCgroup(stored, "cpuset.cpus", cpu.GetCpus())
+			}
+			if cpu.GetMems() != "" {
+				rt.writeCgroup(stored, "cpuset.mems", cpu.GetMems())
+			}
+		}
 	})
-	return updates, err
+	if err != nil {
+		return nil, err
+	}
+	return updates, rt.PostUpdateContainer(ctx, c)
+}
+
+// PostUpdateContainer sends PostUpdateContainer, as both runtimes do once
+// the OCI runtime applied an update of the container's resources.
+func (rt *Runtime) PostUpdateContainer(ctx context.Context, c *api.Container) error {
+	pod := rt.PodOf(c)
+	var err error
+	rt.Op(func(a *adaptation.Adaptation) {
+		rt.mu.Lock()
+		cur := rt.sendableLocked(c)
+		rt.mu.Unlock()
+		err = a.PostUpdateContainer(ctx, &api.PostUpdateContainerRequest{Pod: pod, Container: cur})
+	})
+	return err
 }
 
 // resizeLocked stores a copy of the stored container id with the shares,
