@@ -444,8 +444,8 @@ func TestStateMetricsHealth(t *testing.T) {
 	// c2 on core 1 {1,5}; odd (3 CPUs) takes core 2 whole and the lowest
 	// CPU of core 3: {2,3,6}.
 	want := []ContainerView{
-		{ID: v.Containers[0].ID, Pod: "default/g1", PodUID: "g1", Container: "c2", CPUs: "1,5", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}},
-		{ID: v.Containers[1].ID, Pod: "default/g2", PodUID: "g2", Container: "odd", CPUs: "2-3,6", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}},
+		{ID: v.Containers[0].ID, Pod: "default/g1", PodUID: "g1", Container: "c2", CPUs: "1,5", Baseline: "1,5", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}},
+		{ID: v.Containers[1].ID, Pod: "default/g2", PodUID: "g2", Container: "odd", CPUs: "2-3,6", Baseline: "2-3,6", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}},
 	}
 	if !reflect.DeepEqual(v.Containers, want) || v.Shared != "0,4,7" || !v.Synchronized || !v.Connected {
 		t.Errorf("/state = %+v\nwant containers %+v, shared 0,4,7", v, want)

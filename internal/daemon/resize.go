@@ -98,6 +98,7 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 	}
 	l.mu.Unlock()
 	if rd.Kind == policy.ResizeUp {
+		d.obs.resizes.WithLabelValues(policy.ResizeUp).Inc()
 		// direct: the new pool is in every shared-pool cgroup before the
 		// container may run on the added CPUs (in-answer: no-op, the
 		// updates above go first).
@@ -159,6 +160,7 @@ func (p *plugin) resized(id string) {
 		return
 	}
 	delete(l.shrinking, id)
+	d.obs.resizes.WithLabelValues(policy.ResizeDown).Inc()
 	shared := l.engine.SharedMask(l.st).String()
 	l.mu.Unlock()
 	if changed {

@@ -215,6 +215,23 @@ func TestResizeBaselineSurvivesRestart(t *testing.T) {
 	if err := rt.resize(c, 3000, 3000); err != nil {
 		t.Fatal(err)
 	}
+	// 1 -> 3: CPU 1, then core 2 whole (2,6). /state and the metrics show
+	// the baseline beside the CPUs.
+	var view ContainerView
+	for _, cv := range r.d.State().Containers {
+		if cv.ID == c.Id {
+			view = cv
+		}
+	}
+	if view.CPUs != "1-2,6" || view.Baseline != "1" {
+		t.Errorf("/state cpus %q baseline %q; want 1-2,6 and 1", view.CPUs, view.Baseline)
+	}
+	if got := gatherByLabels(t, r.d, "nri_cpualign_resized_cpus"); got[""] != 2 {
+		t.Errorf("resized_cpus %v; want 2", got)
+	}
+	if got := gatherByLabels(t, r.d, "nri_cpualign_resizes_total"); got["upsize"] != 1 {
+		t.Errorf("resizes_total %v; want upsize 1", got)
+	}
 	r.stop(t)
 	r = startDaemon(t, rt, cfg, topo)
 	if err := rt.resize(c, 2000, 2000); err != nil {
@@ -233,5 +250,7 @@ func TestResizeBaselineSurvivesRestart(t *testing.T) {
 	if len(snap.Baseline) != 0 || snap.Assignments[podKey(g)]["c"] != "1" {
 		t.Errorf("state assignments %v baseline %v; want c on 1 and no baseline", snap.Assignments, snap.Baseline)
 	}
-	_ = r
+	if got := gatherByLabels(t, r.d, "nri_cpualign_resizes_total"); got["downsize"] != 2 {
+		t.Errorf("resizes_total %v; want downsize 2", got)
+	}
 }
