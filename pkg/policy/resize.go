@@ -117,7 +117,7 @@ func (e *Engine) Resize(st State, req Request) (State, ResizeDecision, error) {
 	switch {
 	case n == cur.Size():
 		aff := e.heldAffinity(st, req.Pod, cur)
-		rd.Decision = Decision{CPUs: cur, Mems: e.memsFor(aff, cur), Exclusive: true, Affinity: hints.Hint{Affinity: aff}, Existing: true}
+		rd.Decision = Decision{CPUs: cur, Mems: e.memsFor(aff, cur), Exclusive: true, Affinity: hints.Hint{Affinity: aff, Preferred: true}, Existing: true}
 		rd.Kind = ResizeNone
 		return st, rd, nil
 	case n < base.Size():
@@ -133,7 +133,7 @@ func (e *Engine) Resize(st State, req Request) (State, ResizeDecision, error) {
 		cpus := alloc.Assignments[req.Pod][req.Container]
 		next.Baseline = withBaseline(st.Baseline, req.Pod, req.Container, baselineEntry(base, cpus))
 		aff := e.heldAffinity(next, req.Pod, cpus)
-		rd.Decision = Decision{CPUs: cpus, Mems: e.memsFor(aff, cpus), Exclusive: true, Affinity: hints.Hint{Affinity: aff}}
+		rd.Decision = Decision{CPUs: cpus, Mems: e.memsFor(aff, cpus), Exclusive: true, Affinity: hints.Hint{Affinity: aff, Preferred: true}}
 		rd.Kind, rd.Released = ResizeDown, released
 		return next, rd, nil
 	}
