@@ -68,9 +68,9 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		d.obs.refusals.WithLabelValues(reason).Inc()
 		return nil, err
 	}
-	if !r.Exclusive {
+	if !r.Exclusive || rd.Kind == policy.ResizeNone {
 		l.mu.Unlock()
-		return nil, nil // shared stays shared: not an exclusive resize
+		return nil, nil // the CPUs stay as they are
 	}
 	delete(l.shrinking, id) // a new decision replaces one not committed
 	fields := logrus.Fields{"cpus": rd.CPUs.String(), "mems": rd.Mems.String(), "baseline": rd.Baseline.String(),

@@ -745,11 +745,9 @@ func (rt *Runtime) forgetPodLocked(pod *api.PodSandbox) {
 
 // UpdateContainer sends UpdateContainer (an in-place resize) with the new
 // resources and, when the plugins accept it, stores the container with the
-// CPU and memory values res sets (the others as they were), applies the
-// updates of the answer and, as containerd does, writes the container's
-// recorded cpuset (the answer's, or else the one it had) into its cgroup:
-// containerd builds the OCI update from its stored spec. Then it sends
-// PostUpdateContainer. It returns the answer's updates.
+// CPU and memory values res sets (the others as they were) and applies the
+// updates of the answer. Then it sends PostUpdateContainer. It returns the
+// answer's updates.
 func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
 	pod := rt.PodOf(c)
 	var updates []*api.ContainerUpdate
@@ -768,15 +766,6 @@ func (rt *Runtime) UpdateContainer(ctx context.Context, c *api.Container, res *a
 		defer rt.mu.Unlock()
 		rt.resizeLocked(c.Id, res)
 		rt.applyLocked(updates)
-		if stored, ok := rt.ctrs[c.Id]; ok && stored.State != api.ContainerState_CONTAINER_STOPPED {
-			cpu := stored.GetLinux().GetResources().GetCpu()
-			if cpu.GetCpus() != "" {
-				rt.writeCgroup(stored, "cpuset.cpus", cpu.GetCpus())
-			}
-			if cpu.GetMems() != "" {
-				rt.writeCgroup(stored, "cpuset.mems", cpu.GetMems())
-			}
-		}
 	})
 	if err != nil {
 		return nil, err

@@ -55,6 +55,16 @@ func (s *Static) growAvail(st State, cur bitset) bitset {
 	return avail
 }
 
+// CheckResizeCount is full-pcpus-only's rule for a resize to n CPUs: a
+// count that is not whole cores is an *SMTAlignmentError (checked before
+// the topology manager's admission, as for a new container).
+func (s *Static) CheckResizeCount(n int) error {
+	if s.opts.FullPCPUsOnly && n%s.m.cpusPerCore != 0 {
+		return &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: s.m.cpusPerCore}
+	}
+	return nil
+}
+
 // GrowRoom is how many CPUs Grow could add to the container inside the
 // NUMA nodes of aff (their sockets under align-by-socket; 0 = anywhere).
 func (s *Static) GrowRoom(st State, pod, container string, aff hints.Mask) int {

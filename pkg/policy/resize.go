@@ -138,6 +138,9 @@ func (e *Engine) Resize(st State, req Request) (State, ResizeDecision, error) {
 		return next, rd, nil
 	}
 	// Upsize.
+	if err := e.static.CheckResizeCount(n); err != nil {
+		return st, ResizeDecision{}, err
+	}
 	next := st
 	aff := e.heldAffinity(st, req.Pod, cur)
 	h := hints.Hint{Affinity: aff, Preferred: true}

@@ -193,7 +193,7 @@ func (s stats) String() string {
 	}
 	ops, nOps := f(s.ops)
 	faults, nFaults := f(s.faults)
-	return fmt.Sprintf("%d steps, %d operations (%s; create-rejected, resize-rejected, restart, kubelet-retry, late-start and settled-late are outcomes, not counted again), %d faults injected (%s)",
+	return fmt.Sprintf("%d steps, %d operations (%s; create-rejected, resize-rejected, resize-up, resize-down, restart, kubelet-retry, late-start and settled-late are outcomes, not counted again), %d faults injected (%s)",
 		s.steps, nOps, ops, nFaults, faults)
 }
 
@@ -248,6 +248,9 @@ type churn struct {
 
 	connMu sync.Mutex
 	conn   net.Conn // the plugin's connection to the runtime
+
+	// resizes is what opResizeExclusive knows of baselines, by container ID.
+	resizes map[string]resizeModel
 }
 
 // dial is the plugin's dialer: it keeps the connection so that a runtime
@@ -520,7 +523,7 @@ func (c *churn) run(n int) {
 
 // notCounted are outcome labels in stats.ops, not operations of their own.
 var notCounted = map[string]bool{"create-rejected": true, "restart": true, "settled-late": true,
-	"resize-rejected": true, "late-start": true, "kubelet-retry": true}
+	"resize-rejected": true, "late-start": true, "kubelet-retry": true, "resize-up": true, "resize-down": true}
 
 func (c *churn) opCount() int {
 	n := 0
@@ -542,6 +545,7 @@ func (c *churn) step() {
 		{300, c.opCreate},
 		{260, c.opStart},
 		{60, c.opResize},
+		{50, c.opResizeExclusive},
 		{100, c.opStop},
 		{90, c.opRemove},
 		{70, c.opRestartContainer},
