@@ -21,7 +21,6 @@ type overlapWatch struct {
 	t       *testing.T
 	rt      *fakeRuntime
 	mu      sync.Mutex
-	exclID  string
 	shared  []*api.Container
 	excl    *api.Container
 	overlap []string
