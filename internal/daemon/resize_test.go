@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,37 @@ func TestResizeBaselineSurvivesRestart(t *testing.T) {
 	}
 	if got := gatherByLabels(t, r.d, "nri_cpualign_resizes_total"); got["downsize"] != 2 {
 		t.Errorf("resizes_total %v; want downsize 2", got)
+	}
+}
+
+// TestResizeBaselineOfImportedKubeletState: a container adopted from the
+// kubelet's cpu_manager_state has the imported CPUs as its baseline: a
+// downsize below them is refused, an upsize keeps them.
+func TestResizeBaselineOfImportedKubeletState(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	kubelet := filepath.Join(t.TempDir(), "cpu_manager_state")
+	doc := `{"policyName":"static","defaultCpuSet":"0,3-4,7","entries":{"uid-g1":{"c2":"1-2,5-6"}},"checksum":1234}`
+	if err := os.WriteFile(kubelet, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g1 := rt.addPod(podSpec{uid: "uid-g1", name: "g1", qos: "guaranteed"})
+	c2 := rt.createAway(g1, "c2", 4000, 4000)
+	rt.SetCPUs(c2, "1-2,5-6", "")
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo, WithKubeletState(kubelet))
+	if err := rt.resize(c2, 2000, 2000); err == nil || !strings.Contains(err.Error(), "below-baseline") {
+		t.Errorf("resize of the imported 4 CPUs to 2 = %v; want InPlaceResizeRejected below-baseline", err)
+	}
+	// +2: the last free core, 3.
+	if err := rt.resize(c2, 6000, 6000); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.cpus(c2); got != "1-3,5-7" {
+		t.Errorf("c2 %q after the upsize; want 1-3,5-7", got)
+	}
+	for _, cv := range r.d.State().Containers {
+		if cv.ID == c2.Id && cv.Baseline != "1-2,5-6" {
+			t.Errorf("/state baseline %q; want the imported 1-2,5-6", cv.Baseline)
+		}
 	}
 }

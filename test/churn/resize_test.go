@@ -151,7 +151,9 @@ func (c *churn) opResizeExclusive() {
 	case want < cur.Size() && (!now.IsSubsetOf(cur) || !base.IsSubsetOf(now)):
 		bad = "a downsize left its CPUs or dropped its baseline"
 	}
-	if applied, _, _ := c.rt.CPUs(ct.Id); bad == "" && applied != now.String() {
+	// The runtime's record (what the answer set; an unchanged count
+	// answers nothing, and the record may be older than the cgroup then).
+	if applied, _, _ := c.rt.CPUs(ct.Id); bad == "" && want != cur.Size() && applied != now.String() {
 		bad = "runs on " + applied
 	}
 	if bad != "" {
