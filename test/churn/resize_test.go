@@ -65,10 +65,17 @@ func (c *churn) opResizeExclusive() {
 	old := c.res[ct.Id]
 	next := old
 	want := 0
-	if c.rng.Intn(10) == 0 {
+	switch x := c.rng.Intn(10); {
+	case x == 0:
 		next.CPURequestMilli = int64(cur.Size())*1000 + 500
-	} else {
+	case x < 5 && cur.Size() > base.Size():
+		// Half the time a container that grew shrinks, to the baseline
+		// or above it.
+		want = base.Size() + c.rng.Intn(cur.Size()-base.Size())
+	default:
 		want = max(1, base.Size()-1+c.rng.Intn(cur.Size()-base.Size()+5))
+	}
+	if want > 0 {
 		next.CPURequestMilli = int64(want) * 1000
 	}
 	next.CPULimitMilli = next.CPURequestMilli
