@@ -286,3 +286,73 @@ func TestResizeBaselineOfImportedKubeletState(t *testing.T) {
 		}
 	}
 }
+
+// TestResizePersistFailure: an upsize that cannot be written is refused
+// with PersistError and changes nothing; a downsize whose completion
+// cannot be written keeps the CPUs given back assigned to the container
+// (never shared while it may run on them), and its next resize finishes
+// it.
+func TestResizePersistFailure(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo, WithStore(StoreJournal))
+	path := filepath.Join(stateDir, CheckpointName)
+	breakStore := func() {
+		// A directory in the checkpoint's place makes the snapshot's
+		// rename fail; the journal's file closed makes the append fail.
+		if err := os.RemoveAll(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		r.d.led.mu.Lock()
+		if j := r.d.led.store.jnl.j; j != nil {
+			j.Close()
+		}
+		r.d.led.mu.Unlock()
+	}
+	fixStore := func() {
+		if err := os.RemoveAll(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := rt.addPod(podSpec{uid: "g", name: "g", qos: "guaranteed"})
+	c, _, err := rt.create(g, "c", 1000, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	breakStore()
+	if err := rt.resize(c, 2000, 2000); err == nil || !strings.Contains(err.Error(), "PersistError") {
+		t.Fatalf("upsize with an unwritable checkpoint = %v; want PersistError", err)
+	}
+	if v := r.d.State(); v.Shared != "0,2-7" || rt.cpus(c) != "1" {
+		t.Fatalf("after a failed upsize: shared %q, c on %q; want 0,2-7 and 1", v.Shared, rt.cpus(c))
+	}
+	fixStore()
+	if err := rt.resize(c, 2000, 2000); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.cpus(c); got != "1,5" {
+		t.Fatalf("c on %q after the upsize; want 1,5", got)
+	}
+	breakStore()
+	if err := rt.resize(c, 1000, 1000); err != nil {
+		t.Fatalf("downsize: %v", err) // the answer needs no write
+	}
+	e, st := r.d.EngineState()
+	if held, _ := e.Assignment(st, "g", "c"); held.String() != "1,5" || rt.cpus(c) != "1" || e.SharedPool(st).String() != "0,2-4,6-7" {
+		t.Fatalf("after a downsize whose completion failed: assignment %s, c on %q, pool %s; want 1,5, 1 and 0,2-4,6-7",
+			held, rt.cpus(c), e.SharedPool(st))
+	}
+	fixStore()
+	if err := rt.resize(c, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, r.d)
+	e, st = r.d.EngineState()
+	if held, _ := e.Assignment(st, "g", "c"); held.String() != "1" || e.SharedPool(st).String() != "0,2-7" {
+		t.Fatalf("after the retried downsize: assignment %s, pool %s; want 1 and 0,2-7", held, e.SharedPool(st))
+	}
+}
