@@ -249,8 +249,8 @@ type churn struct {
 	connMu sync.Mutex
 	conn   net.Conn // the plugin's connection to the runtime
 
-	// resizes is what opResizeExclusive knows of baselines, by container ID.
-	resizes map[string]resizeModel
+	// resizes is what opResizeExclusive knows of baselines.
+	resizes map[invariant.Key]resizeModel
 }
 
 // dial is the plugin's dialer: it keeps the connection so that a runtime

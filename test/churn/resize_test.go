@@ -8,18 +8,23 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 )
 
-// resizeModel is what the churn knows of an exclusive container's
-// baseline (the CPUs it was admitted with): base, exact while no
-// Synchronize came since it was learnt (syncs): a rebuild may keep it
-// (checkpoint) or make the container's CPUs its baseline (rebuilt from
-// the runtime), so afterwards the plugin's baseline lies between base and
-// the container's CPUs.
+// resizeModel is what the churn knows of the baseline (the CPUs it was
+// admitted with) of a pod's container that was resized: base, exact while
+// no Synchronize came since it was learnt (syncs) and the container is the
+// one it was learnt of (id). A rebuild may keep it (checkpoint) or make
+// the container's CPUs its baseline (rebuilt from the runtime); a restart
+// keeps it with the CPUs, a new admission under the same name starts
+// afresh: afterwards the plugin's baseline lies between base and the
+// container's CPUs. A container of a name never resized has its CPUs as
+// baseline.
 type resizeModel struct {
 	base  cpuset.CPUSet
 	syncs int
+	id    string
 }
 
 // opResizeExclusive resizes a running exclusive container in place to a
@@ -44,24 +49,20 @@ func (c *churn) opResizeExclusive() {
 		return
 	}
 	if c.resizes == nil {
-		c.resizes = map[string]resizeModel{}
-	}
-	for id := range c.resizes {
-		if _, ok := c.admitted[id]; !ok {
-			delete(c.resizes, id)
-		}
+		c.resizes = map[invariant.Key]resizeModel{}
 	}
 	cur := c.admitted[ct.Id]
-	m, known := c.resizes[ct.Id]
+	pod := c.rt.PodOf(ct).GetUid()
+	key := invariant.Key{Pod: pod, Container: ct.Name}
+	m, known := c.resizes[key]
 	base, exact := cur, true
 	if known {
 		if m.base.IsSubsetOf(cur) {
-			base, exact = m.base, m.syncs == c.rt.Syncs()
+			base, exact = m.base, m.syncs == c.rt.Syncs() && m.id == ct.Id
 		} else {
-			exact = false // moved at a rebuild: its CPUs are its baseline, or what was kept of it
+			exact = false // moved at a rebuild or admitted afresh: its CPUs are its baseline, or what was kept of it
 		}
 	}
-	pod := c.rt.PodOf(ct).GetUid()
 	old := c.res[ct.Id]
 	next := old
 	want := 0
@@ -109,6 +110,8 @@ func (c *churn) opResizeExclusive() {
 		must = "InPlaceResizeRejected" // below the baseline
 	case want == cur.Size():
 		mustNot = "same count"
+	case !wholeCores && !exact && want < cur.Size():
+		must = "SMTAlignmentError|InPlaceResizeRejected" // the plugin's baseline may be above want
 	case !wholeCores:
 		must = "SMTAlignmentError"
 	case want < cur.Size() && exact:
@@ -176,9 +179,9 @@ func (c *churn) opResizeExclusive() {
 	c.res[ct.Id] = next
 	switch {
 	case !known:
-		c.resizes[ct.Id] = resizeModel{base: cur, syncs: c.rt.Syncs()}
+		c.resizes[key] = resizeModel{base: cur, syncs: c.rt.Syncs(), id: ct.Id}
 	case exact:
-		c.resizes[ct.Id] = resizeModel{base: base, syncs: c.rt.Syncs()}
+		c.resizes[key] = resizeModel{base: base, syncs: c.rt.Syncs(), id: ct.Id}
 	}
 	c.check(false)
 }
