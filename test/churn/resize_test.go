@@ -19,12 +19,15 @@ import (
 // the container's CPUs its baseline (rebuilt from the runtime); a restart
 // keeps it with the CPUs, a new admission under the same name starts
 // afresh: afterwards the plugin's baseline lies between base and the
-// container's CPUs. A container of a name never resized has its CPUs as
-// baseline.
+// container's CPUs. Once base is not part of the CPUs any more (moved at
+// a rebuild, admitted afresh), nothing is known but that the baseline is
+// part of the CPUs (void). A container of a name never resized has its
+// CPUs as baseline.
 type resizeModel struct {
 	base  cpuset.CPUSet
 	syncs int
 	id    string
+	void  bool
 }
 
 // opResizeExclusive resizes a running exclusive container in place to a
@@ -57,10 +60,10 @@ func (c *churn) opResizeExclusive() {
 	m, known := c.resizes[key]
 	base, exact := cur, true
 	if known {
-		if m.base.IsSubsetOf(cur) {
+		if !m.void && m.base.IsSubsetOf(cur) {
 			base, exact = m.base, m.syncs == c.rt.Syncs() && m.id == ct.Id
 		} else {
-			exact = false // moved at a rebuild or admitted afresh: its CPUs are its baseline, or what was kept of it
+			base, exact = cpuset.New(), false
 		}
 	}
 	old := c.res[ct.Id]
@@ -72,7 +75,7 @@ func (c *churn) opResizeExclusive() {
 	case x < 5 && cur.Size() > base.Size():
 		// Half the time a container that grew shrinks, to the baseline
 		// or above it.
-		want = base.Size() + c.rng.Intn(cur.Size()-base.Size())
+		want = max(1, base.Size()+c.rng.Intn(cur.Size()-base.Size()))
 	default:
 		want = max(1, base.Size()-1+c.rng.Intn(cur.Size()-base.Size()+5))
 	}
@@ -182,6 +185,8 @@ func (c *churn) opResizeExclusive() {
 		c.resizes[key] = resizeModel{base: cur, syncs: c.rt.Syncs(), id: ct.Id}
 	case exact:
 		c.resizes[key] = resizeModel{base: base, syncs: c.rt.Syncs(), id: ct.Id}
+	case base.IsEmpty():
+		c.resizes[key] = resizeModel{void: true}
 	}
 	c.check(false)
 }
