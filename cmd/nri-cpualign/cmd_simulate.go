@@ -212,6 +212,22 @@ type stateResult struct {
 	Shared      string                       `json:"shared"`
 	Reserved    string                       `json:"reserved"`
 	Assignments map[string]map[string]string `json:"assignments"`
+	// Baseline: the containers a resize changed, with the CPUs they were
+	// admitted with.
+	Baseline map[string]map[string]string `json:"baseline,omitempty"`
+}
+
+type resizeResult struct {
+	Pod       string       `json:"pod"`
+	Container string       `json:"container"`
+	Kind      string       `json:"kind"` // upsize, downsize, none
+	CPUs      string       `json:"cpus"`
+	Mems      string       `json:"mems"`
+	Exclusive bool         `json:"exclusive"`
+	Baseline  string       `json:"baseline,omitempty"`
+	Added     string       `json:"added,omitempty"`
+	Released  string       `json:"released,omitempty"`
+	Affinity  affinityJSON `json:"affinity"`
 }
 
 func toAffinity(h hints.Hint) affinityJSON {
@@ -267,15 +283,17 @@ func (s *simulator) handle(n int, line []byte) any {
 		return s.add(req)
 	case "hints":
 		return s.hints(req)
+	case "resize":
+		return s.resize(req)
 	case "remove":
 		s.state = s.engine.Remove(s.state, req.Pod, req.Container)
 		return removeResult{Pod: req.Pod, Container: req.Container, Removed: true}
 	case "state":
 		return s.snapshot()
 	case "":
-		return errorLine{Error: `missing "op" (want assign, add, hints, remove or state)`, Line: n}
+		return errorLine{Error: `missing "op" (want assign, add, hints, resize, remove or state)`, Line: n}
 	default:
-		return errorLine{Error: fmt.Sprintf("unknown op %q (want assign, add, hints, remove or state)", req.Op), Line: n}
+		return errorLine{Error: fmt.Sprintf("unknown op %q (want assign, add, hints, resize, remove or state)", req.Op), Line: n}
 	}
 }
 
@@ -416,5 +434,34 @@ func (s *simulator) hints(req requestLine) any {
 
 func (s *simulator) snapshot() any {
 	snap := s.engine.Snapshot(s.state)
-	return stateResult{Shared: snap.Shared, Reserved: snap.Reserved, Assignments: snap.Assignments}
+	return stateResult{Shared: snap.Shared, Reserved: snap.Reserved, Assignments: snap.Assignments, Baseline: snap.Baseline}
+}
+
+// resize is an in-place resize of an existing container to the line's
+// request (Engine.Resize); a downsize gives its CPUs back at once (the
+// daemon waits for the runtime's PostUpdateContainer).
+func (s *simulator) resize(req requestLine) any {
+	r, err := s.request(req)
+	if err == nil {
+		var next policy.State
+		var d policy.ResizeDecision
+		next, d, err = s.engine.Resize(s.state, r)
+		if err == nil {
+			s.state = next
+			res := resizeResult{Pod: req.Pod, Container: req.Container, Kind: d.Kind, CPUs: cpuList(d.CPUs), Mems: cpuList(d.Mems),
+				Exclusive: d.Exclusive, Affinity: toAffinity(d.Affinity)}
+			if d.Exclusive {
+				res.Baseline, res.Added, res.Released = d.Baseline.String(), d.Added.String(), d.Released.String()
+			}
+			s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "cpus": res.CPUs, "kind": d.Kind}).Debug("simulate: resize")
+			return res
+		}
+	}
+	out := containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error")}
+	var tae *hints.TopologyAffinityError
+	if errors.As(err, &tae) {
+		a := toAffinity(tae.Hint)
+		out.Affinity = &a
+	}
+	return out
 }

@@ -129,7 +129,7 @@ func TestSimulateContract(t *testing.T) {
 		`{"pod":"p","container":"b","hints":{"cpu":null}}`,
 		`{"error":"not a valid request: invalid character 'g' looking for beginning of value","line":5}`,
 		`{"error":"empty line: want a JSON object","line":6}`,
-		`{"error":"unknown op \"fly\" (want assign, add, hints, remove or state)","line":7}`,
+		`{"error":"unknown op \"fly\" (want assign, add, hints, resize, remove or state)","line":7}`,
 		`{"pod":"p","container":"e","cpus":"2-11,14-23","mems":"0-1","exclusive":false,"affinity":{"numa":null,"preferred":false}}`,
 		`{"pod":"p","container":"c","removed":true}`,
 		`{"pod":"p","container":"c","removed":true}`,
@@ -479,4 +479,37 @@ func TestSimulateBinary(t *testing.T) {
 	if !strings.Contains(string(outb), `"reason":"InvalidConfig"`) || strings.Count(string(outb), "\n") != 1 {
 		t.Fatalf("invalid config output %q", outb)
 	}
+}
+
+// TestSimulateResize: resize lines on ht-2s-6c (core k = {k, k+12}, NUMA
+// 0 = 0-5,12-17), static, topology manager none, nothing reserved; mems are
+// every memory node (memory_manager_policy None).
+func TestSimulateResize(t *testing.T) {
+	root := simFixture(t, "ht-2s-6c")
+	out, code := simulate(t, root, "",
+		// The lowest whole core: 0.
+		g("add", "p", "c", 2, ""),
+		// +2 from its NUMA node: the next whole core, 1.
+		g("resize", "p", "c", 4, ""),
+		g("resize", "p", "c", 1, ""),
+		// Down to 3: the baseline 0,12 and, of core 1, its first thread.
+		g("resize", "p", "c", 3, ""),
+		`{"op":"state"}`,
+		`{"op":"add","pod":"p","container":"s","qos":"burstable","cpu_request_milli":500}`,
+		g("resize", "p", "s", 2, ""),
+		`{"op":"resize","pod":"p","container":"c","qos":"guaranteed","cpu_request_milli":2500,"cpu_limit_milli":2500}`,
+	)
+	if code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	expectLines(t, out,
+		`{"pod":"p","container":"c","cpus":"0,12","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
+		`{"pod":"p","container":"c","kind":"upsize","cpus":"0-1,12-13","mems":"0-1","exclusive":true,"baseline":"0,12","added":"1,13","affinity":{"numa":[0],"preferred":true}}`,
+		`{"pod":"p","container":"c","error":"InPlaceResizeRejected: pod \"p\" container \"c\": below-baseline: the resize asks for 1 exclusive CPUs, fewer than the 2 (0,12) it was admitted with; a downsize keeps the admitted CPUs, recreate the pod to go below them","reason":"InPlaceResizeRejected"}`,
+		`{"pod":"p","container":"c","kind":"downsize","cpus":"0-1,12","mems":"0-1","exclusive":true,"baseline":"0,12","released":"13","affinity":{"numa":[0],"preferred":true}}`,
+		`{"shared":"2-11,13-23","reserved":"","assignments":{"p":{"c":"0-1,12"}},"baseline":{"p":{"c":"0,12"}}}`,
+		`{"pod":"p","container":"s","cpus":"2-11,13-23","mems":"0-1","exclusive":false,"affinity":{"numa":null,"preferred":false}}`,
+		`{"pod":"p","container":"s","error":"InPlaceResizeRejected: pod \"p\" container \"s\": shared-to-exclusive: the container runs on the shared pool and the resize asks for 2 exclusive CPUs; exclusive CPUs are given at admission only, recreate the pod","reason":"InPlaceResizeRejected"}`,
+		`{"pod":"p","container":"c","error":"InPlaceResizeRejected: pod \"p\" container \"c\": exclusive-to-shared: the container holds exclusive CPUs 0-1,12 and the resize asks for request 2500m limit 2500m (not a whole number of CPUs of a Guaranteed pod); it cannot move to the shared pool in place, recreate the pod","reason":"InPlaceResizeRejected"}`,
+	)
 }

@@ -362,44 +362,6 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 	}
 }
 
-func TestResizeOfExclusiveCountRefused(t *testing.T) {
-	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t)
-	startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo)
-	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
-	c2, _, err := rt.create(g1, "c2", 2000, 2000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.resize(c2, 4000, 4000); err == nil || !strings.Contains(err.Error(), "InPlaceResizeRejected") {
-		t.Errorf("resize 2 -> 4 CPUs = %v, want InPlaceResizeRejected", err)
-	}
-	if err := rt.resize(c2, 2000, 2000); err != nil {
-		t.Errorf("resize keeping 2 CPUs = %v", err)
-	}
-	bu := rt.addPod(podSpec{uid: "bu", name: "bu", qos: "burstable"})
-	b, _, err := rt.create(bu, "b", 500, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.resize(b, 700, 2000); err != nil {
-		t.Errorf("resize of a burstable container = %v", err)
-	}
-	// A guaranteed shared container growing to whole CPUs would become
-	// exclusive: refused too.
-	g2 := rt.addPod(podSpec{uid: "g2", name: "g2", qos: "guaranteed"})
-	half, _, err := rt.create(g2, "half", 500, 500)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.resize(half, 1000, 1000); err == nil || !strings.Contains(err.Error(), "InPlaceResizeRejected") {
-		t.Errorf("resize 500m -> 1 CPU = %v, want InPlaceResizeRejected", err)
-	}
-	if got := rt.cpus(c2); got != "1,5" {
-		t.Errorf("c2 cpus changed to %q", got)
-	}
-}
-
 // TestReconcileRestoresDrift: a cgroup something else changed is put back
 // by the reconcile loop, through the runtime (in-answer) or by writing it
 // (direct, the default); a cgroup that is gone is skipped; the drift is
@@ -490,8 +452,8 @@ func TestStateMetricsHealth(t *testing.T) {
 	// c2 on core 1 {1,5}; odd (3 CPUs) takes core 2 whole and the lowest
 	// CPU of core 3: {2,3,6}.
 	want := []ContainerView{
-		{ID: v.Containers[0].ID, Pod: "default/g1", PodUID: "g1", Container: "c2", CPUs: "1,5", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}, Since: v.Containers[0].Since},
-		{ID: v.Containers[1].ID, Pod: "default/g2", PodUID: "g2", Container: "odd", CPUs: "2-3,6", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}, Since: v.Containers[1].Since},
+		{ID: v.Containers[0].ID, Pod: "default/g1", PodUID: "g1", Container: "c2", CPUs: "1,5", Baseline: "1,5", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}, Since: v.Containers[0].Since},
+		{ID: v.Containers[1].ID, Pod: "default/g2", PodUID: "g2", Container: "odd", CPUs: "2-3,6", Baseline: "2-3,6", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}, Since: v.Containers[1].Since},
 	}
 	if !reflect.DeepEqual(v.Containers, want) || v.Shared != "0,4,7" || !v.Synchronized || !v.Connected {
 		t.Errorf("/state = %+v\nwant containers %+v, shared 0,4,7", v, want)

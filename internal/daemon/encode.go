@@ -67,6 +67,14 @@ func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st po
 		b = append(b, `,"pod_affinity":`...)
 		b = append(b, aff...)
 	}
+	if len(head.Baseline) > 0 {
+		base, err := json.Marshal(head.Baseline)
+		if err != nil {
+			return nil, fmt.Errorf("encode baselines: %w", err)
+		}
+		b = append(b, `,"baseline":`...)
+		b = append(b, base...)
+	}
 	b = append(b, `},"containers":`...)
 	b, err = e.ctrs.appendTo(b, ctrs, func(a, b ctrRecord) bool { return a == b }, func(r ctrRecord) ([]byte, error) {
 		return json.Marshal(r)
@@ -99,6 +107,7 @@ func (r *recordDelta) appendTo(b []byte) []byte {
 	b = appendDelta(b, `,"assign":{`, r.assign, appendAssignment)
 	b = appendDelta(b, `,"affinity":{`, r.aff, appendHint)
 	b = appendDelta(b, `,"containers":{`, r.ctrs, appendRecord)
+	b = appendDelta(b, `,"baseline":{`, r.base, appendAssignment)
 	return append(b, '}')
 }
 

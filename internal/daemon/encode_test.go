@@ -63,7 +63,7 @@ func TestPayloadEncoderMatchesJSON(t *testing.T) {
 // there too.
 func TestSnapshotFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
-		reflect.TypeOf(policy.Snapshot{}): "shared reserved assignments reusable_pod,omitempty reusable,omitempty pod_affinity,omitempty",
+		reflect.TypeOf(policy.Snapshot{}): "shared reserved assignments reusable_pod,omitempty reusable,omitempty pod_affinity,omitempty baseline,omitempty",
 		reflect.TypeOf(payload{}):         "fingerprint engine containers journal,omitempty", // the journal mark: compact's
 	} {
 		var tags []string
@@ -121,11 +121,12 @@ func BenchmarkPayloadEncoder(b *testing.B) {
 // randomEvent applies one random event for container name of pod to st
 // and the index next, and returns the new state: an admission (Guaranteed
 // with 1-3 CPUs or Burstable, an init or a regular container; the record
-// gets cgroupsPath(id)), a record's mems changed, the container removed,
-// or its whole pod.
+// gets cgroupsPath(id)), a record's mems changed, an in-place resize of
+// its exclusive CPUs (to 1-4, refusals change nothing), the container
+// removed, or its whole pod.
 func randomEvent(rng *rand.Rand, e *policy.Engine, st policy.State, next map[string]ctrRecord, pod, name string, cgroupsPath func(id string) string) policy.State {
 	id := pod + "/" + name
-	switch rng.Intn(4) {
+	switch rng.Intn(5) {
 	case 0, 1:
 		qos, milli := policy.Guaranteed, int64(1000*(1+rng.Intn(3)))
 		if rng.Intn(3) == 0 {
@@ -142,6 +143,16 @@ func randomEvent(rng *rand.Rand, e *policy.Engine, st policy.State, next map[str
 		if r, ok := next[id]; ok {
 			r.Mems = []string{"", "0", "0-1"}[rng.Intn(3)]
 			next[id] = r
+		}
+	case 4:
+		if r, ok := next[id]; ok && r.Exclusive {
+			milli := int64(1000 * (1 + rng.Intn(4)))
+			req := policy.Request{Pod: pod, Container: name, QoS: policy.Guaranteed, CPURequestMilli: milli, CPULimitMilli: milli}
+			if ns, dec, err := e.Resize(st, req); err == nil {
+				st = ns
+				r.Mems = dec.Mems.String()
+				next[id] = r
+			}
 		}
 	case 3:
 		if rng.Intn(4) == 0 {
@@ -174,9 +185,9 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 		names := []string{"app", "side<car>", "init&1", "quote\"d", "ünï", "bad\xffutf8", "tab\there", "back\\slash"}
 		var s journalStore
 		st, ctrs := e.NewState(), map[string]ctrRecord{}
-		var seen [3]int                   // deltas of each map
+		var seen [4]int                   // deltas of each map
 		s.head, s.pool = s.headFor(e, st) // before s.engine is set: every text printed
-		s.engine, s.assign, s.aff, s.ctrs = e, st.Alloc.Assignments, st.PodAffinity, cloneRecords(ctrs)
+		s.engine, s.assign, s.aff, s.base, s.ctrs = e, st.Alloc.Assignments, st.PodAffinity, st.Baseline, cloneRecords(ctrs)
 		for step := 0; step < 800; step++ {
 			next := cloneRecords(ctrs)
 			for range 1 + rng.Intn(3) {
@@ -192,6 +203,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			seen[0] += len(r.assign)
 			seen[1] += len(r.aff)
 			seen[2] += len(r.ctrs)
+			seen[3] += len(r.base)
 
 			snap := e.Snapshot(st)
 			want := journalRecord{Shared: snap.Shared, Reserved: snap.Reserved, ReusablePod: snap.ReusablePod, Reusable: snap.Reusable}
@@ -216,6 +228,13 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 					want.Ctrs[kd.key] = &c
 				}
 			}
+			for _, kd := range r.base {
+				want.Baseline = putKey(want.Baseline, kd.key, (*map[string]string)(nil))
+				if !kd.gone {
+					texts := snap.Baseline[kd.key]
+					want.Baseline[kd.key] = &texts
+				}
+			}
 			wantJSON, err := json.Marshal(&want)
 			if err != nil {
 				t.Fatal(err)
@@ -225,7 +244,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			}
 			// Applied to the state on disk, the record gives st (both
 			// through JSON, which replaces invalid UTF-8).
-			p := roundTrip(t, payload{Engine: e.Snapshot(policy.State{Alloc: allocator.State{Assignments: s.assign}, PodAffinity: s.aff}),
+			p := roundTrip(t, payload{Engine: e.Snapshot(policy.State{Alloc: allocator.State{Assignments: s.assign}, PodAffinity: s.aff, Baseline: s.base}),
 				Containers: s.ctrs})
 			var dec journalRecord
 			if err := json.Unmarshal([]byte(got), &dec); err != nil {
@@ -239,14 +258,17 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			if len(w.Engine.Assignments) == 0 {
 				w.Engine.Assignments = nil
 			}
+			if len(p.Engine.Baseline) == 0 {
+				p.Engine.Baseline = nil // a record removing the last baseline leaves an empty map
+			}
 			if !reflect.DeepEqual(p.Engine, w.Engine) || !reflect.DeepEqual(p.Containers, w.Containers) {
 				t.Fatalf("step %d: the record applied gives\n%+v %v\nwant\n%+v %v", step, p.Engine, p.Containers, w.Engine, w.Containers)
 			}
 			s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
-			s.assign, s.aff, s.ctrs = st.Alloc.Assignments, st.PodAffinity, cloneRecords(ctrs)
+			s.assign, s.aff, s.base, s.ctrs = st.Alloc.Assignments, st.PodAffinity, st.Baseline, cloneRecords(ctrs)
 		}
-		if seen[0] == 0 || seen[2] == 0 || (strings.Contains(doc, "pod") && seen[1] == 0) {
-			t.Errorf("%s: records with %d assignments, %d affinities, %d containers: the test missed a kind", doc, seen[0], seen[1], seen[2])
+		if seen[0] == 0 || seen[2] == 0 || seen[3] == 0 || (strings.Contains(doc, "pod") && seen[1] == 0) {
+			t.Errorf("%s: records with %d assignments, %d affinities, %d containers, %d baselines: the test missed a kind", doc, seen[0], seen[1], seen[2], seen[3])
 		}
 	}
 }
@@ -256,7 +278,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 // record must be written there too.
 func TestRecordFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
-		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty",
+		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty baseline,omitempty",
 		reflect.TypeOf(ctrRecord{}):           "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty since,omitempty",
 		reflect.TypeOf(policy.SnapshotHint{}): "numa preferred",
 	} {

@@ -66,6 +66,8 @@ type journalRecord struct {
 	Assign      map[string]*map[string]string   `json:"assign,omitempty"`
 	Affinity    map[string]*policy.SnapshotHint `json:"affinity,omitempty"`
 	Ctrs        map[string]*ctrRecord           `json:"containers,omitempty"`
+	// Baseline: the pods whose resize baselines changed (policy.State.Baseline).
+	Baseline map[string]*map[string]string `json:"baseline,omitempty"`
 }
 
 type journalHead struct{ shared, reserved, reusablePod, reusable string }
@@ -86,6 +88,7 @@ type journalStore struct {
 	reusable cpuset.CPUSet // head.reusable's set
 	assign   map[string]map[string]cpuset.CPUSet
 	aff      map[string]hints.Hint
+	base     map[string]map[string]cpuset.CPUSet
 	ctrs     map[string]ctrRecord
 	delta    recordDelta // scratch
 	buf      []byte      // scratch: the encoded record
@@ -150,7 +153,7 @@ func (sto *store) persistJournal(l *ledger, st policy.State, c indexChange) erro
 		return err
 	}
 	s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
-	s.assign, s.aff = st.Alloc.Assignments, st.PodAffinity
+	s.assign, s.aff, s.base = st.Alloc.Assignments, st.PodAffinity, st.Baseline
 	for _, c := range r.ctrs {
 		if c.gone {
 			delete(s.ctrs, c.key)
@@ -175,6 +178,9 @@ func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, c indexChange
 	}
 	if !sameMap(st.PodAffinity, s.aff) {
 		diffEqual(&r.aff, st.PodAffinity, s.aff)
+	}
+	if !sameMap(st.Baseline, s.base) {
+		diffAssign(&r.base, st.Baseline, s.base)
 	}
 	if c.all != nil {
 		diffEqual(&r.ctrs, c.all, s.ctrs)
@@ -218,14 +224,16 @@ type recordDelta struct {
 	assign []keyDelta[map[string]cpuset.CPUSet]
 	aff    []keyDelta[hints.Hint]
 	ctrs   []keyDelta[ctrRecord]
+	base   []keyDelta[map[string]cpuset.CPUSet]
 }
 
 func (r *recordDelta) reset(h journalHead) {
 	clear(r.assign) // drop references to old maps
-	r.head, r.assign, r.aff, r.ctrs = h, r.assign[:0], r.aff[:0], r.ctrs[:0]
+	clear(r.base)
+	r.head, r.assign, r.aff, r.ctrs, r.base = h, r.assign[:0], r.aff[:0], r.ctrs[:0], r.base[:0]
 }
 
-func (r *recordDelta) empty() bool { return len(r.assign)+len(r.aff)+len(r.ctrs) == 0 }
+func (r *recordDelta) empty() bool { return len(r.assign)+len(r.aff)+len(r.ctrs)+len(r.base) == 0 }
 
 // diffAssign appends to out the pods whose assignments differ between cur
 // and disk.
@@ -331,7 +339,7 @@ func (sto *store) compact(l *ledger, st policy.State, ctrs map[string]ctrRecord)
 	s.j.Rewind()
 	s.head, s.pool = s.headFor(l.engine, st) // s.engine is nil: every text printed
 	s.engine, s.fp, s.reusable = l.engine, fp, st.Alloc.Reusable
-	s.assign, s.aff = st.Alloc.Assignments, st.PodAffinity
+	s.assign, s.aff, s.base = st.Alloc.Assignments, st.PodAffinity, st.Baseline
 	s.ctrs = cloneRecords(ctrs)
 	return nil
 }
@@ -405,6 +413,7 @@ func applyRecord(p *payload, r *journalRecord) {
 	e.Shared, e.Reserved, e.ReusablePod, e.Reusable = r.Shared, r.Reserved, r.ReusablePod, r.Reusable
 	e.Assignments = apply(e.Assignments, r.Assign)
 	e.PodAffinity = apply(e.PodAffinity, r.Affinity)
+	e.Baseline = apply(e.Baseline, r.Baseline)
 	p.Containers = apply(p.Containers, r.Ctrs)
 }
 

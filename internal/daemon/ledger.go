@@ -47,6 +47,9 @@ type ledger struct {
 	stopped map[string]podContainer
 	// poolEmpty is the shared pool's emptiness as last reported.
 	poolEmpty bool
+	// shrinking holds the downsizes answered and not committed yet (see
+	// resize.go), by container ID; not stored.
+	shrinking map[string]shrink
 
 	store *store
 	obs   *metrics
@@ -56,7 +59,8 @@ type ledger struct {
 
 func newLedger(cfg config.Config, topo *topology.Topology, engine *policy.Engine, pendingErr error) *ledger {
 	l := &ledger{cfg: cfg, topo: topo, engine: engine, pendingErr: pendingErr,
-		ctrs: map[string]ctrRecord{}, starting: map[string]struct{}{}, stopped: map[string]podContainer{}}
+		ctrs: map[string]ctrRecord{}, starting: map[string]struct{}{}, stopped: map[string]podContainer{},
+		shrinking: map[string]shrink{}}
 	if engine != nil {
 		l.st = engine.NewState()
 	}
@@ -87,12 +91,14 @@ func (l *ledger) commit(st policy.State, c indexChange) (poolChanged bool, err e
 		for id := range l.ctrs {
 			if _, ok := c.all[id]; !ok {
 				delete(l.starting, id)
+				delete(l.shrinking, id)
 			}
 		}
 		l.ctrs = c.all
 	} else {
 		for _, id := range c.edit.del {
 			delete(l.starting, id)
+			delete(l.shrinking, id)
 		}
 		c.edit.applyTo(l.ctrs)
 	}
@@ -102,8 +108,15 @@ func (l *ledger) commit(st policy.State, c indexChange) (poolChanged bool, err e
 	return !prev.Equals(l.engine.SharedMask(l.st)), nil
 }
 
-// rightCPUs is the cpuset a known container should have now. l.mu is held.
-func (l *ledger) rightCPUs(r ctrRecord) cpuset.CPUSet { return rightCPUsIn(l.engine, l.st, r) }
+// rightCPUs is the cpuset a known container should have now: a downsize
+// answered and not committed yet narrows it already. l.mu is held.
+func (l *ledger) rightCPUs(r ctrRecord) cpuset.CPUSet {
+	cpus := rightCPUsIn(l.engine, l.st, r)
+	if s, ok := l.shrinking[r.ID]; ok && r.Exclusive && cpus.Equals(s.from) {
+		return s.to
+	}
+	return cpus
+}
 
 // static reports cpu_manager_policy = static. l.mu is held.
 func (l *ledger) static() bool { return l.cfg.CPUManagerPolicy == policy.CPUPolicyStatic }

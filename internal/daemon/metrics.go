@@ -54,6 +54,8 @@ type metrics struct {
 	refusals         *prometheus.CounterVec
 	reconnects       prometheus.Counter
 	buildInfo        *prometheus.GaugeVec
+	resizes          *prometheus.CounterVec
+	resizedCPUs      prometheus.Gauge
 
 	// heldCPUs' last assignments map and count, and its bitmap; under
 	// ledger.mu (updateGauges).
@@ -115,6 +117,12 @@ func newMetrics() *metrics {
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nri_cpualign_build_info",
 			Help: "Always 1; the labels say which build of the plugin runs."}, []string{"version", "revision", "go"}),
 	}
+	m.resizes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nri_cpualign_resizes_total",
+		Help: "In-place resizes of exclusive CPUs done, by kind (upsize, downsize); refusals count in nri_cpualign_admission_errors_total."},
+		[]string{"kind"})
+	m.resizedCPUs = prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_resized_cpus",
+		Help: "Exclusive CPUs held beyond the containers' baselines (the CPUs they were admitted with): nri_cpualign_exclusive_cpus minus this is what admissions gave."})
+	m.reg.MustRegister(m.resizes, m.resizedCPUs)
 	m.buildInfo.WithLabelValues(buildinfo.MetricLabels()).Set(1)
 	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
 		m.admissionErrors, m.admissionDuration, m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
@@ -227,8 +235,21 @@ func (m *metrics) observeDecision(dec policy.Decision, topo *topology.Topology, 
 func (m *metrics) updateGauges(e *policy.Engine, st policy.State, n int) {
 	m.sharedCPUs.Set(float64(e.SharedPool(st).Size()))
 	m.exclusiveCPUs.Set(float64(m.heldCPUs(st.Alloc.Assignments)))
+	m.resizedCPUs.Set(float64(resizedCPUs(st)))
 	m.reservedCPUs.Set(float64(e.Reserved().Size()))
 	m.containers.Set(float64(n))
+}
+
+// resizedCPUs is how many exclusive CPUs containers hold beyond their
+// baselines.
+func resizedCPUs(st policy.State) int {
+	n := 0
+	for pod, byName := range st.Baseline {
+		for name, base := range byName {
+			n += st.Alloc.Assignments[pod][name].Size() - base.Size()
+		}
+	}
+	return n
 }
 
 // setPoolEmpty sets nri_cpualign_shared_pool_empty.
@@ -306,6 +327,9 @@ type ContainerView struct {
 	PodUID    string `json:"pod_uid"`
 	Container string `json:"container"`
 	CPUs      string `json:"cpus"`
+	// Baseline is an exclusive container's CPUs at admission, which a
+	// downsize keeps (equal to CPUs until an in-place resize).
+	Baseline  string `json:"baseline,omitempty"`
 	Mems      string `json:"mems,omitempty"`
 	Exclusive bool   `json:"exclusive"`
 	NUMA      []int  `json:"numa"`
@@ -344,8 +368,12 @@ func stateView(lv ledgerView, connected bool) StateView {
 	}
 	for _, r := range lv.ctrs {
 		cpus := rightCPUsIn(e, st, r)
+		var base string
+		if b, ok := e.Baseline(st, r.Pod, r.Name); ok && r.Exclusive {
+			base = b.String()
+		}
 		v.Containers = append(v.Containers, ContainerView{
-			ID: r.ID, Pod: r.PodName, PodUID: r.Pod, Container: r.Name, CPUs: cpus.String(), Mems: r.Mems,
+			ID: r.ID, Pod: r.PodName, PodUID: r.Pod, Container: r.Name, CPUs: cpus.String(), Baseline: base, Mems: r.Mems,
 			Exclusive: r.Exclusive, NUMA: topo.NUMANodesOf(cpus), L3: topo.L3GroupsOf(cpus), Since: r.Since,
 		})
 	}

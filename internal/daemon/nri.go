@@ -508,14 +508,17 @@ func podUnknown(st policy.State, pod string) bool {
 }
 
 // UpdateContainer handles an in-place resize (or any other CRI update of
-// a container's resources). Its answer always carries the cpuset.cpus,
-// and for exclusive CPUs the cpuset.mems, that a known container must
-// have now: the kubelet's request carries no cpuset, and containerd fills
-// one in from its stored spec, which for a shared-pool container under
-// "direct" is the pool of its creation. NRI applies the answer in the same
-// OCI runtime call and records it in the runtime's spec; PostUpdateContainer
-// checks the cgroup afterwards. A resize the plugin refuses (resize)
-// changes nothing.
+// a container's resources). An exclusive container's CPUs grow and shrink
+// in place under KEP-5554's rules, and a resize the rules forbid (below
+// the admitted CPUs, or between the shared pool and exclusive CPUs) is
+// refused with an error starting with "InPlaceResizeRejected" and changes
+// nothing (resize.go). Every other answer carries the cpuset.cpus, and for
+// exclusive CPUs the cpuset.mems, that a known container must have now:
+// the kubelet's request carries no cpuset, and containerd fills one in
+// from its stored spec, which for a shared-pool container under "direct"
+// is the pool of its creation. NRI applies the answer in the same OCI
+// runtime call and records it in the runtime's spec; PostUpdateContainer
+// checks the cgroup afterwards.
 func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (updates []*api.ContainerUpdate, err error) {
 	defer func() { updates = p.quotaAtUpdate(ctr, updates) }()
 	defer p.d.obs.timeEvent("UpdateContainer")()
@@ -523,21 +526,19 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	l := d.led
 	cpu := cpuOf(res)
 	resized := cpu != nil && (cpu.GetShares() != nil || cpu.GetQuota() != nil)
-	var req policy.Request
 	if resized {
-		req = requestWithCPU(pod, ctr, cpu)
+		// An exclusive resize answers the container's new cpuset (and,
+		// growing under in-answer, the shared-pool containers' first).
+		ups, err := p.resize(ctr.GetId(), requestWithCPU(pod, ctr, cpu))
+		if err != nil || len(ups) > 0 {
+			return ups, err
+		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r, ok := l.ctrs[ctr.GetId()]
 	if !ok || l.engine == nil {
 		return nil, nil
-	}
-	if resized {
-		if err := p.resize(r, req); err != nil {
-			return nil, err
-		}
-		r = l.ctrs[r.ID]
 	}
 	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.rightCPUs(r).String(), "mems": r.Mems,
 		"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
@@ -563,40 +564,15 @@ func (p *plugin) currentCPUSet(r ctrRecord) []*api.ContainerUpdate {
 	return []*api.ContainerUpdate{u}
 }
 
-// resize decides a change of a known container's CPU request. The
-// exclusive CPU count of a container is fixed for its life, as under the
-// kubelet's static policy: a resize that would change it (including into
-// or out of exclusive CPUs) is refused with an error starting with
-// "InPlaceResizeRejected"; any other resize keeps the container's CPUs.
-// l.mu is held.
-func (p *plugin) resize(r ctrRecord, resized policy.Request) error {
-	d := p.d
-	l := d.led
-	have := 0
-	if r.Exclusive {
-		if cpus, ok := l.engine.Assignment(l.st, r.Pod, r.Name); ok {
-			have = cpus.Size()
-		}
-	}
-	want := exclusiveCPUsFor(l.static(), resized)
-	if want == have {
-		return nil
-	}
-	err := fmt.Errorf("InPlaceResizeRejected: container %s of pod %s holds %d exclusive CPUs and the resize asks for %d; "+
-		"the exclusive CPU count cannot change in place, recreate the pod", r.Name, r.PodName, have, want)
-	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "reason": "InPlaceResizeRejected", "have": have, "want": want}).
-		Warn("resize refused")
-	d.obs.refusals.WithLabelValues("InPlaceResizeRejected").Inc()
-	return err
-}
-
-// PostUpdateContainer checks the cgroup of a known container once the
-// runtime applied an update: a pool that changed between the answer and
-// the OCI runtime's write, or another plugin's cpuset, is put right by
-// the applier (written under direct, pushed through the runtime by the
+// PostUpdateContainer follows an update the runtime applied: a downsize
+// gives its CPUs back to the shared pool now (resize.go); then the
+// container's cgroup is checked: a pool that changed between the answer
+// and the OCI runtime's write, or another plugin's cpuset, is put right
+// by the applier (written under direct, pushed through the runtime by the
 // worker under in-answer).
 func (p *plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("PostUpdateContainer")()
+	p.resized(ctr.GetId())
 	p.d.applier().updated(ctr.GetId())
 	return nil
 }

@@ -74,8 +74,8 @@ func TestOperatorMetrics(t *testing.T) {
 	if _, _, err := h.p.CreateContainer(ctx, pod, big); err == nil {
 		t.Fatal("CreateContainer of 6 CPUs with 4 free succeeded")
 	}
-	if _, err := h.p.UpdateContainer(ctx, pod, c, milliCPU(3000, 3000)); err == nil {
-		t.Fatal("a resize from 2 to 3 exclusive CPUs was accepted")
+	if _, err := h.p.UpdateContainer(ctx, pod, c, milliCPU(1000, 1000)); err == nil {
+		t.Fatal("a resize from 2 to 1 exclusive CPU (below the baseline) was accepted")
 	}
 	got := gatherByLabels(t, h.d, "nri_cpualign_admission_errors_total")
 	want := map[string]float64{"InsufficientCPUs": 1, "InPlaceResizeRejected": 1}

@@ -76,6 +76,8 @@ type Runtime struct {
 	pushes       int
 	seq          int
 	beforeUpdate func()
+	// beforeWrite sees every cgroup write of the runtime (SetBeforeWrite).
+	beforeWrite func(c *api.Container, file, value string)
 }
 
 // Option configures a Runtime.
@@ -231,6 +233,15 @@ func (rt *Runtime) SetBeforeUpdate(f func()) {
 	rt.beforeUpdate = f
 }
 
+// SetBeforeWrite sets a function run before each cgroup file the runtime
+// writes (with a cgroup root), with the runtime's store locked: tests
+// check what the other cgroups hold at that moment by reading the files.
+func (rt *Runtime) SetBeforeWrite(f func(c *api.Container, file, value string)) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.beforeWrite = f
+}
+
 // applyLocked applies updates as the runtime does: to known containers
 // that have not stopped (an update for any other fails, ignored when the
 // plugin says so).
@@ -306,6 +317,9 @@ func (rt *Runtime) setCPUs(c *api.Container, cpus, mems string) {
 func (rt *Runtime) writeCgroup(c *api.Container, file, value string) {
 	if rt.cgroupRoot == "" {
 		return
+	}
+	if rt.beforeWrite != nil {
+		rt.beforeWrite(c, file, value)
 	}
 	dir := filepath.Join(rt.cgroupRoot, "cpuset", c.Linux.CgroupsPath)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -56,6 +56,11 @@ const MemoryStaticNotImplemented = `the Static policy (the kubelet's memory mana
 type State struct {
 	Alloc       allocator.State
 	PodAffinity map[string]hints.Hint
+	// Baseline is, for the containers an in-place resize changed, the
+	// CPUs they were admitted with (pod -> container -> CPUs): a downsize
+	// keeps them (see Resize). A container without an entry has its
+	// admitted CPUs, which are its baseline.
+	Baseline map[string]map[string]cpuset.CPUSet
 }
 
 // Snapshot is State in a JSON-friendly form (cpusets as Linux list
@@ -67,6 +72,9 @@ type Snapshot struct {
 	ReusablePod string                       `json:"reusable_pod,omitempty"`
 	Reusable    string                       `json:"reusable,omitempty"`
 	PodAffinity map[string]SnapshotHint      `json:"pod_affinity,omitempty"`
+	// Baseline holds State.Baseline (absent in checkpoints from before
+	// in-place resizes: every baseline is then the container's CPUs).
+	Baseline map[string]map[string]string `json:"baseline,omitempty"`
 }
 
 // SnapshotHint is a hints.Hint in JSON form; NUMA nil = any node.
@@ -585,6 +593,7 @@ func (e *Engine) Remove(st State, pod, container string) State {
 		return st
 	}
 	st.Alloc = e.static.Release(st.Alloc, pod, container)
+	st.Baseline = withBaseline(st.Baseline, pod, container, cpuset.New())
 	return st
 }
 
@@ -601,6 +610,11 @@ func (e *Engine) RemovePod(st State, pod string) State {
 		delete(pa, pod)
 		st.PodAffinity = pa
 	}
+	if _, ok := st.Baseline[pod]; ok {
+		b := maps.Clone(st.Baseline)
+		delete(b, pod)
+		st.Baseline = b
+	}
 	return st
 }
 
@@ -616,6 +630,9 @@ func (e *Engine) Assign(st State, pod, container string, cpus cpuset.CPUSet) (St
 		return st, err
 	}
 	st.Alloc = alloc
+	if b, ok := st.Baseline[pod][container]; ok && (!b.IsSubsetOf(cpus) || b.Equals(cpus)) {
+		st.Baseline = withBaseline(st.Baseline, pod, container, cpuset.New())
+	}
 	return st, nil
 }
 
@@ -689,6 +706,9 @@ func (e *Engine) Validate(st State) error {
 			errs = append(errs, &allocator.InvalidStateError{Pod: p, Msg: fmt.Sprintf("pod affinity names NUMA nodes %s outside %s", h.Affinity, all)})
 		}
 	}
+	if err := validateBaseline(st); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -727,6 +747,12 @@ func (e *Engine) SnapshotExceptAssignments(st State) Snapshot {
 		s.PodAffinity = make(map[string]SnapshotHint, len(st.PodAffinity))
 		for p, h := range st.PodAffinity {
 			s.PodAffinity[p] = HintOf(h)
+		}
+	}
+	if len(st.Baseline) > 0 {
+		s.Baseline = make(map[string]map[string]string, len(st.Baseline))
+		for p, ctrs := range st.Baseline {
+			s.Baseline[p] = AssignmentTexts(ctrs)
 		}
 	}
 	return s
@@ -796,6 +822,7 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 			st.PodAffinity[p] = h
 		}
 	}
+	st, notes = e.baselineFromSnapshot(st, s.Baseline, notes)
 	// "" is also an empty pool's text: nothing to compare then.
 	if pool := e.SharedPool(st).CPUSet(); s.Shared != "" {
 		if sh, err := topology.ParseList(s.Shared); err != nil || !sh.Equals(pool) {

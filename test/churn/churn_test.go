@@ -193,7 +193,7 @@ func (s stats) String() string {
 	}
 	ops, nOps := f(s.ops)
 	faults, nFaults := f(s.faults)
-	return fmt.Sprintf("%d steps, %d operations (%s; create-rejected, resize-rejected, restart, kubelet-retry and settled-late are outcomes, not counted again), %d faults injected (%s)",
+	return fmt.Sprintf("%d steps, %d operations (%s; create-rejected, resize-rejected, resize-up, resize-down, restart, kubelet-retry and settled-late are outcomes, not counted again), %d faults injected (%s)",
 		s.steps, nOps, ops, nFaults, faults)
 }
 
@@ -238,6 +238,9 @@ type churn struct {
 
 	connMu sync.Mutex
 	conn   net.Conn // the plugin's connection to the runtime
+
+	// resizes is what opResizeExclusive knows of baselines.
+	resizes map[invariant.Key]resizeModel
 }
 
 // dial is the plugin's dialer: it keeps the connection so that a runtime
@@ -518,7 +521,7 @@ func (c *churn) run(n int) {
 
 // notCounted are outcome labels in stats.ops, not operations of their own.
 var notCounted = map[string]bool{"create-rejected": true, "restart": true, "settled-late": true,
-	"resize-rejected": true, "kubelet-retry": true}
+	"resize-rejected": true, "kubelet-retry": true, "resize-up": true, "resize-down": true}
 
 func (c *churn) opCount() int {
 	n := 0
@@ -540,6 +543,7 @@ func (c *churn) step() {
 		{300, c.opCreate},
 		{260, c.opStart},
 		{60, c.opResize},
+		{50, c.opResizeExclusive},
 		{100, c.opStop},
 		{90, c.opRemove},
 		{70, c.opRestartContainer},

@@ -86,8 +86,10 @@ func (c *churn) checkStartBarrier(ct *api.Container) {
 
 // opResize sends an in-place resize of a running container: one that
 // keeps its exclusive CPU count goes through and is stored by the runtime
-// with the cpuset the plugin answered; one that changes it is refused with
-// InPlaceResizeRejected and changes nothing.
+// with the cpuset the plugin answered; one between the shared pool and
+// exclusive CPUs is refused with InPlaceResizeRejected and changes
+// nothing. (Exclusive counts that change are opResizeExclusive's: such a
+// resize here keeps the count.)
 func (c *churn) opResize() {
 	var cands []*api.Container
 	for _, ct := range c.inState(api.ContainerState_CONTAINER_RUNNING) {
@@ -103,6 +105,9 @@ func (c *churn) opResize() {
 	q, old := c.qos[ct.PodSandboxId], c.res[ct.Id]
 	next := c.pickResources(q)
 	if next.CPULimitMilli == 0 && next.CPURequestMilli == 0 {
+		next = old
+	}
+	if have, want := c.admitted[ct.Id].Size(), c.exclusiveCPUs(q, next); have > 0 && want > 0 && want != have {
 		next = old
 	}
 	res := nritest.ContainerResources(next)
