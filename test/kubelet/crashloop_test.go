@@ -92,12 +92,26 @@ var _ = Describe("a crash-looping Guaranteed pod under a real kubelet", Ordered,
 			`while true; do c=$(grep Cpus_allowed_list /proc/self/status); if [ "$c" != "$last" ]; then echo "$c" >> /out/be-cpus; last="$c"; fi; sleep 0.1; done`)...)), out))
 		WaitRunning(ctx, kubelet, be, "app")
 
-		By("during the back-off, /state holds the exited container's CPU for its pod")
-		Eventually(func(g Gomega) {
-			v := plugin.State(g, ctx)
-			g.Expect(v.Held).To(ContainElement(And(HaveField("PodUID", uid), HaveField("Container", "app"), HaveField("CPUs", gCPUs.String()))))
-			g.Expect(v.Shared).To(Equal(Host.CPUs.Difference(gCPUs).String()))
-		}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(250*time.Millisecond).Should(Succeed(), "plugin log:\n%s", logTail(plugin.LogPath, 40))
+		By("during the back-off, /state keeps the exited container's CPU for its pod, out of the shared pool")
+		WaitWaiting(ctx, kubelet, gp, "app", "CrashLoopBackOff")
+		v := plugin.State(Default, ctx)
+		Expect(v.Shared).To(Equal(Host.CPUs.Difference(gCPUs).String()), "plugin log:\n%s", logTail(plugin.LogPath, 40))
+		// Held when the runtime told the plugin of the exit (StopContainer),
+		// else still listed as the pod's container: the pod's either way.
+		var mine []string
+		for _, h := range v.Held {
+			if h.PodUID == uid && h.Container == "app" {
+				mine = append(mine, "held "+h.CPUs)
+			}
+		}
+		for _, c := range v.Containers {
+			if c.PodUID == uid && c.Container == "app" && c.Exclusive {
+				mine = append(mine, "listed "+c.CPUs)
+			}
+		}
+		Expect(mine).To(HaveLen(1), "/state: %+v", v)
+		Expect(strings.Fields(mine[0])[1]).To(Equal(gCPUs.String()))
+		GinkgoWriter.Printf("in the back-off, /state shows the CPU %s\n", mine[0])
 
 		By("waiting until the kubelet restarted the container twice (three incarnations), after its back-offs")
 		Eventually(func(g Gomega) {
@@ -119,7 +133,7 @@ var _ = Describe("a crash-looping Guaranteed pod under a real kubelet", Ordered,
 		By("the pod's deletion gives the CPU back to the BestEffort pod")
 		kubelet.Delete(ctx, gp)
 		ExpectCPUs(ctx, kubelet, be, "app", Host.CPUs)
-		v := plugin.State(Default, ctx)
+		v = plugin.State(Default, ctx)
 		Expect(v.Held).To(BeEmpty())
 		Expect(Exclusive(v)).To(BeEmpty())
 		kubelet.Delete(ctx, be)
