@@ -227,7 +227,11 @@ type churn struct {
 	// names counts the containers created per pod, for unique names.
 	names map[string]int
 	res   map[string]framework.Resources // by container ID
-	qos   map[string]framework.QOS       // by pod sandbox ID
+	// nameRes is a pod and name's resources as last created or resized:
+	// what the kubelet's next restart of that name asks for (an in-place
+	// resize changes the pod's spec, not only the running container).
+	nameRes map[invariant.Key]framework.Resources
+	qos     map[string]framework.QOS // by pod sandbox ID
 
 	history []string
 	stats
@@ -273,7 +277,7 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		t: t, s: s, seed: seed, totalOps: totalOps, rng: rand.New(rand.NewSource(seed)),
 		topo: sysfstest.Load(t, s.fixture), stateDir: filepath.Join(dir, "state"),
 		logs: newRing(400), admitted: map[string]cpuset.CPUSet{}, held: map[invariant.Key]cpuset.CPUSet{}, names: map[string]int{},
-		res: map[string]framework.Resources{}, qos: map[string]framework.QOS{},
+		res: map[string]framework.Resources{}, nameRes: map[invariant.Key]framework.Resources{}, qos: map[string]framework.QOS{},
 		stats: stats{ops: map[string]int{}, faults: map[string]int{}},
 	}
 	// The runtime keeps a fake cgroup v1 tree under cgroup_root, which is
@@ -733,6 +737,7 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 		c.fail("CreateContainer %s/%s admitted although it must fail (%s)", p.Uid, name, why)
 	}
 	c.res[ct.Id] = r
+	c.nameRes[c.keyOf(ct)] = r
 	// The new container takes the place of any other of its pod and name
 	// (a restart, or the retry of an attempt that never started).
 	delete(c.held, key)
@@ -849,7 +854,11 @@ func (c *churn) opRestartExited() {
 		return
 	}
 	c.record("restart exited %s", old.Id)
-	c.create(c.rt.PodOf(old), old.Name, c.res[old.Id])
+	r, ok := c.nameRes[c.keyOf(old)]
+	if !ok {
+		r = c.res[old.Id]
+	}
+	c.create(c.rt.PodOf(old), old.Name, r)
 	c.ops["restart"]++
 	c.check(false)
 }

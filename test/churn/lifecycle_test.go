@@ -148,6 +148,7 @@ func (c *churn) opResize() {
 		c.ops["resize-rejected"]++
 	default:
 		c.res[ct.Id] = next
+		c.nameRes[c.keyOf(ct)] = next
 	}
 	// The answer to an accepted resize records in the runtime the cpuset
 	// the container must have now: the current pool, or its exclusive CPUs

@@ -180,6 +180,7 @@ func (c *churn) opResizeExclusive() {
 	}
 	c.admitted[ct.Id] = now
 	c.res[ct.Id] = next
+	c.nameRes[c.keyOf(ct)] = next
 	switch {
 	case !known:
 		c.resizes[key] = resizeModel{base: cur, syncs: c.rt.Syncs(), id: ct.Id}
