@@ -133,6 +133,27 @@ func (l *ledger) podHasContainers(pod string) bool {
 	return false
 }
 
+// sandboxesOf is ledger.sandboxes as the runtime reports it: each pod's
+// sandbox of its newest container.
+func sandboxesOf(in syncInput) map[string]string {
+	keys := make(map[string]string, len(in.Pods))
+	for _, pod := range in.Pods {
+		keys[pod.ID] = pod.Key
+	}
+	out := map[string]string{}
+	newest := map[string]int64{}
+	for _, c := range in.Ctrs {
+		key, ok := keys[c.SandboxID]
+		if !ok {
+			continue
+		}
+		if at, seen := newest[key]; !seen || c.CreatedAt >= at {
+			out[key], newest[key] = c.SandboxID, c.CreatedAt
+		}
+	}
+	return out
+}
+
 // stoppedOf is the stopped containers of live pods that Synchronize
 // reports, by ID: those whose RemoveContainer may end their pod.
 func stoppedOf(in syncInput) map[string]podContainer {

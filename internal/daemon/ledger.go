@@ -45,6 +45,12 @@ type ledger struct {
 	// stopped holds the containers that stopped and are not removed yet,
 	// by ID (see held.go); not stored: Synchronize rebuilds it.
 	stopped map[string]podContainer
+	// sandboxes is each pod's sandbox of its newest container (pod key ->
+	// sandbox ID): the kubelet recreates a dead sandbox under the same pod
+	// UID, and the old one's StopPodSandbox or RemovePodSandbox, which can
+	// come after the new containers, must not end the pod. Not stored:
+	// Synchronize rebuilds it.
+	sandboxes map[string]string
 	// poolEmpty is the shared pool's emptiness as last reported.
 	poolEmpty bool
 	// shrinking holds the downsizes answered and not committed yet (see
@@ -60,6 +66,7 @@ type ledger struct {
 func newLedger(cfg config.Config, topo *topology.Topology, engine *policy.Engine, pendingErr error) *ledger {
 	l := &ledger{cfg: cfg, topo: topo, engine: engine, pendingErr: pendingErr,
 		ctrs: map[string]ctrRecord{}, starting: map[string]struct{}{}, stopped: map[string]podContainer{},
+		sandboxes: map[string]string{},
 		shrinking: map[string]shrink{}}
 	if engine != nil {
 		l.st = engine.NewState()

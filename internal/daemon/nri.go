@@ -114,6 +114,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		l.awaitStart(id)
 	}
 	l.stopped = stoppedOf(in)
+	l.sandboxes = sandboxesOf(in)
 	updates := p.quotaAtSync(ctrs, a.synchronized(plan.Updates))
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
@@ -258,6 +259,9 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		supersededCPUs = append(supersededCPUs, l.rightCPUs(r).String())
 	}
 	poolChanged, err := l.commit(next, indexChange{edit: edit})
+	if err == nil && pod.GetId() != "" {
+		l.sandboxes[req.Pod] = pod.GetId()
+	}
 	if err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
 		d.obs.refusals.WithLabelValues("PersistError").Inc()
@@ -454,6 +458,13 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 		l.mu.Unlock()
 		return nil
 	}
+	if sb, ok := l.sandboxes[key]; ok && pod.GetId() != "" && sb != pod.GetId() {
+		l.mu.Unlock()
+		d.log.WithFields(logrus.Fields{"pod": podName(pod), "sandbox": pod.GetId(), "current": sb}).
+			Info("an earlier sandbox of the pod " + why + ": its containers in the current sandbox keep their CPUs")
+		return nil
+	}
+	delete(l.sandboxes, key)
 	changed, err := p.releaseAll(key, podName(pod), "pod "+why)
 	l.mu.Unlock()
 	if changed {
