@@ -196,12 +196,12 @@ var _ = Describe("exclusive CPUs resized in place with kubectl patch --subresour
 		expectExclusive(Default, ctx, pod, all, all)
 
 		resize(ctx, pod.Name, "1")
-		waitRefused(ctx, pod.Name, policyRule("below-baseline"))
+		waitRefused(ctx, logPath, pod.Name, policyRule("below-baseline"), 1000)
 		Expect(cpusOf(Default, ctx, pod)).To(equalCPUs(all))
 		expectExclusive(Default, ctx, pod, all, all)
 
 		resize(ctx, pod.Name, "1500m")
-		waitRefused(ctx, pod.Name, policyRule("exclusive-to-shared"))
+		waitRefused(ctx, logPath, pod.Name, policyRule("exclusive-to-shared"), 1500)
 		Expect(cpusOf(Default, ctx, pod)).To(equalCPUs(all))
 		expectExclusive(Default, ctx, pod, all, all)
 		mustKubectl(ctx, "-n", resizeNS, "delete", "pod", pod.Name, "--wait=true", "--timeout=60s")
@@ -213,7 +213,7 @@ var _ = Describe("exclusive CPUs resized in place with kubectl patch --subresour
 		Expect(cpusOf(Default, ctx, pod)).To(equalCPUs(HostCPUs), "a shared-pool container with nothing exclusive")
 
 		resize(ctx, pod.Name, "2")
-		waitRefused(ctx, pod.Name, policyRule("shared-to-exclusive"))
+		waitRefused(ctx, logPath, pod.Name, policyRule("shared-to-exclusive"), 2000)
 		Expect(cpusOf(Default, ctx, pod)).To(equalCPUs(HostCPUs))
 		st := hostState(Default, ctx)
 		Expect(st.Shared).To(Equal(HostCPUs.String()))
@@ -348,6 +348,10 @@ func waitResized(ctx context.Context, name string, milli int64) {
 		for _, c := range p.Status.Conditions {
 			g.Expect(c.Type).NotTo(BeElementOf(corev1.PodResizePending, corev1.PodResizeInProgress), "%s: %s", c.Reason, c.Message)
 		}
+		// Requests, not limits: the status limit is read back from the
+		// CFS quota, which an exclusive container does not have
+		// (disable_cpu_quota_with_exclusive_cpus), so the kubelet keeps
+		// reporting the limit it first saw.
 		st := appStatus(g, p)
 		g.Expect(st.Resources).NotTo(BeNil(), podSummary(p))
 		g.Expect(st.Resources.Requests.Cpu().MilliValue()).To(Equal(milli), "status: %s", podSummary(p))
@@ -358,10 +362,12 @@ func waitResized(ctx context.Context, name string, milli int64) {
 }
 
 // waitRefused waits until the kubelet reports the runtime's refusal of pod
-// NAME's resize in a PodResizeInProgress condition with reason Error, its
-// message naming the plugin's InPlaceResizeRejected and rule, and returns
-// the message.
-func waitRefused(ctx context.Context, name, rule string) string {
+// NAME's resize to milli CPUs in a PodResizeInProgress condition with
+// reason Error, its message naming the plugin's InPlaceResizeRejected and
+// rule, and until the kubelet has tried it again (a second refusal in the
+// plugin's log at logPath), so that what the caller then finds unchanged
+// has been through a retry.
+func waitRefused(ctx context.Context, logPath, name, rule string, milli int64) {
 	GinkgoHelper()
 	var msg string
 	Eventually(func(g Gomega) {
@@ -381,7 +387,18 @@ func waitRefused(ctx context.Context, name, rule string) string {
 	// As an operator reads it.
 	Expect(mustKubectl(ctx, "-n", resizeNS, "get", "pod", name, "-o", "yaml")).To(ContainSubstring("InPlaceResizeRejected"))
 	GinkgoWriter.Printf("pod %s: PodResizeInProgress Error: %s\n", name, msg)
-	return msg
+	refusals := func() int {
+		n := 0
+		for _, l := range strings.Split(logSince(logPath, 0), "\n") {
+			if strings.Contains(l, `msg="resize refused`) && strings.Contains(l, " pod="+resizeNS+"/"+name+" ") &&
+				strings.Contains(l, fmt.Sprintf(" request_milli=%d", milli)) && strings.Contains(l, strings.TrimSpace(rule)) {
+				n++
+			}
+		}
+		return n
+	}
+	Eventually(refusals).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeNumerically(">=", 2),
+		"the kubelet did not retry the resize of %s (plugin log %s)", name, logPath)
 }
 
 // cpuSamples records, until stop, every value a container's cpuset.cpus
