@@ -133,13 +133,19 @@ func (l *ledger) podHasContainers(pod string) bool {
 	return false
 }
 
-// sandboxesOf is ledger.sandboxes as the runtime reports it: each pod's
-// sandbox of its newest container.
-func sandboxesOf(in syncInput) map[string]string {
+// podKeys is the pod key of each sandbox Synchronize reports, by ID.
+func podKeys(in syncInput) map[string]string {
 	keys := make(map[string]string, len(in.Pods))
 	for _, pod := range in.Pods {
 		keys[pod.ID] = pod.Key
 	}
+	return keys
+}
+
+// sandboxesOf is ledger.sandboxes as the runtime reports it: each pod's
+// sandbox of its newest container.
+func sandboxesOf(in syncInput) map[string]string {
+	keys := podKeys(in)
 	out := map[string]string{}
 	newest := map[string]int64{}
 	for _, c := range in.Ctrs {
@@ -157,10 +163,7 @@ func sandboxesOf(in syncInput) map[string]string {
 // stoppedOf is the stopped containers of live pods that Synchronize
 // reports, by ID: those whose RemoveContainer may end their pod.
 func stoppedOf(in syncInput) map[string]podContainer {
-	keys := make(map[string]string, len(in.Pods))
-	for _, pod := range in.Pods {
-		keys[pod.ID] = pod.Key
-	}
+	keys := podKeys(in)
 	out := map[string]podContainer{}
 	for _, c := range in.Ctrs {
 		if key, ok := keys[c.SandboxID]; ok && c.Phase == phaseStopped {

@@ -199,12 +199,7 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 func nriUpdates(planned []cpuUpdate) []*api.ContainerUpdate {
 	var updates []*api.ContainerUpdate
 	for _, pu := range planned {
-		u := &api.ContainerUpdate{}
-		u.SetContainerId(pu.ID)
-		u.SetLinuxCPUSetCPUs(pu.CPUs)
-		if pu.Mems != "" {
-			u.SetLinuxCPUSetMems(pu.Mems)
-		}
+		u := cpusetUpdate(pu.ID, pu.CPUs, pu.Mems)
 		u.SetIgnoreFailure()
 		updates = append(updates, u)
 	}
@@ -566,13 +561,7 @@ func (p *plugin) currentCPUSet(r ctrRecord) []*api.ContainerUpdate {
 	if cpus.IsEmpty() {
 		return nil
 	}
-	u := &api.ContainerUpdate{}
-	u.SetContainerId(r.ID)
-	u.SetLinuxCPUSetCPUs(cpus.String())
-	if r.Mems != "" {
-		u.SetLinuxCPUSetMems(r.Mems)
-	}
-	return []*api.ContainerUpdate{u}
+	return []*api.ContainerUpdate{cpusetUpdate(r.ID, cpus.String(), r.Mems)}
 }
 
 // PostUpdateContainer follows an update the runtime applied: a downsize

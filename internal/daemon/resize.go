@@ -105,19 +105,20 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		a.starting(id)
 	}
 	entry.WithFields(fields).Info("container resized")
-	return append(updates, cpusetUpdate(id, rd.CPUs, rd.Mems)), nil
+	return append(updates, cpusetUpdate(id, rd.CPUs.String(), rd.Mems.String())), nil
 }
 
 // heldCPUs is the container's CPUs now (for logs). l.mu is held.
 func (p *plugin) heldCPUs(r ctrRecord) cpuset.CPUSet { return p.d.led.rightCPUs(r) }
 
-// cpusetUpdate is the update giving container id cpus and mems.
-func cpusetUpdate(id string, cpus, mems cpuset.CPUSet) *api.ContainerUpdate {
+// cpusetUpdate is the update giving container id cpus and, unless it is
+// empty, mems.
+func cpusetUpdate(id, cpus, mems string) *api.ContainerUpdate {
 	u := &api.ContainerUpdate{}
 	u.SetContainerId(id)
-	u.SetLinuxCPUSetCPUs(cpus.String())
-	if !mems.IsEmpty() {
-		u.SetLinuxCPUSetMems(mems.String())
+	u.SetLinuxCPUSetCPUs(cpus)
+	if mems != "" {
+		u.SetLinuxCPUSetMems(mems)
 	}
 	return u
 }
