@@ -222,6 +222,10 @@ var _ = Describe("exclusive CPUs resized in place with kubectl patch --subresour
 		}
 		mustKubectl(ctx, "-n", resizeNS, "delete", "pod", pod.Name, "--wait=true", "--timeout=60s")
 	}, SpecTimeout(5*time.Minute))
+
+	It("keeps a busy Guaranteed pod's container and pod without a CFS quota, never throttled, as it grows from 1 to 2 CPUs and back; a Burstable pod's resize keeps the kubelet's quota", func(ctx SpecContext) {
+		resizeQuota(ctx, logPath)
+	}, SpecTimeout(8*time.Minute))
 })
 
 // policyRule is a rule name as the refusal's message has it (the rule
