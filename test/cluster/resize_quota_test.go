@@ -51,17 +51,17 @@ func resizeQuota(ctx SpecContext, logPath string) {
 	Expect(cpusOf(Default, ctx, pod).Size()).To(Equal(2))
 	// The kubelet wrote 200000 into the pod cgroup before the update
 	// (-1 < 200000), the plugin lifted it in UpdateContainer.
-	Expect(lifted()).To(Equal(1), "plugin log lines %q after the growth", podQuotaLifted(pod.Name))
 	expectNoQuota(ctr, podCg)
 	expectNotThrottled(ctx, ctr, podCg, 2)
+	Expect(lifted()).To(Equal(1), "plugin log lines %q after the growth", podQuotaLifted(pod.Name))
 
 	resize(ctx, pod.Name, "1")
 	waitResized(ctx, pod.Name, 1000)
 	Expect(cpusOf(Default, ctx, pod)).To(equalCPUs(first))
 	// A shrink too: the kubelet's 100000 is larger than -1.
-	Expect(lifted()).To(Equal(2), "plugin log lines %q after the shrink", podQuotaLifted(pod.Name))
 	expectNoQuota(ctr, podCg)
 	expectNotThrottled(ctx, ctr, podCg, 1)
+	Expect(lifted()).To(Equal(2), "plugin log lines %q after the shrink", podQuotaLifted(pod.Name))
 	mustKubectl(ctx, "-n", resizeNS, "delete", "pod", pod.Name, "--wait=true", "--timeout=60s")
 
 	// Burstable, 100m/200m → 200m/500m: the kubelet's quotas (limit ×
