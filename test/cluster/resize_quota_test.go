@@ -28,12 +28,14 @@ import (
 // its answer. The host plugin runs with reconcile_period = "0s", so no
 // periodic pass can be what lifted it.
 //
-// The pod runs two busy threads: on one CPU they would use twice a 1-CPU
-// quota, on two CPUs all of a 2-CPU one; a quota left on the container or
-// the pod (a stale 1-CPU pod quota on two CPUs above all) shows as
-// nr_throttled growing. The Burstable pod at the end runs the same threads
-// under a real quota, where nr_throttled must grow: the measure can see
-// throttling.
+// The quota files are what catch a lift missing: without the one in
+// UpdateContainer the pod keeps the kubelet's 200000 after the growth and
+// 100000 after the shrink. The pod runs two busy threads, and neither
+// cgroup may be throttled meanwhile (issue 24's observable); a quota equal
+// to the container's CPUs did not throttle them on a 2-CPU VM either, so
+// nr_throttled alone would miss that, but it catches a quota below them.
+// The Burstable pod at the end runs the same threads under a real quota,
+// where nr_throttled must grow: the measure does see throttling.
 func resizeQuota(ctx SpecContext, logPath string) {
 	pod := busyPod(ctx, "busy", "1", "1")
 	Expect(pod.Status.QOSClass).To(Equal(corev1.PodQOSGuaranteed))
