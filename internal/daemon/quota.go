@@ -23,9 +23,11 @@ import (
 // key was off or by an earlier release) and at UpdateContainer (the
 // kubelet's resize sends its quota again). The pod's cgroup is the
 // kubelet's, which the runtime never touches, so the plugin writes it
-// itself at the same events, and every reconcile period: the kubelet
-// rewrites the pod's quota at an in-place resize, after the containers'
-// update when the limit shrinks, where no NRI event follows.
+// itself at the same events, and every reconcile period. At an in-place
+// resize the kubelet rewrites the pod's quota: before the containers'
+// update when it reads the pod's as lifted (-1 is below any limit), so
+// UpdateContainer lifts it again; after it for a shrink of a pod whose
+// quota was still set, where no NRI event follows.
 
 // noQuota is the runtime's "no CFS quota" (OCI linux.resources.cpu.quota).
 const noQuota = -1

@@ -55,6 +55,7 @@ func resizeQuota(ctx SpecContext, logPath string) {
 	// (-1 < 200000), the plugin lifted it in UpdateContainer.
 	expectNoQuota(ctr, podCg)
 	expectNotThrottled(ctx, ctr, podCg, 2)
+	expectStatusLimit(ctx, pod.Name, 1000)
 	Expect(lifted()).To(Equal(1), "plugin log lines %q after the growth", podQuotaLifted(pod.Name))
 
 	resize(ctx, pod.Name, "1")
@@ -63,6 +64,7 @@ func resizeQuota(ctx SpecContext, logPath string) {
 	// A shrink too: the kubelet's 100000 is larger than -1.
 	expectNoQuota(ctr, podCg)
 	expectNotThrottled(ctx, ctr, podCg, 1)
+	expectStatusLimit(ctx, pod.Name, 1000)
 	Expect(lifted()).To(Equal(2), "plugin log lines %q after the shrink", podQuotaLifted(pod.Name))
 	mustKubectl(ctx, "-n", resizeNS, "delete", "pod", pod.Name, "--wait=true", "--timeout=60s")
 
@@ -115,6 +117,21 @@ func busyPod(ctx context.Context, name, req, lim string) corev1.Pod {
 		g.Expect(isReady(p)).To(BeTrue(), podSummary(p))
 	}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
 	return p
+}
+
+// expectStatusLimit checks the CPU limit in the status of pod NAME's
+// container: the kubelet reads it back from the container's CFS quota,
+// and finding none (-1) keeps the one it reported before, which for an
+// exclusive container is its limit at admission, whatever the resizes
+// since. The kubelet's own static policy (DisableCPUQuotaWithExclusiveCPUs)
+// does the same (docs/resize.md).
+func expectStatusLimit(ctx context.Context, name string, milli int64) {
+	GinkgoHelper()
+	var p corev1.Pod
+	Expect(getJSON(ctx, &p, "-n", resizeNS, "get", "pod", name)).To(Succeed())
+	st := appStatus(Default, p)
+	Expect(st.Resources).NotTo(BeNil(), podSummary(p))
+	Expect(st.Resources.Limits.Cpu().MilliValue()).To(Equal(milli), "status limit of %s: %s", name, podSummary(p))
 }
 
 // expectNoQuota checks that the container's and the pod's cgroups (their
