@@ -33,7 +33,7 @@ import (
 // 100000 after the shrink. The pod runs two busy threads, and neither
 // cgroup may be throttled meanwhile (issue 24's observable); a quota equal
 // to the container's CPUs did not throttle them on a 2-CPU VM either, so
-// nr_throttled alone would miss that, but it catches a quota below them.
+// nr_throttled alone would miss that; it would catch a quota below them.
 // The Burstable pod at the end runs the same threads under a real quota,
 // where nr_throttled must grow: the measure does see throttling.
 func resizeQuota(ctx SpecContext, logPath string) {
