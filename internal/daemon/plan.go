@@ -49,11 +49,11 @@ type syncCtr struct {
 	CPUs, Mems          string // cpuset.cpus and cpuset.mems the runtime reports
 	CgroupsPath         string
 	// Request is what the container asks for (requestFor), without the
-	// device hint provider, which DeviceNodes and DeviceErr give: the
+	// device hint provider, which Devices and DeviceErr give: the
 	// NUMA nodes of its devices, or why they could not be read.
-	Request     policy.Request
-	DeviceNodes []int
-	DeviceErr   error
+	Request   policy.Request
+	Devices   deviceInfo
+	DeviceErr error
 }
 
 // syncInput is everything planSync decides from.
@@ -298,7 +298,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	if c.DeviceErr != nil {
 		p.event(syncEvent{Kind: evNoDeviceHint, Err: c.DeviceErr}, pod, c)
 	} else {
-		req = withNodeHints(p.e, req, c.DeviceNodes)
+		req = withNodeHints(p.e, req, c.Devices.Nodes)
 	}
 	st := withReuse(p.plan.State, req, p.in.Static, func(name string) bool { return p.liveKey[podContainer{pod.Key, name}] })
 	next, dec, err := p.e.Add(st, req)
