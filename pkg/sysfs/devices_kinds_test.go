@@ -169,3 +169,41 @@ func TestParsePCIAddress(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDeviceNodesPCI: an arbitrary PCI address (as a pod's PCIDEVICE_*
+// variable may hold) never panics; an accepted one is the input in lower
+// case, accepted again as is, with no path separator; it has nodes only
+// when sysfstest's tree has the function, and an address the parser
+// refuses is an error quoting no more than the input.
+func FuzzDeviceNodesPCI(f *testing.F) {
+	root := f.TempDir()
+	if err := sysfstest.WriteDevices(root); err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{"0000:af:02.1", "0000:3B:02.0", "10000:e1:00.0", "0000:00:1f.0", "../../..", "0000:af:02.1/..", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		addr, perr := sysfs.ParsePCIAddress(s)
+		nodes, err := sysfs.DeviceNodes(root, sysfs.Device{Kind: "pci", PCI: s})
+		if perr != nil {
+			if err == nil || nodes != nil || !strings.Contains(err.Error(), "PCI address") {
+				t.Fatalf("refused address %q: DeviceNodes = %v, %v", s, nodes, err)
+			}
+			return
+		}
+		if addr != strings.ToLower(s) || strings.ContainsAny(addr, "/\\") {
+			t.Fatalf("ParsePCIAddress(%q) = %q", s, addr)
+		}
+		if again, err := sysfs.ParsePCIAddress(addr); err != nil || again != addr {
+			t.Fatalf("ParsePCIAddress(%q) = %q, %v on its own output", addr, again, err)
+		}
+		if err != nil {
+			t.Fatalf("DeviceNodes(%q): %v", s, err)
+		}
+		_, inTree := sysfstest.DeviceLinks["bus/pci/devices/"+addr]
+		if len(nodes) > 0 && !inTree {
+			t.Fatalf("DeviceNodes(%q) = %v for a function the tree does not have", s, nodes)
+		}
+	})
+}
