@@ -185,7 +185,9 @@ func TestDeviceHintsVFIOAndSRIOVEnvContainerScope(t *testing.T) {
 // TestDeviceHintsPodScope: under single-numa-node, pod scope, reserved
 // 0,12, a 4-CPU pod whose first container holds VFIO group 91 (two VFs on
 // node 1) fixes the pod's affinity to node 1: its containers get cores 6
-// and 7, the second one without devices too. A pod whose first container
+// and 7, the second one without devices too; a third one with a VF on
+// node 0 cannot share the pod's node: TopologyAffinityError, as the
+// kubelet's pod-level merge would refuse the pod. A pod whose first container
 // names a VF on node 0 by PCIDEVICE_* and holds group 90 on node 1 is
 // refused with TopologyAffinityError.
 func TestDeviceHintsPodScope(t *testing.T) {
@@ -210,6 +212,13 @@ func TestDeviceHintsPodScope(t *testing.T) {
 	}
 	if got := resp.GetAdjust().GetLinux().GetResources().GetCpu().GetCpus(); got != "7,19" {
 		t.Fatalf("second container got %q, want 7,19 (the pod's node 1)", got)
+	}
+	// The kubelet would have merged a third container's VF on node 0
+	// into the pod's hint and refused the pod: it cannot join node 1.
+	c = rt.newCtr(pod, "late", 1000, 1000)
+	c.Env = append(c.Env, "PCIDEVICE_OPENSHIFT_IO_VF=0000:3b:02.1")
+	if _, err := rt.CreateContainer(context.Background(), pod, c); err == nil || !strings.Contains(err.Error(), "TopologyAffinityError") {
+		t.Fatalf("later container with a VF off the pod's node: err = %v, want TopologyAffinityError", err)
 	}
 
 	split := rt.addPod(podSpec{uid: "split", name: "split", qos: "guaranteed", podMilli: 2000})
