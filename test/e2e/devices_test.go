@@ -21,15 +21,16 @@ import (
 // host's /dev/kmsg (a char device this machine's sysfs knows, with no
 // NUMA node of its own), and the plugin reads a fake sysfs tree that
 // splits the host's CPUs 0..n-1 into two NUMA nodes (node 0 = the first
-// half, node 1 = the second) and hangs kmsg's major:minor off a PCI
+// half, node 1 = the second, without memory as the host has one node) and hangs kmsg's major:minor off a PCI
 // function on node 1. A second PCI function, on node 0, is named by an
 // SR-IOV-style PCIDEVICE_* variable. Under single-numa-node with CPU 0
 // reserved, a container of n/2 CPUs fits on node 1 only whole and on
 // node 0 not at all, so:
-//   - with /dev/kmsg it gets all of node 1, CPUs n/2..n-1;
 //   - with the node-0 function in its environment it is refused with
-//     TopologyAffinityError, which proves the variable reached the
-//     plugin through the runtime and steered the decision.
+//     TopologyAffinityError while node 1 is free (without the variable it
+//     would get node 1), which proves the variable reached the plugin
+//     through the runtime and steered the decision;
+//   - with /dev/kmsg it gets all of node 1, CPUs n/2..n-1.
 var _ = Describe("device alignment on a real "+RuntimeName+" with a fake two-node sysfs", Ordered, Serial, func() {
 	var (
 		plugin *Plugin
@@ -57,6 +58,10 @@ var _ = Describe("device alignment on a real "+RuntimeName+" with a fake two-nod
 			"devices/pci0000:e1/0000:e1:00.0/numa_node":    "1\n",
 			"devices/pci0000:e1/0000:e1:00.0/mem/kmsg/dev": kmsg + "\n",
 			"devices/pci0000:e0/0000:e0:00.0/numa_node":    "0\n",
+			// The machine's memory is all on its one real node: the plugin
+			// writes cpuset.mems from the memory nodes, and the kernel
+			// refuses a node it does not have.
+			"devices/system/node/node1/meminfo": "Node 1 MemTotal: 0 kB\nNode 1 MemFree: 0 kB\nNode 1 MemUsed: 0 kB\n",
 		}
 		for p, content := range files {
 			Expect(os.MkdirAll(filepath.Dir(filepath.Join(sys, p)), 0o755)).To(Succeed())
@@ -74,20 +79,10 @@ var _ = Describe("device alignment on a real "+RuntimeName+" with a fake two-nod
 		plugin.Start(ctx)
 	}, NodeTimeout(2*time.Minute))
 
-	It("puts a container given /dev/kmsg on node 1 and refuses one whose PCIDEVICE_* function is on node 0", func(ctx SpecContext) {
+	It("refuses a container whose PCIDEVICE_* function is on node 0 and puts one given /dev/kmsg on node 1", func(ctx SpecContext) {
 		r := framework.GuaranteedCPUs(n / 2)
-		node1 := cpuRange(n/2, n)
 
-		p := RunPod(ctx, "dev-node1", r)
-		ct, err := CRI.RunContainer(ctx, p, "app", r, func(cfg *cri.ContainerConfig) {
-			cfg.Devices = append(cfg.Devices, &cri.Device{ContainerPath: "/dev/e2e-kmsg", HostPath: "/dev/kmsg", Permissions: "r"})
-		})
-		Expect(err).NotTo(HaveOccurred(), "plugin log:\n%s", plugin.LogTail())
-		Expect(CPUsOf(ctx, ct)).To(EqualCPUs(node1), "plugin log:\n%s", plugin.LogTail())
-		log, err := os.ReadFile(plugin.LogPath)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(string(log)).To(ContainSubstring("(char "+kmsg+") numa 1"), "the debug line naming the device and its node")
-
+		// Node 1 is free: without the variable the container would get it.
 		q := RunPod(ctx, "dev-node0", r)
 		before, err := CRI.ContainerCount(ctx)
 		Expect(err).NotTo(HaveOccurred())
@@ -98,6 +93,16 @@ var _ = Describe("device alignment on a real "+RuntimeName+" with a fake two-nod
 		after, err := CRI.ContainerCount(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(after).To(Equal(before), "the refused CreateContainer left a container behind")
+
+		p := RunPod(ctx, "dev-node1", r)
+		ct, err := CRI.RunContainer(ctx, p, "app", r, func(cfg *cri.ContainerConfig) {
+			cfg.Devices = append(cfg.Devices, &cri.Device{ContainerPath: "/dev/e2e-kmsg", HostPath: "/dev/kmsg", Permissions: "r"})
+		})
+		Expect(err).NotTo(HaveOccurred(), "plugin log:\n%s", plugin.LogTail())
+		Expect(CPUsOf(ctx, ct)).To(EqualCPUs(cpuRange(n/2, n)), "plugin log:\n%s", plugin.LogTail())
+		log, err := os.ReadFile(plugin.LogPath)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(log)).To(ContainSubstring("(char "+kmsg+") numa 1"), "the debug line naming the device and its node")
 	}, NodeTimeout(3*time.Minute))
 })
 
