@@ -261,3 +261,26 @@ func TestPCIFromEnv(t *testing.T) {
 		t.Fatalf("100 addresses: %d read, skipped %q; want 64 and 8 starting at 0000:40:00.0", len(devs), skipped)
 	}
 }
+
+// TestDeviceHintsAtSynchronize: a container created while the plugin was
+// away with VFIO group 91 (node 1) is placed at Synchronize on node 1's
+// lowest core, 6 = {6,18}, under single-numa-node with 0,12 reserved, and
+// /state names its device.
+func TestDeviceHintsAtSynchronize(t *testing.T) {
+	root := deviceSysfs(t)
+	rt := startRuntime(t)
+	cfg := testConfig(t, rt, t.TempDir(), fmt.Sprintf("reserved_system_cpus = \"0,12\"\ntopology_manager_policy = \"single-numa-node\"\nsysfs_root = %q\n", root))
+	pod := rt.addPod(podSpec{uid: "dpdk", name: "dpdk", qos: "guaranteed"})
+	c := rt.newCtr(pod, "c", 2000, 2000)
+	c.Linux.Devices = []*api.LinuxDevice{vfioContainer, vfio("91", 2)}
+	rt.CreateContainerAway(c)
+
+	r := startDaemon(t, rt, cfg, loadFixture(t, "ht-2s-6c"))
+	if got := rt.cpus(c); got != "6,18" {
+		t.Fatalf("container placed at Synchronize got %q, want 6,18", got)
+	}
+	want := []DeviceView{{Device: "/dev/vfio/91 (char 242:2)", NUMA: []int{1}}}
+	if got := stateDevices(t, r.d, "dpdk"); !sameDevices(got, want) {
+		t.Fatalf("/state devices = %+v, want %+v", got, want)
+	}
+}

@@ -188,9 +188,11 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 		case evNoDeviceHint:
 			entry.WithError(ev.Err).Warn(noDeviceHintMsg)
 		case evRefused:
+			ev.Devices.log(entry)
 			entry.WithError(ev.Err).WithField("reason", reasonOf(ev.Err)).
 				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
 		case evPlaced:
+			ev.Devices.log(entry)
 			p.logDecision(entry, ev.Decision, "placed at synchronize")
 		}
 	}

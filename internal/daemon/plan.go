@@ -107,6 +107,8 @@ type syncEvent struct {
 	CPUs               cpuset.CPUSet
 	Decision           policy.Decision
 	Err                error
+	// Devices are what the device hint provider found for an admission.
+	Devices deviceInfo
 }
 
 // syncPlan is planSync's answer. State and Records replace the daemon's
@@ -307,7 +309,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	}
 	p.plan.Admissions = append(p.plan.Admissions, admission{ID: c.ID, Request: req, Decision: dec, Err: err})
 	if err != nil {
-		p.event(syncEvent{Kind: evRefused, Err: err}, pod, c)
+		p.event(syncEvent{Kind: evRefused, Err: err, Devices: c.Devices}, pod, c)
 		p.plan.Records[r.ID] = r
 		return
 	}
@@ -318,7 +320,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	}
 	p.plan.Records[r.ID] = r
 	p.plan.Placed++
-	p.event(syncEvent{Kind: evPlaced, Decision: dec}, pod, c)
+	p.event(syncEvent{Kind: evPlaced, Decision: dec, Devices: c.Devices}, pod, c)
 }
 
 func (p *planner) event(ev syncEvent, pod syncPod, c syncCtr) {
