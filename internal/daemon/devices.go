@@ -58,12 +58,12 @@ func withDeviceHints(e *policy.Engine, req policy.Request, info deviceInfo, err 
 }
 
 // log writes the debug line naming the devices and their nodes, and a
-// warning per environment value that is no PCI address.
+// warning per skipped environment value.
 func (info deviceInfo) log(entry *logrus.Entry) {
 	for _, s := range info.Skipped {
-		entry.WithField("value", s).Warn("device plugin variable holds no PCI address; ignored for device hints")
+		entry.WithField("value", s).Warn("device plugin variable: not a PCI address, or more than 64 in the container; ignored for device hints")
 	}
-	if info.Considered == 0 {
+	if info.Considered == 0 || !entry.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		return
 	}
 	devs := make([]string, 0, len(info.Devices))
