@@ -139,6 +139,10 @@ type hintJSON struct {
 	Preferred bool  `json:"preferred"`
 }
 
+// deviceProvider names the hints device_numa gives, as the daemon names
+// its device hint provider.
+const deviceProvider = "devices"
+
 // requestLine is every field an input line may carry.
 type requestLine struct {
 	Op                 string                `json:"op"`
@@ -152,6 +156,9 @@ type requestLine struct {
 	ContainerType      string                `json:"container_type"`
 	Hints              map[string][]hintJSON `json:"hints"`
 	AffinityOverride   *hintJSON             `json:"affinity_override"`
+	// DeviceNUMA is the NUMA nodes of the container's devices, as the
+	// daemon reads them from sysfs: the "devices" provider's hints.
+	DeviceNUMA []int `json:"device_numa"`
 }
 
 // affinityJSON is the merged hint on the wire; NUMA null = any node.
@@ -354,6 +361,20 @@ func (s *simulator) request(req requestLine) (policy.Request, error) {
 			r.Hints[name] = hs
 		}
 	}
+	if len(req.DeviceNUMA) > 0 {
+		if _, dup := r.Hints[deviceProvider]; dup {
+			return r, bad("device_numa", "device_numa and hints.%s both give the device provider's hints", deviceProvider)
+		}
+		for i, n := range req.DeviceNUMA {
+			if n < 0 || n >= hints.MaxNUMANodes {
+				return r, bad("device_numa", "device_numa[%d]: NUMA node %d out of range 0-%d", i, n, hints.MaxNUMANodes-1)
+			}
+		}
+		if r.Hints == nil {
+			r.Hints = map[string][]hints.Hint{}
+		}
+		r.Hints[deviceProvider] = s.engine.DeviceHints(req.DeviceNUMA)
+	}
 	if req.AffinityOverride != nil {
 		h, err := toHint(*req.AffinityOverride, "affinity_override")
 		if err != nil {
@@ -418,7 +439,11 @@ func (s *simulator) hints(req requestLine) any {
 	if u := s.engine.StrictUncore(); u != allocator.UncoreStrictOff {
 		out.StrictUncore = u.String()
 	}
-	for name, list := range s.engine.Hints(s.state, r) {
+	providers := s.engine.Hints(s.state, r)
+	if len(req.DeviceNUMA) > 0 {
+		providers[deviceProvider] = r.Hints[deviceProvider]
+	}
+	for name, list := range providers {
 		if list == nil {
 			out.Hints[name] = nil
 			continue

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -56,6 +57,10 @@ type ledger struct {
 	// shrinking holds the downsizes answered and not committed yet (see
 	// resize.go), by container ID; not stored.
 	shrinking map[string]shrink
+	// devices are the devices of each container that gave the device
+	// hint provider NUMA nodes, by container ID, for /state; not stored:
+	// Synchronize reads them again from the runtime's containers.
+	devices map[string][]DeviceView
 
 	store *store
 	obs   *metrics
@@ -67,7 +72,7 @@ func newLedger(cfg config.Config, topo *topology.Topology, engine *policy.Engine
 	l := &ledger{cfg: cfg, topo: topo, engine: engine, pendingErr: pendingErr,
 		ctrs: map[string]ctrRecord{}, starting: map[string]struct{}{}, stopped: map[string]podContainer{},
 		sandboxes: map[string]string{},
-		shrinking: map[string]shrink{}}
+		shrinking: map[string]shrink{}, devices: map[string][]DeviceView{}}
 	if engine != nil {
 		l.st = engine.NewState()
 	}
@@ -99,6 +104,7 @@ func (l *ledger) commit(st policy.State, c indexChange) (poolChanged bool, err e
 			if _, ok := c.all[id]; !ok {
 				delete(l.starting, id)
 				delete(l.shrinking, id)
+				delete(l.devices, id)
 			}
 		}
 		l.ctrs = c.all
@@ -106,6 +112,7 @@ func (l *ledger) commit(st policy.State, c indexChange) (poolChanged bool, err e
 		for _, id := range c.edit.del {
 			delete(l.starting, id)
 			delete(l.shrinking, id)
+			delete(l.devices, id)
 		}
 		c.edit.applyTo(l.ctrs)
 	}
@@ -193,6 +200,8 @@ type ledgerView struct {
 	st     policy.State
 	ctrs   []ctrRecord
 	syncs  int
+	// devices are ledger.devices of the containers in ctrs.
+	devices map[string][]DeviceView
 }
 
 // view returns the ledger's current values for observe.
@@ -205,6 +214,7 @@ func (l *ledger) view() ledgerView {
 		for _, r := range l.ctrs {
 			v.ctrs = append(v.ctrs, r)
 		}
+		v.devices = maps.Clone(l.devices)
 	}
 	return v
 }

@@ -337,6 +337,18 @@ type ContainerView struct {
 	// Since is when the container got its CPUs (RFC 3339), absent for
 	// containers recorded by a release that did not keep it.
 	Since string `json:"since,omitempty"`
+	// Devices are its devices that gave the device hint provider NUMA
+	// nodes (docs/devices.md), absent when none did.
+	Devices []DeviceView `json:"devices,omitempty"`
+}
+
+// DeviceView is one device of a container in ContainerView and the NUMA
+// nodes it gave: the runtime's path with the numbers sysfs was asked
+// about ("/dev/vfio/90 (char 242:1)"), or the device plugin's variable
+// and the address ("PCIDEVICE_INTEL_COM_SRIOV 0000:af:02.1").
+type DeviceView struct {
+	Device string `json:"device"`
+	NUMA   []int  `json:"numa"`
 }
 
 // State returns the current assignments as served on /state.
@@ -375,6 +387,7 @@ func stateView(lv ledgerView, connected bool) StateView {
 		v.Containers = append(v.Containers, ContainerView{
 			ID: r.ID, Pod: r.PodName, PodUID: r.Pod, Container: r.Name, CPUs: cpus.String(), Baseline: base, Mems: r.Mems,
 			Exclusive: r.Exclusive, NUMA: topo.NUMANodesOf(cpus), L3: topo.L3GroupsOf(cpus), Since: r.Since,
+			Devices: lv.devices[r.ID],
 		})
 	}
 	sort.Slice(v.Containers, func(i, j int) bool {

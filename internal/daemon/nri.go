@@ -115,6 +115,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	l.stopped = stoppedOf(in)
 	l.sandboxes = sandboxesOf(in)
+	l.devices = devicesOf(in, plan.Records)
 	updates := p.quotaAtSync(ctrs, a.synchronized(plan.Updates))
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
@@ -157,7 +158,7 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		}
 		if pod := podByID[sc.SandboxID]; pod != nil && sc.Phase != phaseStopped {
 			sc.Request = requestFor(pod, c)
-			sc.DeviceNodes, sc.DeviceErr = devs.nodes(c)
+			sc.Devices, sc.DeviceErr = devs.nodes(c)
 		}
 		in.Ctrs = append(in.Ctrs, sc)
 	}
@@ -187,9 +188,11 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 		case evNoDeviceHint:
 			entry.WithError(ev.Err).Warn(noDeviceHintMsg)
 		case evRefused:
+			ev.Devices.log(entry)
 			entry.WithError(ev.Err).WithField("reason", reasonOf(ev.Err)).
 				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
 		case evPlaced:
+			ev.Devices.log(entry)
 			p.logDecision(entry, ev.Decision, "placed at synchronize")
 		}
 	}
@@ -223,14 +226,14 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	l, a := d.led, d.applier()
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
-	nodes, devErr := p.deviceReader().nodes(ctr)
+	devInfo, devErr := p.deviceReader().nodes(ctr)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.engine == nil {
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.pendingErr)
 	}
-	req = withDeviceHints(l.engine, req, nodes, devErr, entry)
+	req = withDeviceHints(l.engine, req, devInfo, devErr, entry)
 	start := time.Now()
 	next, dec, err := l.engine.Add(withPodReuse(l.st, l.ctrs, req, l.static()), req)
 	if err == nil {
@@ -261,6 +264,9 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
 		d.obs.refusals.WithLabelValues("PersistError").Inc()
 		return nil, nil, err
+	}
+	if len(devInfo.Devices) > 0 {
+		l.devices[rec.ID] = devInfo.Devices
 	}
 	for i, r := range superseded {
 		p.logAbandoned(r, supersededCPUs[i], "created again as "+rec.ID+" before it started",

@@ -49,11 +49,11 @@ type syncCtr struct {
 	CPUs, Mems          string // cpuset.cpus and cpuset.mems the runtime reports
 	CgroupsPath         string
 	// Request is what the container asks for (requestFor), without the
-	// device hint provider, which DeviceNodes and DeviceErr give: the
+	// device hint provider, which Devices and DeviceErr give: the
 	// NUMA nodes of its devices, or why they could not be read.
-	Request     policy.Request
-	DeviceNodes []int
-	DeviceErr   error
+	Request   policy.Request
+	Devices   deviceInfo
+	DeviceErr error
 }
 
 // syncInput is everything planSync decides from.
@@ -107,6 +107,8 @@ type syncEvent struct {
 	CPUs               cpuset.CPUSet
 	Decision           policy.Decision
 	Err                error
+	// Devices are what the device hint provider found for an admission.
+	Devices deviceInfo
 }
 
 // syncPlan is planSync's answer. State and Records replace the daemon's
@@ -298,7 +300,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	if c.DeviceErr != nil {
 		p.event(syncEvent{Kind: evNoDeviceHint, Err: c.DeviceErr}, pod, c)
 	} else {
-		req = withNodeHints(p.e, req, c.DeviceNodes)
+		req = withNodeHints(p.e, req, c.Devices.Nodes)
 	}
 	st := withReuse(p.plan.State, req, p.in.Static, func(name string) bool { return p.liveKey[podContainer{pod.Key, name}] })
 	next, dec, err := p.e.Add(st, req)
@@ -307,7 +309,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	}
 	p.plan.Admissions = append(p.plan.Admissions, admission{ID: c.ID, Request: req, Decision: dec, Err: err})
 	if err != nil {
-		p.event(syncEvent{Kind: evRefused, Err: err}, pod, c)
+		p.event(syncEvent{Kind: evRefused, Err: err, Devices: c.Devices}, pod, c)
 		p.plan.Records[r.ID] = r
 		return
 	}
@@ -318,7 +320,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	}
 	p.plan.Records[r.ID] = r
 	p.plan.Placed++
-	p.event(syncEvent{Kind: evPlaced, Decision: dec}, pod, c)
+	p.event(syncEvent{Kind: evPlaced, Decision: dec, Devices: c.Devices}, pod, c)
 }
 
 func (p *planner) event(ev syncEvent, pod syncPod, c syncCtr) {

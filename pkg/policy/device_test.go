@@ -3,6 +3,7 @@ package policy_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
@@ -55,6 +56,46 @@ func TestDeviceHintFromSysfs(t *testing.T) {
 			req.Hints = map[string][]hints.Hint{"vfio/240:0": e.DeviceHints([]int{node})}
 			_, d = add(t, e, e.NewState(), req)
 			check(t, d, want{cpus: "6-7,18-19", mems: "0-1", exclusive: true, numa: "1", preferred: true})
+		})
+	}
+}
+
+// TestPodScopeLaterDeviceHints: under the pod scope on ht-2s-6c a pod of
+// 4 CPUs whose first container's device is on node 1 gets affinity {1}
+// (cores 6 and 7 for two 2-CPU containers). A later container with a
+// device on node 0 merges {0} with the pod's {1}: nothing preferred, so
+// restricted and single-numa-node refuse it with TopologyAffinityError,
+// as the kubelet's pod-level merge would have refused the pod; best-effort
+// places it within the pod's affinity. A later container with a device on
+// node 1, or none, joins.
+func TestPodScopeLaterDeviceHints(t *testing.T) {
+	topo := sysfstest.Load(t, "ht-2s-6c")
+	for _, tc := range []struct {
+		policy string
+		refuse bool
+	}{{"best-effort", false}, {"restricted", true}, {"single-numa-node", true}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			e, err := policy.New(topo, policy.Config{CPUManagerPolicy: "static", TopologyPolicy: tc.policy, TopologyScope: hints.ScopePod})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev := func(req policy.Request, node int) policy.Request {
+				req.PodCPURequestMilli = 4000
+				req.Hints = map[string][]hints.Hint{"devices": e.DeviceHints([]int{node})}
+				return req
+			}
+			st, d := add(t, e, e.NewState(), dev(guaranteed("p", "a", 2), 1))
+			check(t, d, want{cpus: "6,18", mems: "0-1", exclusive: true, numa: "1", preferred: true})
+			_, _, err = e.Add(st, dev(guaranteed("p", "b", 2), 0))
+			if tc.refuse {
+				if err == nil || !strings.Contains(err.Error(), "TopologyAffinityError") {
+					t.Fatalf("later container with a node-0 device: err = %v, want TopologyAffinityError", err)
+				}
+			} else if err != nil {
+				t.Fatalf("best-effort refused: %v", err)
+			}
+			_, d = add(t, e, st, dev(guaranteed("p", "b", 2), 1))
+			check(t, d, want{cpus: "7,19", mems: "0-1", exclusive: true, numa: "1", preferred: true})
 		})
 	}
 }

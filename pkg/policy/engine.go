@@ -457,6 +457,15 @@ func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err 
 	}
 	if e.cfg.TopologyScope == hints.ScopePod {
 		if h, ok := st.PodAffinity[req.Pod]; ok {
+			// The kubelet merges every container's hints (its devices)
+			// into the pod's; NRI shows a later container only now, so its
+			// hints are merged with the pod's affinity and must pass the
+			// same admission, else the pod could not have been admitted.
+			if len(req.Hints) > 0 {
+				if m := e.merger.Merge(map[string][]hints.Hint{"pod": {h}}, req.Hints); !e.merger.Admits(m) {
+					return m, false, e.merger.Admit(m, e.describe(req))
+				}
+			}
 			return h, false, nil
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,28 +26,51 @@ import (
 // and the walk never leaves root. A numa_node file that does not parse, or
 // a link that points outside root, is an error naming the file.
 func DeviceNUMANode(root, kind string, major, minor int64) (node int, ok bool, err error) {
+	realRoot, dir, err := resolveDevice(root, kind, major, minor)
+	if err != nil || dir == "" {
+		return 0, false, err
+	}
+	return nodeAbove(dir, filepath.Join(realRoot, "devices"))
+}
+
+// resolveDevice returns the real root and the device's directory under
+// root/devices, "" when sysfs has no entry for it.
+func resolveDevice(root, kind string, major, minor int64) (realRoot, dir string, err error) {
 	if kind != "char" && kind != "block" {
-		return 0, false, fmt.Errorf("sysfs: device kind %q: want char or block", kind)
+		return "", "", fmt.Errorf("sysfs: device kind %q: want char or block", kind)
 	}
 	if major < 0 || minor < 0 {
-		return 0, false, fmt.Errorf("sysfs: device %s %d:%d: negative major or minor", kind, major, minor)
+		return "", "", fmt.Errorf("sysfs: device %s %d:%d: negative major or minor", kind, major, minor)
 	}
-	realRoot, err := filepath.EvalSymlinks(root)
+	realRoot, err = filepath.EvalSymlinks(root)
 	if err != nil {
-		return 0, false, fmt.Errorf("sysfs: root: %w", err)
+		return "", "", fmt.Errorf("sysfs: root: %w", err)
 	}
 	link := filepath.Join(realRoot, "dev", kind, strconv.FormatInt(major, 10)+":"+strconv.FormatInt(minor, 10))
+	dir, err = inDevices(realRoot, link)
+	return realRoot, dir, err
+}
+
+// inDevices resolves the symlink link, which must lead into
+// realRoot/devices; "" when it does not exist.
+func inDevices(realRoot, link string) (string, error) {
 	dir, err := filepath.EvalSymlinks(link)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
+		return "", nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("sysfs: %w", err)
+		return "", fmt.Errorf("sysfs: %w", err)
 	}
 	stop := filepath.Join(realRoot, "devices")
-	if !within(dir, stop) {
-		return 0, false, fmt.Errorf("sysfs: %s: link leads to %s, outside %s", link, dir, stop)
+	if !within(dir, stop) || dir == stop {
+		return "", fmt.Errorf("sysfs: %s: link leads to %s, outside %s", link, dir, stop)
 	}
+	return dir, nil
+}
+
+// nodeAbove walks up from dir towards stop to the first numa_node file
+// and returns its node; ok is false without one or for a negative node.
+func nodeAbove(dir, stop string) (node int, ok bool, err error) {
 	for d := dir; within(d, stop) && d != stop; d = filepath.Dir(d) {
 		p := filepath.Join(d, "numa_node")
 		data, err := os.ReadFile(p)
@@ -69,11 +93,209 @@ func DeviceNUMANode(root, kind string, major, minor int64) (node int, ok bool, e
 	return 0, false, nil
 }
 
-// Device is a device node of a container, as the runtime lists it: kind
-// "char" or "block" and its major:minor numbers.
+// Device is one device of a container: a device node as the runtime
+// lists it (Kind "char" or "block" and its major:minor numbers), or a PCI
+// function a device plugin handed over by address (Kind "pci", PCI in the
+// canonical form ParsePCIAddress gives).
 type Device struct {
 	Kind         string
 	Major, Minor int64
+	PCI          string
+}
+
+// String names the device as sysfs knows it: "char 242:1", "pci 0000:af:02.1".
+func (d Device) String() string {
+	if d.Kind == "pci" {
+		return "pci " + d.PCI
+	}
+	return d.Kind + " " + strconv.FormatInt(d.Major, 10) + ":" + strconv.FormatInt(d.Minor, 10)
+}
+
+// DeviceNodes returns the NUMA nodes of one device, ascending; none when
+// it has no locality. A char or block device is looked up as
+// DeviceNUMANode does; when that finds no numa_node and the device is a
+// VFIO group (the kernel's class device root/devices/virtual/vfio/<group>,
+// a virtual device with no PCI parent, named after its IOMMU group, or
+// "noiommu-<group>"), the group's functions under
+// root/kernel/iommu_groups/<group>/devices give the nodes. The group
+// number is the kernel's name of the class device that major:minor leads
+// to, never the container's /dev/vfio/<N> path. A PCI function is read at
+// root/bus/pci/devices/<address>/numa_node.
+func DeviceNodes(root string, d Device) ([]int, error) {
+	if d.Kind == "pci" {
+		addr, err := ParsePCIAddress(d.PCI)
+		if err != nil {
+			return nil, err
+		}
+		node, ok, err := PCINUMANode(root, addr)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return []int{node}, nil
+	}
+	realRoot, dir, err := resolveDevice(root, d.Kind, d.Major, d.Minor)
+	if err != nil || dir == "" {
+		return nil, err
+	}
+	node, ok, err := nodeAbove(dir, filepath.Join(realRoot, "devices"))
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return []int{node}, nil
+	}
+	if d.Kind != "char" || filepath.Dir(dir) != filepath.Join(realRoot, "devices", "virtual", "vfio") {
+		return nil, nil
+	}
+	group, ok := vfioGroup(filepath.Base(dir))
+	if !ok {
+		return nil, nil // /dev/vfio/vfio is misc, not here; anything else is unknown
+	}
+	return iommuGroupNodes(realRoot, group)
+}
+
+// vfioGroup is the IOMMU group of a VFIO group class device's name.
+func vfioGroup(name string) (int, bool) {
+	name = strings.TrimPrefix(name, "noiommu-")
+	if name == "" || len(name) > 9 || strings.Trim(name, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(name)
+	return n, err == nil
+}
+
+// IOMMUGroupNUMANodes returns the NUMA nodes of the devices of IOMMU group
+// group (root/kernel/iommu_groups/<group>/devices/*), ascending; none when
+// the group does not exist or no member has locality.
+func IOMMUGroupNUMANodes(root string, group int) ([]int, error) {
+	if group < 0 {
+		return nil, fmt.Errorf("sysfs: IOMMU group %d: negative", group)
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("sysfs: root: %w", err)
+	}
+	return iommuGroupNodes(realRoot, group)
+}
+
+// maxGroupDevices bounds how many members of one IOMMU group are read.
+const maxGroupDevices = 256
+
+func iommuGroupNodes(realRoot string, group int) ([]int, error) {
+	dir := filepath.Join(realRoot, "kernel", "iommu_groups", strconv.Itoa(group), "devices")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sysfs: %w", err)
+	}
+	if len(entries) > maxGroupDevices {
+		return nil, fmt.Errorf("sysfs: %s: %d devices, more than the %d read", dir, len(entries), maxGroupDevices)
+	}
+	stop := filepath.Join(realRoot, "devices")
+	var nodes []int
+	for _, e := range entries {
+		member, err := inDevices(realRoot, filepath.Join(dir, e.Name()))
+		if err != nil || member == "" {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		node, ok, err := nodeAbove(member, stop)
+		if err != nil {
+			return nil, err
+		}
+		if ok && !slices.Contains(nodes, node) {
+			nodes = append(nodes, node)
+		}
+	}
+	sort.Ints(nodes)
+	return nodes, nil
+}
+
+// ParsePCIAddress checks a PCI function address in the kernel's form,
+// DDDD:BB:DD.F (domain of 4 to 8 hex digits, the wider ones are VMD
+// domains; bus; device 00-1f; function 0-7), and returns it in lower case
+// as sysfs names it. Anything else is an error quoting the input.
+func ParsePCIAddress(s string) (string, error) {
+	bad := func(why string) (string, error) {
+		return "", fmt.Errorf("sysfs: PCI address %q: %s (want DDDD:BB:DD.F)", shorten(s), why)
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return bad("not three colon-separated fields")
+	}
+	devFn := strings.Split(parts[2], ".")
+	if len(devFn) != 2 {
+		return bad("no .function")
+	}
+	dom, bus, dev, fn := parts[0], parts[1], devFn[0], devFn[1]
+	if len(dom) < 4 || len(dom) > 8 || !isHex(dom) {
+		return bad("domain is not 4 to 8 hex digits")
+	}
+	if len(bus) != 2 || !isHex(bus) {
+		return bad("bus is not 2 hex digits")
+	}
+	if len(dev) != 2 || !isHex(dev) {
+		return bad("device is not 2 hex digits")
+	}
+	if d, _ := strconv.ParseUint(dev, 16, 8); d > 0x1f {
+		return bad("device above 1f")
+	}
+	if len(fn) != 1 || fn[0] < '0' || fn[0] > '7' {
+		return bad("function is not 0-7")
+	}
+	return strings.ToLower(s), nil
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// PCINUMANode returns the NUMA node of the PCI function at addr (checked
+// with ParsePCIAddress), read from root/bus/pci/devices/<addr>/numa_node;
+// ok is false when sysfs has no such function or it has no locality.
+func PCINUMANode(root, addr string) (node int, ok bool, err error) {
+	addr, err = ParsePCIAddress(addr)
+	if err != nil {
+		return 0, false, err
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return 0, false, fmt.Errorf("sysfs: root: %w", err)
+	}
+	dir, err := inDevices(realRoot, filepath.Join(realRoot, "bus", "pci", "devices", addr))
+	if err != nil || dir == "" {
+		return 0, false, err
+	}
+	return nodeAbove(dir, filepath.Join(realRoot, "devices"))
+}
+
+// Locality is one device and the NUMA nodes it gave (none: no locality).
+type Locality struct {
+	Device Device
+	Nodes  []int
+}
+
+// DeviceLocalities looks up every device with DeviceNodes, in order. The
+// first error stops the walk (it names the file or the input).
+func DeviceLocalities(root string, devs []Device) ([]Locality, error) {
+	out := make([]Locality, 0, len(devs))
+	for _, d := range devs {
+		nodes, err := DeviceNodes(root, d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Locality{Device: d, Nodes: nodes})
+	}
+	return out, nil
 }
 
 // DeviceNUMANodes returns the distinct NUMA nodes of a container's devices,
@@ -82,20 +304,25 @@ type Device struct {
 // Devices without NUMA affinity are skipped; an empty result means no
 // preference. The first error stops the walk (it names the file).
 func DeviceNUMANodes(root string, devs []Device) ([]int, error) {
-	seen := map[int]bool{}
+	locs, err := DeviceLocalities(root, devs)
+	if err != nil {
+		return nil, err
+	}
+	return UnionNodes(locs), nil
+}
+
+// UnionNodes is the distinct nodes of locs, ascending.
+func UnionNodes(locs []Locality) []int {
 	var nodes []int
-	for _, d := range devs {
-		n, ok, err := DeviceNUMANode(root, d.Kind, d.Major, d.Minor)
-		if err != nil {
-			return nil, err
-		}
-		if ok && !seen[n] {
-			seen[n] = true
-			nodes = append(nodes, n)
+	for _, l := range locs {
+		for _, n := range l.Nodes {
+			if !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
 		}
 	}
 	sort.Ints(nodes)
-	return nodes, nil
+	return nodes
 }
 
 // maxDeviceNUMANode bounds the node ids DeviceNUMANode accepts: hints.Mask

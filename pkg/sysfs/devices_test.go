@@ -118,15 +118,15 @@ func TestDeviceNUMANodes(t *testing.T) {
 	root := t.TempDir()
 	writeDeviceTree(t, root)
 	nodes, err := DeviceNUMANodes(root, []Device{
-		{"char", 240, 0},   // node 1
-		{"char", 1, 3},     // no affinity
-		{"char", 231, 192}, // node 0
-		{"block", 259, 0},  // node 1 again
+		{Kind: "char", Major: 240, Minor: 0},   // node 1
+		{Kind: "char", Major: 1, Minor: 3},     // no affinity
+		{Kind: "char", Major: 231, Minor: 192}, // node 0
+		{Kind: "block", Major: 259, Minor: 0},  // node 1 again
 	})
 	if err != nil || len(nodes) != 2 || nodes[0] != 0 || nodes[1] != 1 {
 		t.Fatalf("DeviceNUMANodes = %v, %v; want [0 1]", nodes, err)
 	}
-	if _, err := DeviceNUMANodes(root, []Device{{"char", 240, 0}, {"char", 10, 200}}); err == nil {
+	if _, err := DeviceNUMANodes(root, []Device{{Kind: "char", Major: 240, Minor: 0}, {Kind: "char", Major: 10, Minor: 200}}); err == nil {
 		t.Fatal("unparsable numa_node accepted")
 	}
 	if nodes, err := DeviceNUMANodes(root, nil); err != nil || len(nodes) != 0 {
