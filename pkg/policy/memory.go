@@ -1,0 +1,145 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
+)
+
+// KeyReservedMemory is the kubelet's reservedMemory, per NUMA node and
+// memory resource.
+const KeyReservedMemory = "reserved_memory"
+
+// memoryResource names the memory hint provider in the merge.
+const memoryResource = "memory"
+
+// MemoryStatic reports memory_manager_policy Static.
+func (e *Engine) MemoryStatic() bool { return e.memStatic }
+
+// newMemory builds the memory manager's empty machine state under Static:
+// the machine's nodes (Config.MachineMemory) less reserved_memory.
+func (e *Engine) newMemory(cfg Config) error {
+	if len(cfg.MachineMemory) == 0 {
+		return &ConfigError{Key: KeyMemoryManagerPolicy, Err: fmt.Errorf("Static needs the machine's memory per NUMA node, which was not read")}
+	}
+	st, err := memorymanager.NewState(cfg.MachineMemory, cfg.ReservedMemory)
+	if err != nil {
+		return &ConfigError{Key: KeyReservedMemory, Err: err}
+	}
+	e.memStatic, e.memFresh = true, st
+	return nil
+}
+
+// memPod is req's container as the memory manager sees it: accounted
+// only in a Guaranteed pod, and only with a memory limit (a Guaranteed
+// pod's containers all have one; a request without is left alone rather
+// than refused). A container is an app container: NRI does not tell init
+// containers apart (see requestFor).
+func memPod(req Request, r memorymanager.Request) memorymanager.Pod {
+	return memorymanager.Pod{
+		UID:        req.Pod,
+		Guaranteed: req.QoS == Guaranteed && r[memorymanager.Memory] > 0,
+		Containers: []memorymanager.Container{{Name: req.Container, Request: r}},
+	}
+}
+
+// memHints is the memory hint provider: nil under memory_manager_policy
+// None and for a container the memory manager does not account; under
+// the pod scope the hints of the pod's request (PodMemory, else the
+// container's own).
+func (e *Engine) memHints(st State, req Request) (map[string][]hints.Hint, error) {
+	if !e.memStatic {
+		return nil, nil
+	}
+	var hs map[string][]hints.Hint
+	var err error
+	if e.cfg.TopologyScope == hints.ScopePod {
+		r := req.PodMemory
+		if len(r) == 0 {
+			r = req.Memory
+		}
+		hs, err = memorymanager.PodHints(st.Memory, memPod(req, r))
+	} else {
+		hs, err = memorymanager.Hints(st.Memory, memPod(req, req.Memory), req.Container)
+	}
+	if err != nil {
+		return nil, &RequestError{Pod: req.Pod, Container: req.Container, Field: "memory", Msg: err.Error()}
+	}
+	return hs, nil
+}
+
+// allocMemory is the memory manager's Allocate after the merge, on the
+// merged hint h; it returns the next state and the container's
+// cpuset.mems, pinned when the memory manager assigned its memory
+// (otherwise every memory node).
+func (e *Engine) allocMemory(st State, req Request, h hints.Hint) (State, cpuset.CPUSet, bool, error) {
+	if !e.memStatic {
+		return st, e.allMems(), false, nil
+	}
+	mem, a, err := memorymanager.Allocate(st.Memory, memPod(req, req.Memory), req.Container, h)
+	if err != nil {
+		if _, ok := err.(*memorymanager.Error); ok {
+			return st, cpuset.New(), false, err
+		}
+		return st, cpuset.New(), false, &RequestError{Pod: req.Pod, Container: req.Container, Field: "memory", Msg: err.Error()}
+	}
+	st.Memory = mem
+	if len(a.Blocks) == 0 {
+		return st, e.allMems(), false, nil
+	}
+	return st, cpuset.New(a.Mems.Nodes()...), true, nil
+}
+
+// MemsOf is a container's cpuset.mems now: the nodes of its memory
+// manager assignment, else every memory node.
+func (e *Engine) MemsOf(st State, pod, container string) cpuset.CPUSet {
+	if m := st.Memory.Mems(pod, container); e.memStatic && !m.IsEmpty() {
+		return cpuset.New(m.Nodes()...)
+	}
+	return e.allMems()
+}
+
+// MemoryPinned reports whether the memory manager holds memory for a
+// container.
+func (e *Engine) MemoryPinned(st State, pod, container string) bool {
+	return e.memStatic && !st.Memory.Mems(pod, container).IsEmpty()
+}
+
+// memorySnapshot is st's memory manager state for the checkpoint; nil
+// under None.
+func (e *Engine) memorySnapshot(st State) json.RawMessage {
+	if !e.memStatic || len(st.Memory.Nodes) == 0 {
+		return nil
+	}
+	data, err := memorymanager.Encode(st.Memory)
+	if err != nil {
+		return nil // Encode of a State of maps and numbers cannot fail
+	}
+	return data
+}
+
+// memoryFromSnapshot restores the memory manager's state: one that does
+// not decode or does not match the machine and reserved_memory (the
+// kubelet's start-up check, memorymanager.Compare) is dropped with a
+// note, as is one found under None.
+func (e *Engine) memoryFromSnapshot(st State, raw json.RawMessage, notes []string) (State, []string) {
+	if len(raw) == 0 {
+		return st, notes
+	}
+	if !e.memStatic {
+		return st, append(notes, "dropped the memory manager state: memory_manager_policy is None")
+	}
+	mem, err := memorymanager.Decode(raw)
+	if err == nil {
+		err = memorymanager.Compare(mem, e.memFresh)
+	}
+	if err != nil {
+		return st, append(notes, fmt.Sprintf("dropped the memory manager state: %v", err))
+	}
+	st.Memory = mem
+	return st, notes
+}
