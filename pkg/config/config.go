@@ -221,25 +221,25 @@ func (e *Error) Error() string {
 // raw is what the TOML document decodes into: the option tables and the
 // period take several TOML types, which Load converts and checks itself.
 type raw struct {
-	CPUManagerPolicy             *string        `toml:"cpu_manager_policy"`
-	CPUManagerPolicyOptions      map[string]any `toml:"cpu_manager_policy_options"`
-	ReservedSystemCPUs           *string        `toml:"reserved_system_cpus"`
-	ReservedCPUCount             *int64         `toml:"reserved_cpu_count"`
-	TopologyManagerPolicy        *string        `toml:"topology_manager_policy"`
-	TopologyManagerScope         *string        `toml:"topology_manager_scope"`
-	TopologyManagerPolicyOptions map[string]any `toml:"topology_manager_policy_options"`
-	MemoryManagerPolicy          *string        `toml:"memory_manager_policy"`
-	DisableCPUQuota              *bool          `toml:"disable_cpu_quota_with_exclusive_cpus"`
-	StateDir                     *string        `toml:"state_dir"`
-	SysfsRoot                    *string        `toml:"sysfs_root"`
-	CgroupRoot                   *string        `toml:"cgroup_root"`
-	SocketPath                   *string        `toml:"socket_path"`
-	MetricsAddress               *string        `toml:"metrics_address"`
-	ReconcilePeriod              any            `toml:"reconcile_period"`
-	SharedPoolUpdates            *string        `toml:"shared_pool_updates"`
-	ContainerStartTimeout        any            `toml:"container_start_timeout"`
-	LogLevel                     *string        `toml:"log_level"`
-	LogFormat                    *string        `toml:"log_format"`
+	CPUManagerPolicy             *string             `toml:"cpu_manager_policy"`
+	CPUManagerPolicyOptions      map[string]any      `toml:"cpu_manager_policy_options"`
+	ReservedSystemCPUs           *string             `toml:"reserved_system_cpus"`
+	ReservedCPUCount             *int64              `toml:"reserved_cpu_count"`
+	TopologyManagerPolicy        *string             `toml:"topology_manager_policy"`
+	TopologyManagerScope         *string             `toml:"topology_manager_scope"`
+	TopologyManagerPolicyOptions map[string]any      `toml:"topology_manager_policy_options"`
+	MemoryManagerPolicy          *string             `toml:"memory_manager_policy"`
+	DisableCPUQuota              *bool               `toml:"disable_cpu_quota_with_exclusive_cpus"`
+	StateDir                     *string             `toml:"state_dir"`
+	SysfsRoot                    *string             `toml:"sysfs_root"`
+	CgroupRoot                   *string             `toml:"cgroup_root"`
+	SocketPath                   *string             `toml:"socket_path"`
+	MetricsAddress               *string             `toml:"metrics_address"`
+	ReconcilePeriod              any                 `toml:"reconcile_period"`
+	SharedPoolUpdates            *string             `toml:"shared_pool_updates"`
+	ContainerStartTimeout        any                 `toml:"container_start_timeout"`
+	LogLevel                     *string             `toml:"log_level"`
+	LogFormat                    *string             `toml:"log_format"`
 	ReservedMemory               []rawReservedMemory `toml:"reserved_memory"`
 }
 
