@@ -208,6 +208,13 @@ func buildEngine(topo *topology.Topology, cfg config.Config, explicitZero bool) 
 	if err != nil {
 		return nil, err
 	}
+	if pc.MemoryPolicy == policy.MemoryPolicyStatic {
+		nodes, err := sysfs.ReadMemory(cfg.SysfsRoot)
+		if err != nil {
+			return nil, fmt.Errorf("%w (memory_manager_policy Static reads every NUMA node's memory and hugepage pools)", err)
+		}
+		pc.MachineMemory = sysfs.Capacities(nodes)
+	}
 	engine, err := policy.New(topo, pc)
 	if err != nil {
 		var ce *policy.ConfigError

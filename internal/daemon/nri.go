@@ -97,7 +97,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.pendingErr)
 	}
 	in.State, in.Records, in.Static, in.Now = l.st, l.ctrs, l.static(), l.stamp()
-	in.Records = memsAtSync(l.engine, in.Records)
+	in.Records = memsAtSync(l.engine, in.State, in.Records)
 	plan := planSync(l.engine, in)
 	p.logSyncEvents(plan.Events)
 	for _, adm := range plan.Admissions {
@@ -244,7 +244,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	rec := ctrRecord{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Exclusive: dec.Exclusive, Since: l.stamp()}
-	if dec.Exclusive && !dec.Mems.IsEmpty() {
+	if (dec.Exclusive || dec.MemPinned) && !dec.Mems.IsEmpty() {
 		rec.Mems = dec.Mems.String()
 	}
 	edit, superseded := withRecord(l, rec)

@@ -313,7 +313,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	}
 	p.plan.State = next
 	r.Exclusive = dec.Exclusive
-	if dec.Exclusive && !dec.Mems.IsEmpty() {
+	if (dec.Exclusive || dec.MemPinned) && !dec.Mems.IsEmpty() {
 		r.Mems = dec.Mems.String()
 	}
 	p.plan.Records[r.ID] = r

@@ -792,7 +792,7 @@ func (e *Engine) SnapshotExceptAssignments(st State) Snapshot {
 			s.Baseline[p] = AssignmentTexts(ctrs)
 		}
 	}
-	s.Memory = e.memorySnapshot(st)
+	s.Memory = e.MemorySnapshot(st)
 	return s
 }
 

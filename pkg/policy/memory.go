@@ -109,9 +109,9 @@ func (e *Engine) MemoryPinned(st State, pod, container string) bool {
 	return e.memStatic && !st.Memory.Mems(pod, container).IsEmpty()
 }
 
-// memorySnapshot is st's memory manager state for the checkpoint; nil
-// under None.
-func (e *Engine) memorySnapshot(st State) json.RawMessage {
+// MemorySnapshot is st's memory manager state for the checkpoint
+// (Snapshot.Memory); nil under None.
+func (e *Engine) MemorySnapshot(st State) json.RawMessage {
 	if !e.memStatic || len(st.Memory.Nodes) == 0 {
 		return nil
 	}
@@ -143,3 +143,37 @@ func (e *Engine) memoryFromSnapshot(st State, raw json.RawMessage, notes []strin
 	st.Memory = mem
 	return st, notes
 }
+
+// ImportMemory adopts the kubelet's memory_manager_state (data) under
+// Static: the state must decode (memorymanager.ImportKubelet) and match
+// this machine and reserved_memory as the kubelet checks it at start-up
+// (memorymanager.Compare). It returns the next state and how many
+// containers have memory assigned. A state that does not match is a
+// *MemoryMismatchError.
+func (e *Engine) ImportMemory(st State, data []byte) (State, int, error) {
+	if !e.memStatic {
+		return st, 0, fmt.Errorf("memory_manager_policy is None: nothing to import")
+	}
+	mem, err := memorymanager.ImportKubelet(data)
+	if err != nil {
+		return st, 0, err
+	}
+	if err := memorymanager.Compare(mem, e.memFresh); err != nil {
+		return st, 0, &MemoryMismatchError{Err: err}
+	}
+	n := 0
+	for _, ctrs := range mem.Assignments {
+		n += len(ctrs)
+	}
+	st.Memory = mem
+	return st, n, nil
+}
+
+// MemoryMismatchError is a memory manager state that is consistent in
+// itself but not with this machine and reserved_memory.
+type MemoryMismatchError struct{ Err error }
+
+func (e *MemoryMismatchError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the memory manager's error.
+func (e *MemoryMismatchError) Unwrap() error { return e.Err }

@@ -31,11 +31,7 @@ func machineMemory(t *testing.T, fixture string) []memorymanager.NodeCapacity {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([]memorymanager.NodeCapacity, len(nodes))
-	for i, n := range nodes {
-		out[i] = memorymanager.NodeCapacity{ID: n.ID, Memory: n.MemTotal, Hugepages: n.Hugepages}
-	}
-	return out
+	return sysfs.Capacities(nodes)
 }
 
 func memStatic(t *testing.T, fixture, topoPolicy, reservedCPUs string, reserved ...memorymanager.Reservation) *policy.Engine {

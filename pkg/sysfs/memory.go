@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 )
 
 // NodeMemory is what one NUMA node holds for the memory manager: its
@@ -128,4 +130,13 @@ func ParseHugepageDir(name string) (size uint64, ok bool, err error) {
 		return 0, false, fmt.Errorf("hugepage directory %q: page size out of range: %w", name, ErrSyntax)
 	}
 	return kb * 1024, true, nil
+}
+
+// Capacities converts nodes to the memory manager's machine description.
+func Capacities(nodes []NodeMemory) []memorymanager.NodeCapacity {
+	out := make([]memorymanager.NodeCapacity, len(nodes))
+	for i, n := range nodes {
+		out[i] = memorymanager.NodeCapacity{ID: n.ID, Memory: n.MemTotal, Hugepages: n.Hugepages}
+	}
+	return out
 }
