@@ -184,6 +184,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	d.led = l
 	d.obs.registerHeld(l)
+	d.obs.reg.MustRegister(newMemoryCollector(l))
 	app, err := newApplier(&l.cfg, l, &d.conn, o.log)
 	if err != nil {
 		return nil, err
