@@ -97,10 +97,10 @@ type journalStore struct {
 	ctrs     map[string]ctrRecord
 	// mem is the memory manager's state on disk, memText its encoding
 	// (see memDelta).
-	mem      memorymanager.State
-	memText  []byte
-	delta    recordDelta // scratch
-	buf      []byte      // scratch: the encoded record
+	mem     memorymanager.State
+	memText []byte
+	delta   recordDelta // scratch
+	buf     []byte      // scratch: the encoded record
 }
 
 // reset forgets the state on disk and closes the journal (restore reads

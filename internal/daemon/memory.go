@@ -105,7 +105,7 @@ func memoryView(e *policy.Engine, st policy.State) []MemoryView {
 // memoryCollector exports the memory manager's tables per node and
 // resource, read from the ledger at every scrape (nothing under None).
 type memoryCollector struct {
-	l                       *ledger
+	l                        *ledger
 	free, alloc, allocatable *prometheus.Desc
 }
 
