@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,7 +85,7 @@ func parseQuantity(s string) (uint64, error) {
 		return 0, fmt.Errorf("want a quantity >= 0")
 	}
 	v, ok := q.AsInt64()
-	if !ok || v < 0 || v > math.MaxInt64 {
+	if !ok || v < 0 {
 		return 0, fmt.Errorf("not a whole number of bytes below 2^63")
 	}
 	return uint64(v), nil

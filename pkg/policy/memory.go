@@ -14,9 +14,6 @@ import (
 // memory resource.
 const KeyReservedMemory = "reserved_memory"
 
-// memoryResource names the memory hint provider in the merge.
-const memoryResource = "memory"
-
 // MemoryStatic reports memory_manager_policy Static.
 func (e *Engine) MemoryStatic() bool { return e.memStatic }
 
@@ -24,7 +21,7 @@ func (e *Engine) MemoryStatic() bool { return e.memStatic }
 // the machine's nodes (Config.MachineMemory) less reserved_memory.
 func (e *Engine) newMemory(cfg Config) error {
 	if len(cfg.MachineMemory) == 0 {
-		return &ConfigError{Key: KeyMemoryManagerPolicy, Err: fmt.Errorf("Static needs the machine's memory per NUMA node, which was not read")}
+		return &ConfigError{Key: KeyMemoryManagerPolicy, Err: fmt.Errorf("policy Static needs the machine's memory per NUMA node, which was not read")}
 	}
 	st, err := memorymanager.NewState(cfg.MachineMemory, cfg.ReservedMemory)
 	if err != nil {
