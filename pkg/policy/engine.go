@@ -366,6 +366,9 @@ func (e *Engine) checkRequest(req Request) error {
 	if req.Pod == "" {
 		return bad("pod", "empty pod id")
 	}
+	if err := e.checkMemory(req); err != nil {
+		return err
+	}
 	if req.Container == "" {
 		return bad("container", "empty container name")
 	}
@@ -441,10 +444,21 @@ func allocRequest(req Request) allocator.Request {
 
 // Hints returns what the CPU hint provider offers for req, without
 // allocating: {"cpu": hints}, the list nil when there is no preference
-// (shared-pool container, or cpu_manager_policy none). Under the pod scope
-// these are the pod-level hints for the pod's effective request.
+// (shared-pool container, or cpu_manager_policy none), and under
+// memory_manager_policy Static the memory manager's per resource. Under
+// the pod scope these are the pod-level hints for the pod's effective
+// request.
 func (e *Engine) Hints(st State, req Request) map[string][]hints.Hint {
-	return map[string][]hints.Hint{"cpu": e.cpuHints(st, req)}
+	out := map[string][]hints.Hint{"cpu": e.cpuHints(st, req)}
+	// Under memory_manager_policy Static the memory manager's hints too,
+	// by resource (memory, hugepages-<size>); a request they refuse is
+	// CheckRequest's error.
+	if mem, err := e.memHints(st, req); err == nil {
+		for name, list := range mem {
+			out[name] = list
+		}
+	}
+	return out
 }
 
 // describe is the request as the TopologyAffinityError text shows it.

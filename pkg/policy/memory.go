@@ -174,3 +174,24 @@ func (e *MemoryMismatchError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the memory manager's error.
 func (e *MemoryMismatchError) Unwrap() error { return e.Err }
+
+// checkMemory refuses a memory request with a resource the memory
+// manager does not know (under Static; None ignores the request).
+func (e *Engine) checkMemory(req Request) error {
+	if !e.memStatic {
+		return nil
+	}
+	for _, f := range []struct {
+		field string
+		r     memorymanager.Request
+	}{{"memory", req.Memory}, {"pod_memory", req.PodMemory}} {
+		field := f.field
+		for name := range f.r {
+			if name != memorymanager.Memory && !name.IsHugepages() {
+				return &RequestError{Pod: req.Pod, Container: req.Container, Field: field,
+					Msg: fmt.Sprintf("resource %q is neither memory nor hugepages-<size>", name)}
+			}
+		}
+	}
+	return nil
+}
