@@ -306,3 +306,61 @@ func TestMemoryStaticConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// The pod scope: the first container's merge uses the pod's memory
+// (PodMemory) and fixes the pod's affinity; each container is then
+// allocated its own memory on it.
+func TestMemoryPodScope(t *testing.T) {
+	cfg := static(hints.PolicySingleNUMANode, "0,12")
+	cfg.TopologyScope = hints.ScopePod
+	cfg.MemoryPolicy = policy.MemoryPolicyStatic
+	cfg.MachineMemory = machineMemory(t, "ht-2s-6c")
+	cfg.ReservedMemory = []memorymanager.Reservation{reserve(0, map[memorymanager.Resource]uint64{"memory": gi}), reserve(1, map[memorymanager.Resource]uint64{"memory": gi})}
+	e := newEngine(t, "ht-2s-6c", cfg)
+	// Another pod takes 7 GiB of node 0 first: the pod's 2 x 6 GiB then
+	// fit node 1 (13 GiB free) and not node 0 (6 GiB free).
+	st, _, err := e.Add(e.NewState(), withMemory(guaranteed("x", "c", 1), map[memorymanager.Resource]uint64{"memory": 7 * gi}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := map[memorymanager.Resource]uint64{"memory": 12 * gi}
+	first := withMemory(guaranteed("p", "a", 1), map[memorymanager.Resource]uint64{"memory": 6 * gi})
+	first.PodMemory, first.PodCPURequestMilli = pod, 2000
+	st, d, err := e.Add(st, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Mems.String() != "1" || d.Affinity.Affinity.String() != "1" {
+		t.Errorf("first container: mems %s affinity %v, want node 1 (the pod's 12 GiB do not fit node 0's 6 GiB)", d.Mems, d.Affinity)
+	}
+	second := withMemory(guaranteed("p", "b", 1), map[memorymanager.Resource]uint64{"memory": 6 * gi})
+	second.PodMemory, second.PodCPURequestMilli = pod, 2000
+	st, d, err = e.Add(st, second)
+	if err != nil || d.Mems.String() != "1" {
+		t.Fatalf("second container: %+v %v", d, err)
+	}
+	if free(st, 1, "memory") != gi {
+		t.Errorf("node 1 free %d, want 1 GiB", free(st, 1, "memory"))
+	}
+}
+
+// A checkpoint without a memory field (None, or an earlier release) loads
+// under Static with the machine's empty memory state.
+func TestMemoryFromOldSnapshot(t *testing.T) {
+	none := newEngine(t, "ht-2s-6c", static(hints.PolicySingleNUMANode, "0,12"))
+	st, _, err := none.Add(none.NewState(), guaranteed("a", "c", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := twoNodes(t, hints.PolicySingleNUMANode)
+	got, notes, err := e.FromSnapshot(none.Snapshot(st))
+	if err != nil || len(notes) != 0 {
+		t.Fatalf("%v %v", err, notes)
+	}
+	if !reflect.DeepEqual(got.Memory.Nodes, e.NewState().Memory.Nodes) || len(got.Memory.Assignments) != 0 {
+		t.Errorf("memory state %+v", got.Memory)
+	}
+	if cpus, ok := e.Assignment(got, "a", "c"); !ok || cpus.String() != "1,13" {
+		t.Errorf("CPU assignment %v %v", cpus, ok)
+	}
+}
