@@ -135,10 +135,11 @@ func TestMemoryManagerDaemon(t *testing.T) {
 }
 
 // A kubelet memory_manager_state next to cpu_manager_state is imported on
-// a first start; its container keeps its memory.
+// a first start (here the migration's copies, kubelet-cpu_manager_state
+// and kubelet-memory_manager_state); its container keeps its memory.
 func TestImportKubeletMemoryState(t *testing.T) {
 	dir := t.TempDir()
-	cpuState := filepath.Join(dir, "cpu_manager_state")
+	cpuState := filepath.Join(dir, "kubelet-cpu_manager_state")
 	if err := os.WriteFile(cpuState, []byte(`{"policyName":"static","defaultCpuSet":"0-23","checksum":0}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestImportKubeletMemoryState(t *testing.T) {
 	}
 	mem := `{"policyName":"Static","machineState":{` + node(0, 0, 0) + "," + node(1, 2*g, 1) +
 		`},"entries":{"u":{"app":[{"numaAffinity":[1],"type":"memory","size":` + fmt.Sprint(2*g) + `}]}},"checksum":0}`
-	if err := os.WriteFile(filepath.Join(dir, KubeletMemoryState), []byte(mem), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "kubelet-memory_manager_state"), []byte(mem), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rt := startRuntime(t)
@@ -192,4 +193,16 @@ func gauge(t *testing.T, d *Daemon, name, node, resource string) float64 {
 		}
 	}
 	return -1
+}
+
+func TestKubeletMemoryPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/var/lib/kubelet/cpu_manager_state":             "/var/lib/kubelet/memory_manager_state",
+		"/var/lib/nri-cpualign/kubelet-cpu_manager_state": "/var/lib/nri-cpualign/kubelet-memory_manager_state",
+		"/tmp/cpu-state.json":                             "/tmp/memory_manager_state",
+	} {
+		if got := kubeletMemoryPath(in); got != want {
+			t.Errorf("%s: %s, want %s", in, got, want)
+		}
+	}
 }

@@ -182,7 +182,7 @@ func (s *store) load(l *ledger) error {
 		l.st = st
 		s.log.WithFields(logrus.Fields{"file": s.kubeletFile, "assignments": n}).Info("imported the kubelet's CPU manager state")
 		if l.engine.MemoryStatic() {
-			l.st, err = importKubeletMemory(l.engine, l.st, filepath.Join(filepath.Dir(s.kubeletFile), KubeletMemoryState), s.log)
+			l.st, err = importKubeletMemory(l.engine, l.st, kubeletMemoryPath(s.kubeletFile), s.log)
 			return err
 		}
 		return nil
@@ -256,6 +256,18 @@ func importKubeletState(engine *policy.Engine, st policy.State, path string, log
 // KubeletMemoryState is the kubelet's memory manager state file, next to
 // its cpu_manager_state.
 const KubeletMemoryState = "memory_manager_state"
+
+// kubeletMemoryPath is the memory manager state beside the CPU manager
+// state file cpuFile: its name with cpu_manager_state replaced (the
+// migration's copy kubelet-cpu_manager_state goes with
+// kubelet-memory_manager_state), else memory_manager_state.
+func kubeletMemoryPath(cpuFile string) string {
+	dir, base := filepath.Split(cpuFile)
+	if strings.Contains(base, "cpu_manager_state") {
+		return filepath.Join(dir, strings.Replace(base, "cpu_manager_state", KubeletMemoryState, 1))
+	}
+	return filepath.Join(dir, KubeletMemoryState)
+}
 
 // importKubeletMemory adopts the kubelet's memory manager state under
 // memory_manager_policy Static. A missing file is a warning (a node that

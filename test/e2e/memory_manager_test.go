@@ -167,7 +167,9 @@ var _ = Describe("the memory manager (Static) with 2Mi hugepages on a real "+Run
 				all += m.Allocatable
 			}
 		}
-		r := framework.GuaranteedCPUs(1)
+		// Half a CPU: the shared pool (the exclusive CPU is taken), whose
+		// Guaranteed containers the memory manager accounts too.
+		r := framework.GuaranteedMilli(500)
 		r.MemRequest, r.MemLimit = int64(all)+1<<30, int64(all)+1<<30
 		p := pods.Run(ctx, "too-big", r)
 		_, err := CRI.CreateContainer(ctx, p, "too-big", r)
