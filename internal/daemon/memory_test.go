@@ -197,7 +197,7 @@ func gauge(t *testing.T, d *Daemon, name, node, resource string) float64 {
 
 func TestKubeletMemoryPath(t *testing.T) {
 	for in, want := range map[string]string{
-		"/var/lib/kubelet/cpu_manager_state":             "/var/lib/kubelet/memory_manager_state",
+		"/var/lib/kubelet/cpu_manager_state":              "/var/lib/kubelet/memory_manager_state",
 		"/var/lib/nri-cpualign/kubelet-cpu_manager_state": "/var/lib/nri-cpualign/kubelet-memory_manager_state",
 		"/tmp/cpu-state.json":                             "/tmp/memory_manager_state",
 	} {
