@@ -162,13 +162,14 @@ func reservedMemoryString(rs []ReservedMemory) string {
 }
 
 // lineOf is the line of key, else of the nearest enclosing key that has
-// one (an inline table's entries have no line of their own).
+// one (an inline table's entries, and the entries of an inline array of
+// tables, have no line of their own).
 func (c Config) lineOf(key string) int {
 	for {
 		if n, ok := c.lines[key]; ok {
 			return n
 		}
-		i := strings.LastIndexByte(key, '.')
+		i := strings.LastIndexAny(key, ".[")
 		if i < 0 {
 			return 0
 		}
