@@ -89,6 +89,7 @@ func TestReservedMemoryErrors(t *testing.T) {
 		{"[[reserved_memory]]\nnuma_node = 0\nlimits = { memory = 1.5 }\n", `key "reserved_memory[0].limits.memory": bad value "1.5": want a quantity string`},
 		{"[[reserved_memory]]\nnuma_node = 0\nnode = 1\n", `key "reserved_memory.node"`},
 		{"reserved_memory = 1\n", `key "reserved_memory": wrong type`},
+		{"\nreserved_memory = [{ numa_node = 0, limits = { memory = \"1Gb\" } }]\n", `config line 2: key "reserved_memory[0].limits.memory": bad value "1Gb"`},
 	} {
 		_, err := Load([]byte(tc.doc))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
