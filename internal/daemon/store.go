@@ -69,8 +69,9 @@ func fingerprint(cfg config.Config, engine *policy.Engine, cpus cpuset.CPUSet) s
 	// Under None the text is what earlier releases hashed.
 	if engine.MemoryStatic() {
 		fmt.Fprintf(&b, "memory=%s\n", cfg.MemoryManagerPolicy)
-		for _, r := range cfg.ReservedMemory {
-			fmt.Fprintf(&b, "reserved_memory=%d:%s\n", r.NUMANode, fmt.Sprint(r.Limits))
+		// In bytes: "1Gi" and "1024Mi" are the same reservation.
+		for _, r := range cfg.Reservations() {
+			fmt.Fprintf(&b, "reserved_memory=%d:%v\n", r.NUMANode, r.Limits)
 		}
 	}
 	sum := sha256.Sum256([]byte(b.String()))
