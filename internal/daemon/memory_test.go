@@ -206,3 +206,75 @@ func TestKubeletMemoryPath(t *testing.T) {
 		}
 	}
 }
+
+// Memory follows the CPUs' held rule (held.go): a stopped and removed
+// container's memory stays assigned to its pod and name while the pod
+// lives (here it keeps another container), its re-creation gets the same
+// nodes without counting it twice, and the pod's end frees it. A pod
+// holding memory only (a Guaranteed container on the shared pool) that
+// goes while the plugin is away is released at the next Synchronize.
+func TestMemoryHeldForThePod(t *testing.T) {
+	rt := startRuntime(t)
+	cfg := testConfig(t, rt, t.TempDir(), memoryConfig(t, "single-numa-node"))
+	topo := loadFixture(t, "ht-2s-6c")
+	r := startDaemon(t, rt, cfg, topo)
+	p := rt.addPod(podSpec{uid: "p", name: "p", qos: "guaranteed"})
+	if _, err := rt.createMem(p, "side", 1000, gib, 0); err != nil {
+		t.Fatal(err)
+	}
+	c, err := rt.createMem(p, "app", 2000, 4*gib, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Node 0: 13 GiB allocatable, 5 GiB taken.
+	rt.stop(c)
+	rt.remove(c)
+	if got := memFree(r.d.State(), 0, "memory"); got != 8*gib {
+		t.Errorf("node 0 free after app's removal %d, want 8 GiB (held for the pod)", got)
+	}
+	again, err := rt.createMem(p, "app", 2000, 4*gib, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.mems(again) != "0" {
+		t.Errorf("re-created: mems %s, want 0", rt.mems(again))
+	}
+	if got := memFree(r.d.State(), 0, "memory"); got != 8*gib {
+		t.Errorf("node 0 free after the re-creation %d, want 8 GiB", got)
+	}
+	rt.removePod(p)
+	if got := memFree(r.d.State(), 0, "memory"); got != 13*gib {
+		t.Errorf("node 0 free after the pod's removal %d, want 13 GiB", got)
+	}
+
+	// A pod holding memory only: its last container's removal ends it, as
+	// for a pod with exclusive CPUs.
+	mp := rt.addPod(podSpec{uid: "m", name: "m", qos: "guaranteed"})
+	mc, err := rt.createMem(mp, "app", 500, 3*gib, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.stop(mc)
+	rt.remove(mc)
+	if got := memFree(r.d.State(), 0, "memory"); got != 13*gib {
+		t.Errorf("node 0 free after a memory-only pod's last container went %d, want 13 GiB", got)
+	}
+
+	// 500m: shared pool, memory pinned; its pod goes while the plugin is
+	// away.
+	sp := rt.addPod(podSpec{uid: "s", name: "s", qos: "guaranteed"})
+	sc, err := rt.createMem(sp, "app", 500, 2*gib, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.mems(sc) != "0" || memFree(r.d.State(), 0, "memory") != 11*gib {
+		t.Fatalf("shared-pool Guaranteed container: mems %s, node 0 free %d", rt.mems(sc), memFree(r.d.State(), 0, "memory"))
+	}
+	r.stop(t)
+	rt.removeAway(sc)
+	rt.RemovePodAway(sp)
+	r = startDaemon(t, rt, cfg, topo)
+	if got := memFree(r.d.State(), 0, "memory"); got != 13*gib {
+		t.Errorf("node 0 free after the pod went while the plugin was away %d, want 13 GiB", got)
+	}
+}

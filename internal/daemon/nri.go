@@ -510,7 +510,8 @@ func (p *plugin) releaseAll(key, name, why string) (bool, error) {
 func podUnknown(st policy.State, pod string) bool {
 	_, a := st.Alloc.Assignments[pod]
 	_, b := st.PodAffinity[pod]
-	return !a && !b
+	_, c := st.Memory.Assignments[pod]
+	return !a && !b && !c
 }
 
 // UpdateContainer handles an in-place resize (or any other CRI update of

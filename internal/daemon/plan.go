@@ -116,7 +116,7 @@ type syncPlan struct {
 	Records     map[string]ctrRecord
 	Live        []syncCtr
 	Released    []podContainer // every release, in order (one may repeat)
-	RemovedPods []string       // pods whose affinity is forgotten
+	RemovedPods []string       // pods whose affinity or memory is forgotten
 	Kept        []keptCPUs
 	Adopted     []string // IDs of containers given an assignment they hold
 	Admissions  []admission
@@ -190,6 +190,14 @@ func (p *planner) releaseGone() {
 		}
 	}
 	for _, pod := range slices.Sorted(maps.Keys(p.plan.State.PodAffinity)) {
+		if !livePods[pod] {
+			p.plan.State = p.e.RemovePod(p.plan.State, pod)
+			p.plan.RemovedPods = append(p.plan.RemovedPods, pod)
+		}
+	}
+	// The memory manager's pods without exclusive CPUs (a Guaranteed
+	// container on the shared pool holds memory only).
+	for _, pod := range slices.Sorted(maps.Keys(p.plan.State.Memory.Assignments)) {
 		if !livePods[pod] {
 			p.plan.State = p.e.RemovePod(p.plan.State, pod)
 			p.plan.RemovedPods = append(p.plan.RemovedPods, pod)
