@@ -160,6 +160,12 @@ func TestImportKubeletMemoryState(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := startRuntime(t)
+	// Pod u's container runs (created while no plugin was connected): a
+	// Guaranteed one on the shared pool with the 2 GiB the file holds.
+	u := rt.addPod(podSpec{uid: "u", name: "u", qos: "guaranteed"})
+	app := rt.newCtr(u, "app", 500, 500)
+	app.Linux.Resources.Memory = &api.LinuxMemory{Limit: &api.OptionalInt64{Value: 2 * gib}}
+	rt.CreateContainerAway(app)
 	cfg := testConfig(t, rt, t.TempDir(), memoryConfig(t, "single-numa-node"))
 	r := startDaemon(t, rt, cfg, loadFixture(t, "ht-2s-6c"), WithKubeletState(cpuState))
 	blocks := r.d.led.st.Memory.Blocks("u", "app")
@@ -168,6 +174,10 @@ func TestImportKubeletMemoryState(t *testing.T) {
 	}
 	if got := memFree(r.d.State(), 1, "memory"); got != int64(11*g) {
 		t.Errorf("node 1 free %d, want 11 GiB", got)
+	}
+	// Synchronize placed it on the shared pool with its memory's node.
+	if got := rt.mems(app); got != "1" {
+		t.Errorf("app's mems %q, want 1", got)
 	}
 }
 
