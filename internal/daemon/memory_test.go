@@ -288,3 +288,37 @@ func TestMemoryHeldForThePod(t *testing.T) {
 		t.Errorf("node 0 free after the pod went while the plugin was away %d, want 13 GiB", got)
 	}
 }
+
+// An init container's memory is taken over by the pod's next container,
+// as under the kubelet: node 0 has 6 GiB free once pod x holds 7; the init
+// container takes 4 and exits; the app's 4 GiB then fit node 0 again and
+// node 0 keeps 2 GiB free. Without the reuse the app is refused: its CPU
+// hints keep to the init container's CPU on node 0 (the CPU manager's
+// reuse), its memory would need node 1.
+func TestMemoryInitContainerReuse(t *testing.T) {
+	rt := startRuntime(t)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), memoryConfig(t, "single-numa-node")), loadFixture(t, "ht-2s-6c"))
+	x := rt.addPod(podSpec{uid: "x", name: "x", qos: "guaranteed"})
+	if _, err := rt.createMem(x, "app", 2000, 7*gib, 0); err != nil {
+		t.Fatal(err)
+	}
+	p := rt.addPod(podSpec{uid: "p", name: "p", qos: "guaranteed"})
+	ic, err := rt.createMem(p, "init", 1000, 4*gib, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.mems(ic) != "0" {
+		t.Fatalf("init mems %s, want 0", rt.mems(ic))
+	}
+	rt.stop(ic)
+	app, err := rt.createMem(p, "app", 1000, 4*gib, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.mems(app) != "0" {
+		t.Errorf("app mems %s, want 0 (the init container's memory taken over)", rt.mems(app))
+	}
+	if got := memFree(r.d.State(), 0, "memory"); got != 2*gib {
+		t.Errorf("node 0 free %d, want 2 GiB", got)
+	}
+}

@@ -308,7 +308,9 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	} else {
 		req = withNodeHints(p.e, req, c.DeviceNodes)
 	}
-	st := withReuse(p.plan.State, req, p.in.Static, func(name string) bool { return p.liveKey[podContainer{pod.Key, name}] })
+	live := func(name string) bool { return p.liveKey[podContainer{pod.Key, name}] }
+	req = withMemoryReuse(p.e, p.plan.State, req, live)
+	st := withReuse(p.plan.State, req, p.in.Static, live)
 	next, dec, err := p.e.Add(st, req)
 	if err == nil {
 		err = stranding(p.e, req, next, dec, sharedOthers)

@@ -65,6 +65,10 @@ type Request struct {
 	// (requests equal limits in a Guaranteed pod), for the memory
 	// manager; PodMemory is the pod's (pod scope), empty when unknown.
 	Memory, PodMemory memorymanager.Request
+	// MemoryReuse names containers of the pod that have exited, whose
+	// memory this container may take over as the kubelet lets a pod's
+	// containers take over its init containers' (see memoryReuse).
+	MemoryReuse []string
 }
 
 // Decision is the outcome for one admitted container.

@@ -37,11 +37,51 @@ func (e *Engine) newMemory(cfg Config) error {
 // than refused). A container is an app container: NRI does not tell init
 // containers apart (see requestFor).
 func memPod(req Request, r memorymanager.Request) memorymanager.Pod {
-	return memorymanager.Pod{
+	p := memorymanager.Pod{
 		UID:        req.Pod,
 		Guaranteed: req.QoS == Guaranteed && r[memorymanager.Memory] > 0,
 		Containers: []memorymanager.Container{{Name: req.Container, Request: r}},
 	}
+	// The exited containers whose memory it may take over play the
+	// pod's regular init containers: Allocate shrinks their blocks by
+	// what it takes over.
+	for _, name := range req.MemoryReuse {
+		if name != req.Container {
+			p.InitContainers = append(p.InitContainers, memorymanager.Container{Name: name})
+		}
+	}
+	return p
+}
+
+// memoryReuse is mem with the pod's reusable memory made the blocks of
+// req.MemoryReuse (per affinity and resource the largest, as the kubelet
+// counts its init containers'), for a container that has no blocks yet:
+// the hints count it as free on its nodes and Allocate takes it first.
+// mem is not modified; it is returned as is when there is nothing to
+// reuse.
+func memoryReuse(mem memorymanager.State, req Request) memorymanager.State {
+	if len(req.MemoryReuse) == 0 || len(mem.Blocks(req.Pod, req.Container)) > 0 {
+		return mem
+	}
+	reuse := map[hints.Mask]map[memorymanager.Resource]uint64{}
+	for _, name := range req.MemoryReuse {
+		for _, b := range mem.Blocks(req.Pod, name) {
+			m := hints.NewMask(b.NUMAAffinity...)
+			if reuse[m] == nil {
+				reuse[m] = map[memorymanager.Resource]uint64{}
+			}
+			reuse[m][b.Type] = max(reuse[m][b.Type], b.Size)
+		}
+	}
+	if len(reuse) == 0 && len(mem.Reusable[req.Pod]) == 0 {
+		return mem
+	}
+	out := mem.Clone()
+	if out.Reusable == nil {
+		out.Reusable = map[string]map[hints.Mask]map[memorymanager.Resource]uint64{}
+	}
+	out.Reusable[req.Pod] = reuse
+	return out
 }
 
 // memHints is the memory hint provider: nil under memory_manager_policy
@@ -59,9 +99,13 @@ func (e *Engine) memHints(st State, req Request) (map[string][]hints.Hint, error
 		if len(r) == 0 {
 			r = req.Memory
 		}
-		hs, err = memorymanager.PodHints(st.Memory, memPod(req, r))
+		// The pod's request already counts its init containers
+		// (PodRequest): the exited ones are not listed again.
+		whole := req
+		whole.MemoryReuse = nil
+		hs, err = memorymanager.PodHints(memoryReuse(st.Memory, req), memPod(whole, r))
 	} else {
-		hs, err = memorymanager.Hints(st.Memory, memPod(req, req.Memory), req.Container)
+		hs, err = memorymanager.Hints(memoryReuse(st.Memory, req), memPod(req, req.Memory), req.Container)
 	}
 	if err != nil {
 		return nil, &RequestError{Pod: req.Pod, Container: req.Container, Field: "memory", Msg: err.Error()}
@@ -77,7 +121,7 @@ func (e *Engine) allocMemory(st State, req Request, h hints.Hint) (State, cpuset
 	if !e.memStatic {
 		return st, e.allMems(), false, nil
 	}
-	mem, a, err := memorymanager.Allocate(st.Memory, memPod(req, req.Memory), req.Container, h)
+	mem, a, err := memorymanager.Allocate(memoryReuse(st.Memory, req), memPod(req, req.Memory), req.Container, h)
 	if err != nil {
 		if _, ok := err.(*memorymanager.Error); ok {
 			return st, cpuset.New(), false, err

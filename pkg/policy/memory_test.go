@@ -364,3 +364,47 @@ func TestMemoryFromOldSnapshot(t *testing.T) {
 		t.Errorf("CPU assignment %v %v", cpus, ok)
 	}
 }
+
+// An exited container's memory (an init container's, as NRI shows it:
+// exited before the pod's next container is created) is taken over by the
+// pod's next container, as the kubelet reuses init containers' memory:
+// node 0 has 6 GiB free, the init container takes 4 of them and exits;
+// the app's 4 GiB fit node 0 again (2 free + 4 reusable) and nothing more
+// is taken. Without the reuse the app goes to node 1.
+func TestMemoryReuseOfExitedContainers(t *testing.T) {
+	e := twoNodes(t, hints.PolicySingleNUMANode)
+	st, _, err := e.Add(e.NewState(), withMemory(guaranteed("x", "c", 1), map[memorymanager.Resource]uint64{"memory": 7 * gi}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, d, err := e.Add(st, withMemory(guaranteed("p", "init", 1), map[memorymanager.Resource]uint64{"memory": 4 * gi}))
+	if err != nil || d.Mems.String() != "0" {
+		t.Fatalf("init: %+v %v", d, err)
+	}
+	app := withMemory(guaranteed("p", "app", 1), map[memorymanager.Resource]uint64{"memory": 4 * gi})
+	if _, d, err := e.Add(st, app); err != nil || d.Mems.String() != "1" {
+		t.Fatalf("app without reuse: %+v %v, want node 1", d, err)
+	}
+	app.MemoryReuse = []string{"init"}
+	next, d, err := e.Add(st, app)
+	if err != nil || d.Mems.String() != "0" {
+		t.Fatalf("app reusing init's memory: %+v %v, want node 0", d, err)
+	}
+	if free(next, 0, "memory") != 2*gi {
+		t.Errorf("node 0 free %d, want 2 GiB (the app took the init container's 4 GiB over)", free(next, 0, "memory"))
+	}
+	if b := next.Memory.Blocks("p", "init"); len(b) != 1 || b[0].Size != 0 {
+		t.Errorf("init blocks %+v, want one of size 0", b)
+	}
+	if err := memorymanager.Check(next.Memory); err != nil {
+		t.Error(err)
+	}
+	// The state restores as the kubelet checks it, and the pod's removal
+	// gives node 0 its 6 GiB back.
+	if _, notes, err := e.FromSnapshot(e.Snapshot(next)); err != nil || len(notes) != 0 {
+		t.Errorf("restore: %v %v", err, notes)
+	}
+	if got := free(e.RemovePod(next, "p"), 0, "memory"); got != 6*gi {
+		t.Errorf("node 0 free after the pod %d, want 6 GiB", got)
+	}
+}
