@@ -53,7 +53,7 @@ func pageSize(s string) (uint64, error) {
 			continue
 		}
 		n, err := strconv.ParseUint(digits, 10, 32)
-		if err != nil || n == 0 {
+		if err != nil || n == 0 || n > 1<<(63-u.shift) {
 			break
 		}
 		return n << u.shift, nil
