@@ -213,6 +213,11 @@ func TestChartConfigFollowsValues(t *testing.T) {
 		"--set", "config.cpu_manager_policy_options.full-pcpus-only=true",
 		"--set", "config.cpu_manager_policy_options.strict-align-cpus-by-uncorecache=exclusive",
 		"--set", "config.topology_manager_policy_options.max-allowable-numa-nodes=16",
+		"--set", "config.reserved_memory[0].numa_node=1",
+		"--set", "config.reserved_memory[0].limits.memory=1Gi",
+		"--set", "config.reserved_memory[0].limits.hugepages-2Mi=64Mi",
+		"--set", "config.reserved_memory[1].numa_node=0",
+		"--set", "config.reserved_memory[1].limits.memory=512Mi",
 	)
 	cfg := chartConfig(t, m)
 	for _, f := range []struct {
@@ -235,6 +240,9 @@ func TestChartConfigFollowsValues(t *testing.T) {
 		{config.KeyLogFormat, cfg.LogFormat, "json"},
 		{config.KeyCPUManagerPolicyOptions, cfg.CPUManagerPolicyOptions, map[string]string{"full-pcpus-only": "true", "strict-align-cpus-by-uncorecache": "exclusive"}},
 		{config.KeyTopologyManagerPolicyOptions, cfg.TopologyManagerPolicyOptions, map[string]string{"max-allowable-numa-nodes": "16"}},
+		{config.KeyReservedMemory, cfg.ReservedMemory, []config.ReservedMemory{
+			{NUMANode: 1, Limits: map[string]string{"memory": "1Gi", "hugepages-2Mi": "64Mi"}},
+			{NUMANode: 0, Limits: map[string]string{"memory": "512Mi"}}}},
 	} {
 		if !reflect.DeepEqual(f.got, f.want) {
 			t.Errorf("%s = %v, want %v", f.key, f.got, f.want)

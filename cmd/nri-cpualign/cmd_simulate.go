@@ -11,10 +11,12 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
@@ -74,6 +76,14 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		emit(errorLine{Error: err.Error(), Reason: reasonOf(err, "TopologyDiscoveryError")})
 		return 1
+	}
+	if pcfg.MemoryPolicy == policy.MemoryPolicyStatic {
+		nodes, err := sysfs.ReadMemory(*root)
+		if err != nil {
+			emit(errorLine{Error: err.Error(), Reason: reasonOf(err, "TopologyDiscoveryError")})
+			return 1
+		}
+		pcfg.MachineMemory = sysfs.Capacities(nodes)
 	}
 	for _, w := range warns {
 		log.WithField("files", w.Files).Warn("simulate: " + w.Msg)
@@ -159,6 +169,11 @@ type requestLine struct {
 	// DeviceNUMA is the NUMA nodes of the container's devices, as the
 	// daemon reads them from sysfs: the "devices" provider's hints.
 	DeviceNUMA []int `json:"device_numa"`
+	// Memory and PodMemory are memory and hugepage limits by resource
+	// name ("memory", "hugepages-2Mi") as quantities ("4Gi"), for the
+	// memory manager (memory_manager_policy Static).
+	Memory    map[string]string `json:"memory"`
+	PodMemory map[string]string `json:"pod_memory"`
 }
 
 // affinityJSON is the merged hint on the wire; NUMA null = any node.
@@ -222,6 +237,10 @@ type stateResult struct {
 	// Baseline: the containers a resize changed, with the CPUs they were
 	// admitted with.
 	Baseline map[string]map[string]string `json:"baseline,omitempty"`
+	// Memory is the memory manager's state (the checkpoint's form:
+	// machineState per node, entries per pod and container), under
+	// memory_manager_policy Static only.
+	Memory json.RawMessage `json:"memory,omitempty"`
 }
 
 type resizeResult struct {
@@ -382,7 +401,34 @@ func (s *simulator) request(req requestLine) (policy.Request, error) {
 		}
 		r.AffinityOverride = &h
 	}
+	var err error
+	if r.Memory, err = memoryRequest(req.Memory); err != nil {
+		return r, bad("memory", "%v", err)
+	}
+	if r.PodMemory, err = memoryRequest(req.PodMemory); err != nil {
+		return r, bad("pod_memory", "%v", err)
+	}
 	return r, nil
+}
+
+// memoryRequest reads a line's memory field: resource name -> quantity.
+func memoryRequest(in map[string]string) (memorymanager.Request, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := make(memorymanager.Request, len(in))
+	for name, v := range in {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a quantity like \"4Gi\"", name, v)
+		}
+		n, ok := q.AsInt64()
+		if !ok || n < 0 {
+			return nil, fmt.Errorf("%s: %q is not a whole number of bytes >= 0", name, v)
+		}
+		out[memorymanager.Resource(name)] = uint64(n)
+	}
+	return out, nil
 }
 
 func (s *simulator) add(req requestLine) any {
@@ -459,7 +505,7 @@ func (s *simulator) hints(req requestLine) any {
 
 func (s *simulator) snapshot() any {
 	snap := s.engine.Snapshot(s.state)
-	return stateResult{Shared: snap.Shared, Reserved: snap.Reserved, Assignments: snap.Assignments, Baseline: snap.Baseline}
+	return stateResult{Shared: snap.Shared, Reserved: snap.Reserved, Assignments: snap.Assignments, Baseline: snap.Baseline, Memory: snap.Memory}
 }
 
 // resize is an in-place resize of an existing container to the line's

@@ -184,6 +184,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	d.led = l
 	d.obs.registerHeld(l)
+	d.obs.reg.MustRegister(newMemoryCollector(l))
 	app, err := newApplier(&l.cfg, l, &d.conn, o.log)
 	if err != nil {
 		return nil, err
@@ -207,6 +208,13 @@ func buildEngine(topo *topology.Topology, cfg config.Config, explicitZero bool) 
 	pc, err := cfg.Policy()
 	if err != nil {
 		return nil, err
+	}
+	if pc.MemoryPolicy == policy.MemoryPolicyStatic {
+		nodes, err := sysfs.ReadMemory(cfg.SysfsRoot)
+		if err != nil {
+			return nil, fmt.Errorf("%w (memory_manager_policy Static reads every NUMA node's memory and hugepage pools)", err)
+		}
+		pc.MachineMemory = sysfs.Capacities(nodes)
 	}
 	engine, err := policy.New(topo, pc)
 	if err != nil {

@@ -106,16 +106,19 @@ func (a *direct) note(id, cpus string) {
 	a.mu.Unlock()
 }
 
-// synchronized answers the updates of exclusive containers only:
-// shared-pool containers are written by a pass, and not sent to the
-// runtime, whose record of them is stale by design. ledger.mu is held.
+// synchronized answers the updates of exclusive containers, and of
+// shared-pool ones whose memory the memory manager pinned (a pass writes
+// cpuset.cpus only; their update carries the pool of now with their
+// mems): other shared-pool containers are written by a pass, and not
+// sent to the runtime, whose record of them is stale by design.
+// ledger.mu is held.
 func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
 	for _, r := range a.l.ctrs {
 		a.watchSystemd(r.CgroupsPath)
 	}
 	var exclusive []cpuUpdate
 	for _, u := range planned {
-		if a.l.ctrs[u.ID].Exclusive {
+		if a.l.ctrs[u.ID].Exclusive || u.Mems != "" {
 			exclusive = append(exclusive, u)
 		}
 	}

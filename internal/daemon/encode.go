@@ -75,6 +75,10 @@ func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st po
 		b = append(b, `,"baseline":`...)
 		b = append(b, base...)
 	}
+	if len(head.Memory) > 0 {
+		b = append(b, `,"memory":`...)
+		b = append(b, head.Memory...)
+	}
 	b = append(b, `},"containers":`...)
 	b, err = e.ctrs.appendTo(b, ctrs, func(a, b ctrRecord) bool { return a == b }, func(r ctrRecord) ([]byte, error) {
 		return json.Marshal(r)
@@ -108,6 +112,10 @@ func (r *recordDelta) appendTo(b []byte) []byte {
 	b = appendDelta(b, `,"affinity":{`, r.aff, appendHint)
 	b = appendDelta(b, `,"containers":{`, r.ctrs, appendRecord)
 	b = appendDelta(b, `,"baseline":{`, r.base, appendAssignment)
+	if len(r.mem) > 0 {
+		b = append(b, `,"memory":`...)
+		b = append(b, r.mem...)
+	}
 	return append(b, '}')
 }
 

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
+	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -22,6 +24,7 @@ func TestPayloadEncoderMatchesJSON(t *testing.T) {
 		fuzzConfig,
 		"cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"restricted\"\ntopology_manager_scope = \"pod\"\n",
 		"cpu_manager_policy = \"none\"\n",
+		memoryStaticConfig,
 	} {
 		e := engineFor(t, "ht-2s-6c", doc)
 		rng := rand.New(rand.NewSource(7))
@@ -63,7 +66,7 @@ func TestPayloadEncoderMatchesJSON(t *testing.T) {
 // there too.
 func TestSnapshotFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
-		reflect.TypeOf(policy.Snapshot{}): "shared reserved assignments reusable_pod,omitempty reusable,omitempty pod_affinity,omitempty baseline,omitempty",
+		reflect.TypeOf(policy.Snapshot{}): "shared reserved assignments reusable_pod,omitempty reusable,omitempty pod_affinity,omitempty baseline,omitempty memory,omitempty",
 		reflect.TypeOf(payload{}):         "fingerprint engine containers journal,omitempty", // the journal mark: compact's
 	} {
 		var tags []string
@@ -133,7 +136,8 @@ func randomEvent(rng *rand.Rand, e *policy.Engine, st policy.State, next map[str
 			qos, milli = policy.Burstable, 500
 		}
 		req := policy.Request{Pod: pod, Container: name, QoS: qos, CPURequestMilli: milli, CPULimitMilli: milli,
-			Type: allocator.ContainerType(rng.Intn(2))}
+			Type:   allocator.ContainerType(rng.Intn(2)),
+			Memory: memorymanager.Request{memorymanager.Memory: uint64(milli) << 20}} // 1000 MiB per CPU
 		if ns, dec, err := e.Add(st, req); err == nil {
 			st = ns
 			next[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: cgroupsPath(id),
@@ -179,6 +183,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 	for _, doc := range []string{
 		fuzzConfig,
 		"cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"restricted\"\ntopology_manager_scope = \"pod\"\n",
+		memoryStaticConfig,
 	} {
 		e := engineFor(t, "ht-2s-6c", doc)
 		rng := rand.New(rand.NewSource(11))
@@ -188,6 +193,8 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 		var seen [4]int                   // deltas of each map
 		s.head, s.pool = s.headFor(e, st) // before s.engine is set: every text printed
 		s.engine, s.assign, s.aff, s.base, s.ctrs = e, st.Alloc.Assignments, st.PodAffinity, st.Baseline, cloneRecords(ctrs)
+		s.mem, s.memText = st.Memory, e.MemorySnapshot(st)
+		memChanges := 0
 		for step := 0; step < 800; step++ {
 			next := cloneRecords(ctrs)
 			for range 1 + rng.Intn(3) {
@@ -235,6 +242,10 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 					want.Baseline[kd.key] = &texts
 				}
 			}
+			if !bytes.Equal(snap.Memory, s.memText) {
+				want.Memory = snap.Memory
+				memChanges++
+			}
 			wantJSON, err := json.Marshal(&want)
 			if err != nil {
 				t.Fatal(err)
@@ -244,7 +255,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			}
 			// Applied to the state on disk, the record gives st (both
 			// through JSON, which replaces invalid UTF-8).
-			p := roundTrip(t, payload{Engine: e.Snapshot(policy.State{Alloc: allocator.State{Assignments: s.assign}, PodAffinity: s.aff, Baseline: s.base}),
+			p := roundTrip(t, payload{Engine: e.Snapshot(policy.State{Alloc: allocator.State{Assignments: s.assign}, PodAffinity: s.aff, Baseline: s.base, Memory: s.mem}),
 				Containers: s.ctrs})
 			var dec journalRecord
 			if err := json.Unmarshal([]byte(got), &dec); err != nil {
@@ -266,6 +277,10 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			}
 			s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
 			s.assign, s.aff, s.base, s.ctrs = st.Alloc.Assignments, st.PodAffinity, st.Baseline, cloneRecords(ctrs)
+			s.mem, s.memText = st.Memory, snap.Memory
+		}
+		if doc == memoryStaticConfig && memChanges == 0 {
+			t.Errorf("no record changed the memory manager's state: the test missed it")
 		}
 		if seen[0] == 0 || seen[2] == 0 || seen[3] == 0 || (strings.Contains(doc, "pod") && seen[1] == 0) {
 			t.Errorf("%s: records with %d assignments, %d affinities, %d containers, %d baselines: the test missed a kind", doc, seen[0], seen[1], seen[2], seen[3])
@@ -278,7 +293,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 // record must be written there too.
 func TestRecordFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
-		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty baseline,omitempty",
+		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty baseline,omitempty memory,omitempty",
 		reflect.TypeOf(ctrRecord{}):           "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty since,omitempty",
 		reflect.TypeOf(policy.SnapshotHint{}): "numa preferred",
 	} {

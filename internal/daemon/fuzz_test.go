@@ -15,6 +15,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
 
@@ -35,12 +36,29 @@ func engineFor(t testing.TB, fixture, doc string) *policy.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if pc.MemoryPolicy == policy.MemoryPolicyStatic {
+		spec, _ := sysfstest.Get(fixture)
+		fsys, err := sysfstest.FS(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes, err := sysfs.ReadMemoryFS(fsys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.MachineMemory = sysfs.Capacities(nodes)
+	}
 	e, err := policy.New(sysfstest.Load(t, fixture), pc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
 }
+
+// memoryStaticConfig runs the memory manager on ht-2s-6c (16 GiB per
+// node, 2 GiB of it in hugepage pools; 1 GiB reserved on node 0).
+const memoryStaticConfig = "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"best-effort\"\n" +
+	"memory_manager_policy = \"Static\"\n[[reserved_memory]]\nnuma_node = 0\nlimits = { memory = \"1Gi\" }\n"
 
 func quietLogger() *logrus.Logger {
 	l := logrus.New()

@@ -17,6 +17,7 @@ package daemon
 // changes nothing.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +32,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -68,6 +70,9 @@ type journalRecord struct {
 	Ctrs        map[string]*ctrRecord           `json:"containers,omitempty"`
 	// Baseline: the pods whose resize baselines changed (policy.State.Baseline).
 	Baseline map[string]*map[string]string `json:"baseline,omitempty"`
+	// Memory: the memory manager's whole state when it changed
+	// (policy.Snapshot.Memory; memory_manager_policy Static only).
+	Memory json.RawMessage `json:"memory,omitempty"`
 }
 
 type journalHead struct{ shared, reserved, reusablePod, reusable string }
@@ -90,8 +95,12 @@ type journalStore struct {
 	aff      map[string]hints.Hint
 	base     map[string]map[string]cpuset.CPUSet
 	ctrs     map[string]ctrRecord
-	delta    recordDelta // scratch
-	buf      []byte      // scratch: the encoded record
+	// mem is the memory manager's state on disk, memText its encoding
+	// (see memDelta).
+	mem     memorymanager.State
+	memText []byte
+	delta   recordDelta // scratch
+	buf     []byte      // scratch: the encoded record
 }
 
 // reset forgets the state on disk and closes the journal (restore reads
@@ -154,6 +163,10 @@ func (sto *store) persistJournal(l *ledger, st policy.State, c indexChange) erro
 	}
 	s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
 	s.assign, s.aff, s.base = st.Alloc.Assignments, st.PodAffinity, st.Baseline
+	s.mem = st.Memory
+	if r.mem != nil {
+		s.memText = r.mem
+	}
 	for _, c := range r.ctrs {
 		if c.gone {
 			delete(s.ctrs, c.key)
@@ -182,12 +195,29 @@ func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, c indexChange
 	if !sameMap(st.Baseline, s.base) {
 		diffAssign(&r.base, st.Baseline, s.base)
 	}
+	r.mem = s.memDelta(e, st)
 	if c.all != nil {
 		diffEqual(&r.ctrs, c.all, s.ctrs)
 	} else {
 		diffEdit(&r.ctrs, c.edit, s.ctrs)
 	}
 	return head, pool
+}
+
+// memDelta is st's memory manager state encoded when it differs from the
+// one on disk, else nil. Its functions return the State they were given
+// when nothing changes and new maps otherwise: the same maps are the same
+// content, so an event that leaves memory alone encodes nothing.
+func (s *journalStore) memDelta(e *policy.Engine, st policy.State) []byte {
+	m := st.Memory
+	if !e.MemoryStatic() || (sameMap(m.Nodes, s.mem.Nodes) && sameMap(m.Assignments, s.mem.Assignments) && sameMap(m.Reusable, s.mem.Reusable)) {
+		return nil
+	}
+	text := e.MemorySnapshot(st)
+	if bytes.Equal(text, s.memText) {
+		return nil
+	}
+	return text
 }
 
 // diffEdit appends to out the records of e that differ from disk's.
@@ -225,15 +255,18 @@ type recordDelta struct {
 	aff    []keyDelta[hints.Hint]
 	ctrs   []keyDelta[ctrRecord]
 	base   []keyDelta[map[string]cpuset.CPUSet]
+	mem    []byte // the memory manager's state, nil when unchanged
 }
 
 func (r *recordDelta) reset(h journalHead) {
 	clear(r.assign) // drop references to old maps
 	clear(r.base)
-	r.head, r.assign, r.aff, r.ctrs, r.base = h, r.assign[:0], r.aff[:0], r.ctrs[:0], r.base[:0]
+	r.head, r.assign, r.aff, r.ctrs, r.base, r.mem = h, r.assign[:0], r.aff[:0], r.ctrs[:0], r.base[:0], nil
 }
 
-func (r *recordDelta) empty() bool { return len(r.assign)+len(r.aff)+len(r.ctrs)+len(r.base) == 0 }
+func (r *recordDelta) empty() bool {
+	return len(r.assign)+len(r.aff)+len(r.ctrs)+len(r.base)+len(r.mem) == 0
+}
 
 // diffAssign appends to out the pods whose assignments differ between cur
 // and disk.
@@ -340,6 +373,7 @@ func (sto *store) compact(l *ledger, st policy.State, ctrs map[string]ctrRecord)
 	s.head, s.pool = s.headFor(l.engine, st) // s.engine is nil: every text printed
 	s.engine, s.fp, s.reusable = l.engine, fp, st.Alloc.Reusable
 	s.assign, s.aff, s.base = st.Alloc.Assignments, st.PodAffinity, st.Baseline
+	s.mem, s.memText = st.Memory, l.engine.MemorySnapshot(st)
 	s.ctrs = cloneRecords(ctrs)
 	return nil
 }
@@ -414,6 +448,9 @@ func applyRecord(p *payload, r *journalRecord) {
 	e.Assignments = apply(e.Assignments, r.Assign)
 	e.PodAffinity = apply(e.PodAffinity, r.Affinity)
 	e.Baseline = apply(e.Baseline, r.Baseline)
+	if r.Memory != nil {
+		e.Memory = r.Memory
+	}
 	p.Containers = apply(p.Containers, r.Ctrs)
 }
 

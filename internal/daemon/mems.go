@@ -6,17 +6,27 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
-// memsAtSync gives every exclusive record the cpuset.mems the engine
-// gives containers now (every memory node under memory_manager_policy
-// None), where a checkpoint from an earlier release holds the NUMA nodes of
-// the container's CPUs: Synchronize's plan then updates the running
-// container and the reconcile loop keeps the new value. records is not
-// modified; it is returned as is when nothing changes.
-func memsAtSync(e *policy.Engine, records map[string]ctrRecord) map[string]ctrRecord {
-	want := e.Mems().String()
+// memsAtSync gives every record the cpuset.mems the engine gives it now:
+// under memory_manager_policy Static the nodes of the memory manager's
+// assignment for a container it pinned; otherwise every memory node for
+// an exclusive record that holds narrower ones, where a checkpoint from
+// an earlier release holds the NUMA nodes of the container's CPUs (or
+// the memory manager's state was dropped). Synchronize's plan then
+// updates the running container and the reconcile loop keeps the new
+// value. A record with no mems (left to the runtime) and no memory
+// assignment stays so. records is not modified; it is returned as is
+// when nothing changes.
+func memsAtSync(e *policy.Engine, st policy.State, records map[string]ctrRecord) map[string]ctrRecord {
+	all := e.Mems().String()
 	var out map[string]ctrRecord
 	for id, r := range records {
-		if !r.Exclusive || r.Mems == "" || sameList(r.Mems, want) {
+		want := all
+		if e.MemoryPinned(st, r.Pod, r.Name) {
+			want = e.MemsOf(st, r.Pod, r.Name).String()
+		} else if r.Mems == "" || (!r.Exclusive && !e.MemoryStatic()) {
+			continue
+		}
+		if sameList(r.Mems, want) {
 			continue
 		}
 		if out == nil {

@@ -308,6 +308,9 @@ type StateView struct {
 	// Held are the exclusive CPUs held for stopped containers of live
 	// pods, by pod and container name, for their restart (held.go).
 	Held []HeldView `json:"held"`
+	// Memory is the memory manager's view per NUMA node and resource,
+	// absent under memory_manager_policy None.
+	Memory []MemoryView `json:"memory,omitempty"`
 }
 
 // HeldView is one assignment held for a stopped container in StateView.
@@ -390,6 +393,7 @@ func stateView(lv ledgerView, connected bool) StateView {
 			Devices: lv.devices[r.ID],
 		})
 	}
+	v.Memory = memoryView(e, st)
 	sort.Slice(v.Containers, func(i, j int) bool {
 		a, b := v.Containers[i], v.Containers[j]
 		if a.Pod != b.Pod {

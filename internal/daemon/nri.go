@@ -97,7 +97,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.pendingErr)
 	}
 	in.State, in.Records, in.Static, in.Now = l.st, l.ctrs, l.static(), l.stamp()
-	in.Records = memsAtSync(l.engine, in.Records)
+	in.Records = memsAtSync(l.engine, in.State, in.Records)
 	plan := planSync(l.engine, in)
 	p.logSyncEvents(plan.Events)
 	for _, adm := range plan.Admissions {
@@ -234,6 +234,14 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.pendingErr)
 	}
 	req = withDeviceHints(l.engine, req, devInfo, devErr, entry)
+	req = withMemoryReuse(l.engine, l.st, req, func(name string) bool {
+		for _, r := range l.ctrs {
+			if r.Pod == req.Pod && r.Name == name {
+				return true
+			}
+		}
+		return false
+	})
 	start := time.Now()
 	next, dec, err := l.engine.Add(withPodReuse(l.st, l.ctrs, req, l.static()), req)
 	if err == nil {
@@ -247,7 +255,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	rec := ctrRecord{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Exclusive: dec.Exclusive, Since: l.stamp()}
-	if dec.Exclusive && !dec.Mems.IsEmpty() {
+	if (dec.Exclusive || dec.MemPinned) && !dec.Mems.IsEmpty() {
 		rec.Mems = dec.Mems.String()
 	}
 	edit, superseded := withRecord(l, rec)
@@ -516,7 +524,8 @@ func (p *plugin) releaseAll(key, name, why string) (bool, error) {
 func podUnknown(st policy.State, pod string) bool {
 	_, a := st.Alloc.Assignments[pod]
 	_, b := st.PodAffinity[pod]
-	return !a && !b
+	_, c := st.Memory.Assignments[pod]
+	return !a && !b && !c
 }
 
 // UpdateContainer handles an in-place resize (or any other CRI update of

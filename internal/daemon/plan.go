@@ -118,7 +118,7 @@ type syncPlan struct {
 	Records     map[string]ctrRecord
 	Live        []syncCtr
 	Released    []podContainer // every release, in order (one may repeat)
-	RemovedPods []string       // pods whose affinity is forgotten
+	RemovedPods []string       // pods whose affinity or memory is forgotten
 	Kept        []keptCPUs
 	Adopted     []string // IDs of containers given an assignment they hold
 	Admissions  []admission
@@ -192,6 +192,14 @@ func (p *planner) releaseGone() {
 		}
 	}
 	for _, pod := range slices.Sorted(maps.Keys(p.plan.State.PodAffinity)) {
+		if !livePods[pod] {
+			p.plan.State = p.e.RemovePod(p.plan.State, pod)
+			p.plan.RemovedPods = append(p.plan.RemovedPods, pod)
+		}
+	}
+	// The memory manager's pods without exclusive CPUs (a Guaranteed
+	// container on the shared pool holds memory only).
+	for _, pod := range slices.Sorted(maps.Keys(p.plan.State.Memory.Assignments)) {
 		if !livePods[pod] {
 			p.plan.State = p.e.RemovePod(p.plan.State, pod)
 			p.plan.RemovedPods = append(p.plan.RemovedPods, pod)
@@ -302,7 +310,9 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	} else {
 		req = withNodeHints(p.e, req, c.Devices.Nodes)
 	}
-	st := withReuse(p.plan.State, req, p.in.Static, func(name string) bool { return p.liveKey[podContainer{pod.Key, name}] })
+	live := func(name string) bool { return p.liveKey[podContainer{pod.Key, name}] }
+	req = withMemoryReuse(p.e, p.plan.State, req, live)
+	st := withReuse(p.plan.State, req, p.in.Static, live)
 	next, dec, err := p.e.Add(st, req)
 	if err == nil {
 		err = stranding(p.e, req, next, dec, sharedOthers)
@@ -315,7 +325,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 	}
 	p.plan.State = next
 	r.Exclusive = dec.Exclusive
-	if dec.Exclusive && !dec.Mems.IsEmpty() {
+	if (dec.Exclusive || dec.MemPinned) && !dec.Mems.IsEmpty() {
 		r.Mems = dec.Mems.String()
 	}
 	p.plan.Records[r.ID] = r

@@ -137,6 +137,8 @@ func requestWithCPU(pod *api.PodSandbox, ctr *api.Container, cpu *api.LinuxCPU) 
 		CPULimitMilli:      lim,
 		Type:               allocator.App,
 		PodCPURequestMilli: podReq,
+		Memory:             memoryOf(ctr.GetLinux().GetResources()),
+		PodMemory:          memoryOf(pod.GetLinux().GetPodResources()),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -64,6 +65,14 @@ func fingerprint(cfg config.Config, engine *policy.Engine, cpus cpuset.CPUSet) s
 			fmt.Fprintf(&b, "%s=%s\n", k, m[k])
 		}
 		b.WriteString("--\n")
+	}
+	// Under None the text is what earlier releases hashed.
+	if engine.MemoryStatic() {
+		fmt.Fprintf(&b, "memory=%s\n", cfg.MemoryManagerPolicy)
+		// In bytes: "1Gi" and "1024Mi" are the same reservation.
+		for _, r := range cfg.Reservations() {
+			fmt.Fprintf(&b, "reserved_memory=%d:%v\n", r.NUMANode, r.Limits)
+		}
 	}
 	sum := sha256.Sum256([]byte(b.String()))
 	return hex.EncodeToString(sum[:8])
@@ -173,6 +182,10 @@ func (s *store) load(l *ledger) error {
 		}
 		l.st = st
 		s.log.WithFields(logrus.Fields{"file": s.kubeletFile, "assignments": n}).Info("imported the kubelet's CPU manager state")
+		if l.engine.MemoryStatic() {
+			l.st, err = importKubeletMemory(l.engine, l.st, kubeletMemoryPath(s.kubeletFile), s.log)
+			return err
+		}
 		return nil
 	default:
 		return fmt.Errorf("read checkpoint: %w", err)
@@ -239,6 +252,50 @@ func importKubeletState(engine *policy.Engine, st policy.State, path string, log
 		}
 	}
 	return st, n, nil
+}
+
+// KubeletMemoryState is the kubelet's memory manager state file, next to
+// its cpu_manager_state.
+const KubeletMemoryState = "memory_manager_state"
+
+// kubeletMemoryPath is the memory manager state beside the CPU manager
+// state file cpuFile: its name with cpu_manager_state replaced (the
+// migration's copy kubelet-cpu_manager_state goes with
+// kubelet-memory_manager_state), else memory_manager_state.
+func kubeletMemoryPath(cpuFile string) string {
+	dir, base := filepath.Split(cpuFile)
+	if strings.Contains(base, "cpu_manager_state") {
+		return filepath.Join(dir, strings.Replace(base, "cpu_manager_state", KubeletMemoryState, 1))
+	}
+	return filepath.Join(dir, KubeletMemoryState)
+}
+
+// importKubeletMemory adopts the kubelet's memory manager state under
+// memory_manager_policy Static. A missing file is a warning (a node that
+// never ran the kubelet's Static policy); one that does not parse is an
+// error, as for the CPU manager's; one that does not match this machine
+// and reserved_memory is set aside with a warning: the state starts
+// empty, as the kubelet would refuse to start on it.
+func importKubeletMemory(engine *policy.Engine, st policy.State, path string, log *logrus.Logger) (policy.State, error) {
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		log.WithField("file", path).Warn("no kubelet memory manager state to import")
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("import kubelet memory state: %w", err)
+	}
+	next, n, err := engine.ImportMemory(st, raw)
+	var mismatch *policy.MemoryMismatchError
+	if errors.As(err, &mismatch) {
+		log.WithError(err).WithField("file", path).Warn("kubelet memory manager state does not match this machine and reserved_memory; not imported")
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("import %s: %w", path, err)
+	}
+	log.WithFields(logrus.Fields{"file": path, "assignments": n}).Info("imported the kubelet's memory manager state")
+	return next, nil
 }
 
 // ctrEdit is what an event changes in the container index: records put

@@ -112,8 +112,8 @@ type Config struct {
 	TopologyManagerPolicy        string            `toml:"topology_manager_policy"`
 	TopologyManagerScope         string            `toml:"topology_manager_scope"`
 	TopologyManagerPolicyOptions map[string]string `toml:"topology_manager_policy_options"`
-	// MemoryManagerPolicy is the kubelet's memoryManagerPolicy; only
-	// "None" is implemented.
+	// MemoryManagerPolicy is the kubelet's memoryManagerPolicy: "None"
+	// or "Static".
 	MemoryManagerPolicy string `toml:"memory_manager_policy"`
 	// DisableCPUQuota: containers with exclusive CPUs, and their pods,
 	// run without a CFS quota, as under the kubelet's feature gate
@@ -131,6 +131,8 @@ type Config struct {
 	SharedPoolUpdates string `toml:"shared_pool_updates"`
 	LogLevel          string `toml:"log_level"`
 	LogFormat         string `toml:"log_format"`
+	// ReservedMemory is the kubelet's reservedMemory (see memory.go).
+	ReservedMemory []ReservedMemory `toml:"reserved_memory,omitempty"`
 	// Ignored are the keys of the document that are no longer used,
 	// each with why; the daemon warns about them.
 	Ignored []IgnoredKey `toml:"-"`
@@ -219,25 +221,26 @@ func (e *Error) Error() string {
 // raw is what the TOML document decodes into: the option tables and the
 // period take several TOML types, which Load converts and checks itself.
 type raw struct {
-	CPUManagerPolicy             *string        `toml:"cpu_manager_policy"`
-	CPUManagerPolicyOptions      map[string]any `toml:"cpu_manager_policy_options"`
-	ReservedSystemCPUs           *string        `toml:"reserved_system_cpus"`
-	ReservedCPUCount             *int64         `toml:"reserved_cpu_count"`
-	TopologyManagerPolicy        *string        `toml:"topology_manager_policy"`
-	TopologyManagerScope         *string        `toml:"topology_manager_scope"`
-	TopologyManagerPolicyOptions map[string]any `toml:"topology_manager_policy_options"`
-	MemoryManagerPolicy          *string        `toml:"memory_manager_policy"`
-	DisableCPUQuota              *bool          `toml:"disable_cpu_quota_with_exclusive_cpus"`
-	StateDir                     *string        `toml:"state_dir"`
-	SysfsRoot                    *string        `toml:"sysfs_root"`
-	CgroupRoot                   *string        `toml:"cgroup_root"`
-	SocketPath                   *string        `toml:"socket_path"`
-	MetricsAddress               *string        `toml:"metrics_address"`
-	ReconcilePeriod              any            `toml:"reconcile_period"`
-	SharedPoolUpdates            *string        `toml:"shared_pool_updates"`
-	ContainerStartTimeout        any            `toml:"container_start_timeout"`
-	LogLevel                     *string        `toml:"log_level"`
-	LogFormat                    *string        `toml:"log_format"`
+	CPUManagerPolicy             *string             `toml:"cpu_manager_policy"`
+	CPUManagerPolicyOptions      map[string]any      `toml:"cpu_manager_policy_options"`
+	ReservedSystemCPUs           *string             `toml:"reserved_system_cpus"`
+	ReservedCPUCount             *int64              `toml:"reserved_cpu_count"`
+	TopologyManagerPolicy        *string             `toml:"topology_manager_policy"`
+	TopologyManagerScope         *string             `toml:"topology_manager_scope"`
+	TopologyManagerPolicyOptions map[string]any      `toml:"topology_manager_policy_options"`
+	MemoryManagerPolicy          *string             `toml:"memory_manager_policy"`
+	DisableCPUQuota              *bool               `toml:"disable_cpu_quota_with_exclusive_cpus"`
+	StateDir                     *string             `toml:"state_dir"`
+	SysfsRoot                    *string             `toml:"sysfs_root"`
+	CgroupRoot                   *string             `toml:"cgroup_root"`
+	SocketPath                   *string             `toml:"socket_path"`
+	MetricsAddress               *string             `toml:"metrics_address"`
+	ReconcilePeriod              any                 `toml:"reconcile_period"`
+	SharedPoolUpdates            *string             `toml:"shared_pool_updates"`
+	ContainerStartTimeout        any                 `toml:"container_start_timeout"`
+	LogLevel                     *string             `toml:"log_level"`
+	LogFormat                    *string             `toml:"log_format"`
+	ReservedMemory               []rawReservedMemory `toml:"reserved_memory"`
 }
 
 // Load parses a TOML document over Default and validates it. Every problem
@@ -265,7 +268,7 @@ func load(data []byte, file string) (Config, error) {
 	c.lines = keyLines(data)
 	var errs []error
 	bad := func(key, value, format string, args ...any) {
-		errs = append(errs, &Error{File: file, Line: c.lines[key], Key: key, Value: value, Msg: fmt.Sprintf(format, args...)})
+		errs = append(errs, &Error{File: file, Line: c.lineOf(key), Key: key, Value: value, Msg: fmt.Sprintf(format, args...)})
 	}
 	setStr := func(dst *string, src *string) {
 		if src != nil {
@@ -306,12 +309,15 @@ func load(data []byte, file string) (Config, error) {
 			c.ReconcilePeriod = Duration(d)
 		}
 	}
+	if r.ReservedMemory != nil {
+		c.ReservedMemory = reservedMemory(r.ReservedMemory, bad)
+	}
 	if r.ContainerStartTimeout != nil {
 		c.Ignored = append(c.Ignored, IgnoredKey{Key: KeyContainerStartTimeout, Line: c.lines[KeyContainerStartTimeout],
 			Why: "a container that never started keeps its CPUs for its pod, as under the kubelet; the pod's removal frees them"})
 	}
 	for _, e := range c.problems() {
-		e.File, e.Line = file, c.lines[e.Key]
+		e.File, e.Line = file, c.lineOf(e.Key)
 		errs = append(errs, e)
 	}
 	if len(errs) > 0 {
@@ -369,7 +375,7 @@ func parsePeriod(v any) (time.Duration, string, error) {
 func (c Config) Validate() error {
 	var errs []error
 	for _, e := range c.problems() {
-		e.File, e.Line = c.source, c.lines[e.Key]
+		e.File, e.Line = c.source, c.lineOf(e.Key)
 		errs = append(errs, e)
 	}
 	return errors.Join(errs...)
@@ -395,11 +401,8 @@ func (c Config) problems() []*Error {
 	oneOf(KeyCPUManagerPolicy, c.CPUManagerPolicy, cpuPolicies)
 	oneOf(KeyTopologyManagerPolicy, c.TopologyManagerPolicy, topologyPolicies)
 	oneOf(KeyTopologyManagerScope, c.TopologyManagerScope, topologyScopes)
-	if c.MemoryManagerPolicy == policy.MemoryPolicyStatic {
-		bad(KeyMemoryManagerPolicy, c.MemoryManagerPolicy, "%s", policy.MemoryStaticNotImplemented)
-	} else {
-		oneOf(KeyMemoryManagerPolicy, c.MemoryManagerPolicy, memoryPolicies)
-	}
+	oneOf(KeyMemoryManagerPolicy, c.MemoryManagerPolicy, memoryPolicies)
+	c.reservedMemoryProblems(bad)
 	oneOf(KeyLogLevel, c.LogLevel, logLevels)
 	oneOf(KeyLogFormat, c.LogFormat, logFormats)
 	if c.SharedPoolUpdates == removedAfterAnswer {
@@ -469,6 +472,7 @@ func (c Config) Policy() (policy.Config, error) {
 		TopologyScope:    c.TopologyManagerScope,
 		TopologyOptions:  copyMap(c.TopologyManagerPolicyOptions),
 		MemoryPolicy:     c.MemoryManagerPolicy,
+		ReservedMemory:   c.Reservations(),
 	}, nil
 }
 
@@ -532,6 +536,7 @@ func (c Config) Summary() string {
 		KeySharedPoolUpdates:            c.SharedPoolUpdates,
 		KeyLogLevel:                     c.LogLevel,
 		KeyLogFormat:                    c.LogFormat,
+		KeyReservedMemory:               reservedMemoryString(c.ReservedMemory),
 	}
 	keys := slices.Sorted(maps.Keys(kv))
 	parts := make([]string, len(keys))
@@ -601,6 +606,8 @@ func expectedType(key string) string {
 		return "a table"
 	case KeyReconcilePeriod:
 		return `a duration string like "10s"`
+	case KeyReservedMemory:
+		return "an array of tables ([[reserved_memory]])"
 	}
 	if strings.Contains(key, ".") {
 		return ""
@@ -615,6 +622,7 @@ func keyLines(data []byte) map[string]int {
 	var p unstable.Parser
 	p.Reset(data)
 	var prefix []string
+	arrays := map[string]int{} // entries seen per array of tables
 	for p.NextExpression() {
 		e := p.Expression()
 		if e.Kind != unstable.KeyValue && e.Kind != unstable.Table && e.Kind != unstable.ArrayTable {
@@ -629,6 +637,18 @@ func keyLines(data []byte) map[string]int {
 				line = p.Shape(n.Raw).Start.Line
 			}
 			parts = append(parts, string(n.Data))
+		}
+		if e.Kind == unstable.ArrayTable {
+			// Entries are keyed name[i]; the name alone is its first entry.
+			name := strings.Join(parts, ".")
+			i := arrays[name]
+			arrays[name]++
+			if i == 0 {
+				lines[name] = line
+			}
+			prefix = []string{name + "[" + strconv.Itoa(i) + "]"}
+			lines[prefix[0]] = line
+			continue
 		}
 		if e.Kind != unstable.KeyValue {
 			prefix = parts

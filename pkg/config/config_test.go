@@ -328,22 +328,24 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 23 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
-		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress {
+	if n != 24 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress ||
+		len(all.Reservations()) != 1 || all.Reservations()[0].Limits["hugepages-2Mi"] != 64<<20 {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
 	}
 }
 
-// memory_manager_policy takes the kubelet's values; Static is refused
-// until it is implemented, naming the key, the line and what to use.
+// memory_manager_policy takes the kubelet's values; Static without
+// reserved memory is refused as the kubelet refuses it, naming the key
+// and the line.
 func TestMemoryManagerPolicy(t *testing.T) {
 	c, err := Load([]byte(`memory_manager_policy = "None"`))
 	if err != nil || c.MemoryManagerPolicy != "None" {
 		t.Fatalf("None: %+v, %v", c.MemoryManagerPolicy, err)
 	}
 	for _, tc := range []struct{ doc, want string }{
-		{"\nmemory_manager_policy = \"Static\"", `config line 2: key "memory_manager_policy": bad value "Static": the Static policy (the kubelet's memory manager: ` +
-			`per-NUMA-node memory and hugepages) is not implemented yet; use None`},
+		{"\nmemory_manager_policy = \"Static\"", `config line 2: key "memory_manager_policy": bad value "Static": Static needs reserved memory ` +
+			`(the kubelet: "you should specify the system reserved memory")`},
 		{`memory_manager_policy = "none"`, `key "memory_manager_policy": bad value "none": want one of None, Static; did you mean "None"?`},
 		{`memory_manager_policy = 1`, `key "memory_manager_policy": wrong type: got a TOML integer, want a string`},
 	} {

@@ -50,8 +50,8 @@
 //     import; the caller marks pods with pod-level resources as not
 //     Guaranteed, since the kubelet's Static policy skips them.
 //
-// The caller reads the machine (NodeCapacity: pkg/sysfs reads each node's
-// MemTotal today, not yet its hugepage pools) and passes each container's
+// The caller reads the machine (NodeCapacity: sysfs.ReadMemory reads each
+// node's MemTotal and hugepage pools) and passes each container's
 // requests as admitted (after an in-place resize, the allocated values the
 // kubelet uses).
 package memorymanager

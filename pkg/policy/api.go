@@ -10,6 +10,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 )
 
 // Config is the policy part of the daemon's configuration, with the
@@ -22,7 +23,13 @@ type Config struct {
 	TopologyPolicy   string            // "none" | "best-effort" | "restricted" | "single-numa-node"
 	TopologyScope    string            // "container" | "pod"
 	TopologyOptions  map[string]string // topology_manager_policy_options
-	MemoryPolicy     string            // memory_manager_policy: "None" (only "None" is implemented)
+	MemoryPolicy     string            // memory_manager_policy: "None" | "Static"
+	// ReservedMemory is reserved_memory (the kubelet's reservedMemory),
+	// read under Static only.
+	ReservedMemory []memorymanager.Reservation
+	// MachineMemory is the machine's memory per NUMA node
+	// (sysfs.ReadMemory), needed under Static only.
+	MachineMemory []memorymanager.NodeCapacity
 }
 
 // QoS is a pod's Kubernetes QoS class.
@@ -54,6 +61,14 @@ type Request struct {
 	// largest init container and the sum of the app containers), used by
 	// the pod scope; 0 = unknown (the container's own request is used).
 	PodCPURequestMilli int64
+	// Memory is the container's memory and hugepage limits in bytes
+	// (requests equal limits in a Guaranteed pod), for the memory
+	// manager; PodMemory is the pod's (pod scope), empty when unknown.
+	Memory, PodMemory memorymanager.Request
+	// MemoryReuse names containers of the pod that have exited, whose
+	// memory this container may take over as the kubelet lets a pod's
+	// containers take over its init containers' (see memoryReuse).
+	MemoryReuse []string
 }
 
 // Decision is the outcome for one admitted container.
@@ -63,4 +78,7 @@ type Decision struct {
 	Exclusive bool          // CPUs are exclusive to it (false: shared pool)
 	Affinity  hints.Hint    // merged hint; empty Affinity = any node
 	Existing  bool          // the container already had this assignment
+	// MemPinned: the memory manager (Static) assigned the container's
+	// memory and Mems is its NUMA nodes.
+	MemPinned bool
 }

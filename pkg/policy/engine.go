@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
 
@@ -39,15 +41,10 @@ const (
 	// MemoryPolicyNone, the kubelet's default: the memory manager does
 	// nothing and every container's cpuset.mems is every memory node.
 	MemoryPolicyNone = "None"
-	// MemoryPolicyStatic is the kubelet's per-NUMA-node memory accounting;
-	// not implemented yet, so New refuses it.
+	// MemoryPolicyStatic is the kubelet's per-NUMA-node memory accounting
+	// for Guaranteed pods (pkg/memorymanager, see memory.go).
 	MemoryPolicyStatic = "Static"
 )
-
-// MemoryStaticNotImplemented is the refusal of memory_manager_policy
-// Static, the same from the configuration loader and from New.
-const MemoryStaticNotImplemented = `the Static policy (the kubelet's memory manager: per-NUMA-node memory and hugepages) is not implemented yet; ` +
-	`use None (the default: every container's cpuset.mems is every memory node, as the kubelet leaves it)`
 
 // State is the engine's whole mutable state: the static policy's pools and
 // assignments, and under the pod scope each pod's merged affinity. Treat it
@@ -61,6 +58,9 @@ type State struct {
 	// keeps them (see Resize). A container without an entry has its
 	// admitted CPUs, which are its baseline.
 	Baseline map[string]map[string]cpuset.CPUSet
+	// Memory is the memory manager's state under memory_manager_policy
+	// Static; the zero State under None.
+	Memory memorymanager.State
 }
 
 // Snapshot is State in a JSON-friendly form (cpusets as Linux list
@@ -75,6 +75,9 @@ type Snapshot struct {
 	// Baseline holds State.Baseline (absent in checkpoints from before
 	// in-place resizes: every baseline is then the container's CPUs).
 	Baseline map[string]map[string]string `json:"baseline,omitempty"`
+	// Memory is State.Memory as memorymanager.Encode writes it; absent
+	// under memory_manager_policy None and in earlier checkpoints.
+	Memory json.RawMessage `json:"memory,omitempty"`
 }
 
 // SnapshotHint is a hints.Hint in JSON form; NUMA nil = any node.
@@ -110,6 +113,10 @@ type Engine struct {
 	// reservedMask is where shared-pool containers run while the shared
 	// pool is empty (see SharedMask).
 	reservedMask cpumask.Mask
+	// memStatic is memory_manager_policy Static; memFresh is then the
+	// memory manager's state with no assignment.
+	memStatic bool
+	memFresh  memorymanager.State
 }
 
 // New validates cfg against topo (unknown or incompatible options, reserved
@@ -143,9 +150,11 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	switch cfg.MemoryPolicy {
 	case MemoryPolicyNone:
 	case MemoryPolicyStatic:
-		return nil, &ConfigError{Key: KeyMemoryManagerPolicy, Err: errors.New(MemoryStaticNotImplemented)}
+		if err := e.newMemory(cfg); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, &ConfigError{Key: KeyMemoryManagerPolicy, Err: fmt.Errorf("unknown policy %q (want %s)", cfg.MemoryPolicy, MemoryPolicyNone)}
+		return nil, &ConfigError{Key: KeyMemoryManagerPolicy, Err: fmt.Errorf("unknown policy %q (want %s or %s)", cfg.MemoryPolicy, MemoryPolicyNone, MemoryPolicyStatic)}
 	}
 	if cfg.CPUManagerPolicy != CPUPolicyNone && cfg.CPUManagerPolicy != CPUPolicyStatic {
 		return nil, &ConfigError{Key: KeyCPUManagerPolicy, Err: fmt.Errorf("unknown policy %q (want %s or %s)", cfg.CPUManagerPolicy, CPUPolicyNone, CPUPolicyStatic)}
@@ -330,10 +339,13 @@ func (e *Engine) DeviceHints(nodes []int) []hints.Hint { return hints.DeviceHint
 
 // NewState is the state of an empty machine.
 func (e *Engine) NewState() State {
+	st := State{Memory: e.memFresh}
 	if e.static == nil {
-		return State{Alloc: allocator.State{Default: e.online}}
+		st.Alloc = allocator.State{Default: e.online}
+		return st
 	}
-	return State{Alloc: e.static.NewState()}
+	st.Alloc = e.static.NewState()
+	return st
 }
 
 // isExclusive applies the static policy's rule: a container of a
@@ -353,6 +365,9 @@ func (e *Engine) checkRequest(req Request) error {
 	}
 	if req.Pod == "" {
 		return bad("pod", "empty pod id")
+	}
+	if err := e.checkMemory(req); err != nil {
+		return err
 	}
 	if req.Container == "" {
 		return bad("container", "empty container name")
@@ -429,10 +444,21 @@ func allocRequest(req Request) allocator.Request {
 
 // Hints returns what the CPU hint provider offers for req, without
 // allocating: {"cpu": hints}, the list nil when there is no preference
-// (shared-pool container, or cpu_manager_policy none). Under the pod scope
-// these are the pod-level hints for the pod's effective request.
+// (shared-pool container, or cpu_manager_policy none), and under
+// memory_manager_policy Static the memory manager's per resource. Under
+// the pod scope these are the pod-level hints for the pod's effective
+// request.
 func (e *Engine) Hints(st State, req Request) map[string][]hints.Hint {
-	return map[string][]hints.Hint{"cpu": e.cpuHints(st, req)}
+	out := map[string][]hints.Hint{"cpu": e.cpuHints(st, req)}
+	// Under memory_manager_policy Static the memory manager's hints too,
+	// by resource (memory, hugepages-<size>); a request they refuse is
+	// CheckRequest's error.
+	if mem, err := e.memHints(st, req); err == nil {
+		for name, list := range mem {
+			out[name] = list
+		}
+	}
+	return out
 }
 
 // describe is the request as the TopologyAffinityError text shows it.
@@ -469,11 +495,15 @@ func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err 
 			return h, false, nil
 		}
 	}
+	mem, err := e.memHints(st, req)
+	if err != nil {
+		return hints.Hint{}, false, err
+	}
 	var best hints.Hint
-	if cpu := e.cpuHints(st, req); len(req.Hints) == 0 {
+	if cpu := e.cpuHints(st, req); len(req.Hints) == 0 && mem == nil {
 		best = e.merger.MergeLists(cpu) // no map for the usual lone provider
 	} else {
-		best = e.merger.Merge(map[string][]hints.Hint{"cpu": cpu}, req.Hints)
+		best = e.merger.Merge(map[string][]hints.Hint{"cpu": cpu}, req.Hints, mem)
 	}
 	if !e.merger.Admits(best) {
 		// describe formats text: only a rejection pays for it.
@@ -507,12 +537,15 @@ func (e *Engine) affinity(st State, req Request) (h hints.Hint, store bool, err 
 //     holds the pod's next container because another pod took CPUs in
 //     between (the kubelet allocates a whole pod at admission and cannot
 //     meet that case);
-//  5. cpuset.mems: every memory node, for exclusive and shared-pool
-//     containers alike, as the kubelet leaves memory with its memory
-//     manager at None (memory_manager_policy None, the only policy
-//     implemented): narrowing mems to the CPUs' NUMA nodes without
-//     counting memory could OOM-kill a container while other nodes have
-//     free memory. A shared-pool container gets SharedCPUs; when that is empty
+//  5. cpuset.mems: under memory_manager_policy None every memory node,
+//     for exclusive and shared-pool containers alike, as the kubelet
+//     leaves memory with its memory manager at None: narrowing mems to
+//     the CPUs' NUMA nodes without counting memory could OOM-kill a
+//     container while other nodes have free memory. Under Static the
+//     memory manager's Allocate on the merged hint (its memory hints
+//     took part in the merge) gives a Guaranteed container's mems, and
+//     its refusal refuses the container (memory.go). A shared-pool
+//     container gets SharedCPUs; when that is empty
 //     (no CPU reserved and every CPU exclusive) it is refused with
 //     *NoSharedCPUsError instead of an empty cpuset.
 func (e *Engine) Add(st State, req Request) (State, Decision, error) {
@@ -537,7 +570,11 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 			}
 			next := st
 			next.Alloc = alloc
-			return next, Decision{CPUs: cpus, Mems: e.allMems(), Exclusive: true, Affinity: h, Existing: true}, nil
+			next, mems, pinned, err := e.allocMemory(next, req, h)
+			if err != nil {
+				return st, Decision{}, err
+			}
+			return next, Decision{CPUs: cpus, Mems: mems, Exclusive: true, Affinity: h, Existing: true, MemPinned: pinned}, nil
 		}
 	}
 	// Step 3, after the strict uncore option's own check (see
@@ -560,7 +597,11 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 		if cpus.IsEmpty() {
 			return st, Decision{}, &NoSharedCPUsError{Pod: req.Pod, Container: req.Container}
 		}
-		return next, Decision{CPUs: cpus, Mems: e.allMems(), Affinity: h}, nil
+		next, mems, pinned, err := e.allocMemory(next, req, h)
+		if err != nil {
+			return st, Decision{}, err
+		}
+		return next, Decision{CPUs: cpus, Mems: mems, Affinity: h, MemPinned: pinned}, nil
 	}
 	// Step 4. Admission was step 3's alone, as in the kubelet: CPUs that
 	// leave the hint (align-by-socket's other NUMA nodes of the socket, or
@@ -571,7 +612,11 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 	}
 	next.Alloc = alloc
 	// Step 5, exclusive.
-	return next, Decision{CPUs: cpus, Mems: e.allMems(), Exclusive: true, Affinity: h}, nil
+	next, mems, pinned, err := e.allocMemory(next, req, h)
+	if err != nil {
+		return st, Decision{}, err
+	}
+	return next, Decision{CPUs: cpus, Mems: mems, Exclusive: true, Affinity: h, MemPinned: pinned}, nil
 }
 
 func copyAffinities(m map[string]hints.Hint) map[string]hints.Hint {
@@ -598,6 +643,9 @@ func (e *Engine) allMems() cpuset.CPUSet {
 // Remove releases a container's exclusive CPUs; idempotent. CPUs still used
 // by another container of the same pod stay out of the shared pool.
 func (e *Engine) Remove(st State, pod, container string) State {
+	if e.memStatic {
+		st.Memory = memorymanager.Remove(st.Memory, pod, container)
+	}
 	if e.static == nil {
 		return st
 	}
@@ -608,6 +656,9 @@ func (e *Engine) Remove(st State, pod, container string) State {
 
 // RemovePod releases every container of a pod and forgets its affinity.
 func (e *Engine) RemovePod(st State, pod string) State {
+	if e.memStatic {
+		st.Memory = memorymanager.RemovePod(st.Memory, pod)
+	}
 	if e.static != nil {
 		names := slices.Sorted(maps.Keys(st.Alloc.Assignments[pod]))
 		for _, c := range names {
@@ -764,6 +815,7 @@ func (e *Engine) SnapshotExceptAssignments(st State) Snapshot {
 			s.Baseline[p] = AssignmentTexts(ctrs)
 		}
 	}
+	s.Memory = e.MemorySnapshot(st)
 	return s
 }
 
@@ -832,6 +884,7 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 		}
 	}
 	st, notes = e.baselineFromSnapshot(st, s.Baseline, notes)
+	st, notes = e.memoryFromSnapshot(st, s.Memory, notes)
 	// "" is also an empty pool's text: nothing to compare then.
 	if pool := e.SharedPool(st).CPUSet(); s.Shared != "" {
 		if sh, err := topology.ParseList(s.Shared); err != nil || !sh.Equals(pool) {

@@ -515,7 +515,7 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown cpu policy", nil, policy.Config{CPUManagerPolicy: "dynamic"}, "cpu_manager_policy", []string{`"dynamic"`}},
 		{"unknown topology policy", nil, policy.Config{CPUManagerPolicy: "static", TopologyPolicy: "strict"}, "topology_manager_policy", []string{`"strict"`}},
 		{"unknown scope", nil, policy.Config{CPUManagerPolicy: "static", TopologyScope: "node"}, "topology_manager_scope", []string{`"node"`}},
-		{"memory manager static", nil, policy.Config{CPUManagerPolicy: "static", MemoryPolicy: "Static"}, "memory_manager_policy", []string{"Static", "not implemented yet", "use None"}},
+		{"memory manager static without the machine's memory", nil, policy.Config{CPUManagerPolicy: "static", MemoryPolicy: "Static"}, "memory_manager_policy", []string{"Static", "memory per NUMA node"}},
 		{"unknown memory policy", nil, policy.Config{CPUManagerPolicy: "static", MemoryPolicy: "none"}, "memory_manager_policy", []string{`"none"`, "None"}},
 		{"bad topology option value", nil, policy.Config{CPUManagerPolicy: "static", TopologyOptions: map[string]string{"prefer-closest-numa-nodes": "maybe"}}, "topology_manager_policy_options", []string{"prefer-closest-numa-nodes", "maybe"}},
 		{"unknown cpu option", nil, policy.Config{CPUManagerPolicy: "static", CPUOptions: map[string]string{"turbo": "true"}}, "cpu_manager_policy_options", []string{"turbo"}},

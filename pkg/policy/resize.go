@@ -103,7 +103,7 @@ func (e *Engine) Resize(st State, req Request) (State, ResizeDecision, error) {
 	switch {
 	case !has && !want:
 		cpus := e.SharedCPUs(st)
-		return st, ResizeDecision{Decision: Decision{CPUs: cpus, Mems: e.allMems(), Existing: true}, Kind: ResizeNone}, nil
+		return st, ResizeDecision{Decision: Decision{CPUs: cpus, Mems: e.MemsOf(st, req.Pod, req.Container), Existing: true}, Kind: ResizeNone}, nil
 	case !has:
 		return refuse(RuleSharedToExclusive, "the container runs on the shared pool and the resize asks for %d exclusive CPUs; "+
 			"exclusive CPUs are given at admission only, recreate the pod", req.CPURequestMilli/1000)
@@ -117,7 +117,7 @@ func (e *Engine) Resize(st State, req Request) (State, ResizeDecision, error) {
 	switch {
 	case n == cur.Size():
 		aff := e.heldAffinity(st, req.Pod, cur)
-		rd.Decision = Decision{CPUs: cur, Mems: e.allMems(), Exclusive: true, Affinity: hints.Hint{Affinity: aff, Preferred: true}, Existing: true}
+		rd.Decision = Decision{CPUs: cur, Mems: e.MemsOf(st, req.Pod, req.Container), Exclusive: true, Affinity: hints.Hint{Affinity: aff, Preferred: true}, Existing: true}
 		rd.Kind = ResizeNone
 		return st, rd, nil
 	case n < base.Size():
@@ -133,7 +133,7 @@ func (e *Engine) Resize(st State, req Request) (State, ResizeDecision, error) {
 		cpus := alloc.Assignments[req.Pod][req.Container]
 		next.Baseline = withBaseline(st.Baseline, req.Pod, req.Container, baselineEntry(base, cpus))
 		aff := e.heldAffinity(next, req.Pod, cpus)
-		rd.Decision = Decision{CPUs: cpus, Mems: e.allMems(), Exclusive: true, Affinity: hints.Hint{Affinity: aff, Preferred: true}}
+		rd.Decision = Decision{CPUs: cpus, Mems: e.MemsOf(st, req.Pod, req.Container), Exclusive: true, Affinity: hints.Hint{Affinity: aff, Preferred: true}}
 		rd.Kind, rd.Released = ResizeDown, released
 		return next, rd, nil
 	}
@@ -171,7 +171,7 @@ func (e *Engine) Resize(st State, req Request) (State, ResizeDecision, error) {
 	next.Alloc = alloc
 	cpus := cur.Union(added)
 	next.Baseline = withBaseline(st.Baseline, req.Pod, req.Container, baselineEntry(base, cpus))
-	rd.Decision = Decision{CPUs: cpus, Mems: e.allMems(), Exclusive: true, Affinity: h}
+	rd.Decision = Decision{CPUs: cpus, Mems: e.MemsOf(st, req.Pod, req.Container), Exclusive: true, Affinity: h}
 	rd.Kind, rd.Added = ResizeUp, added
 	return next, rd, nil
 }

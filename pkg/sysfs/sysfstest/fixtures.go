@@ -40,6 +40,8 @@ func fixtures() []named {
 		{"ht-2s-6c", Spec{
 			Description: "2 sockets x 6 cores, SMT2, siblings N and N+12, 1 NUMA node per socket",
 			Sockets:     2, CoresPerSocket: 6, ThreadsPerCore: 2, DistanceRemote: 21,
+			// 16 GiB per node, of it 1 GiB of 2 MiB pages and 1 GiB of 1 GiB pages.
+			Hugepages: map[int]int{2048: 512, 1048576: 1},
 		}},
 		// 80 CPUs. core k = {k, k+40}, k = 0..39; NUMA n (0..3) = cores
 		// 10n..10n+9 = CPUs 10n..10n+9 and 40+10n..40+10n+9; socket 0 = NUMA
@@ -49,6 +51,8 @@ func fixtures() []named {
 			Description: "2 sockets, 2 NUMA nodes per socket, 10 cores per NUMA node, SMT2, siblings N and N+40",
 			Sockets:     2, NUMAPerSocket: 2, CoresPerSocket: 20, ThreadsPerCore: 2,
 			DistanceSameSocket: 11, DistanceRemote: 21,
+			// 16 GiB per node, of it 512 MiB of 2 MiB pages.
+			Hugepages: map[int]int{2048: 256},
 		}},
 		// 128 CPUs. core k = {k, k+64}, k = 0..63. L3 g (0..15) = cores
 		// 4g..4g+3 = CPUs 4g..4g+3,64+4g..64+4g+3 (one CCX each). NPS=1:

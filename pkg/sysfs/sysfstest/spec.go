@@ -93,6 +93,10 @@ type Spec struct {
 	Offline []int
 	// Isolated is the content of devices/system/cpu/isolated ("2-3,6-7").
 	Isolated string
+	// Hugepages maps a page size in kB to the nr_hugepages of every node
+	// (node*/hugepages/hugepages-<kB>kB); nil writes no hugepages
+	// directory.
+	Hugepages map[int]int
 }
 
 // core is one physical core of a laid-out Spec.

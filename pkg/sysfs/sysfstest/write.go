@@ -179,6 +179,9 @@ func Files(s Spec) (map[string]string, error) {
 			w.file(path.Join(nd, "meminfo"), fmt.Sprintf(
 				"Node %d MemTotal:       %d kB\nNode %d MemFree:        %d kB\nNode %d MemUsed:        %d kB\n",
 				n, kb, n, kb/2, n, kb-kb/2))
+			for size, count := range s.Hugepages {
+				w.file(path.Join(nd, "hugepages", "hugepages-"+strconv.Itoa(size)+"kB", "nr_hugepages"), strconv.Itoa(count))
+			}
 		}
 		w.file(path.Join(nodeDir, "online"), cpuset.New(ids...).String())
 		w.file(path.Join(nodeDir, "possible"), cpuset.New(ids...).String())

@@ -51,9 +51,22 @@ topology_manager_policy = {{ .Values.config.topology_manager_policy | toString |
 topology_manager_scope = {{ .Values.config.topology_manager_scope | toString | toJson }}
 
 # Memory manager policy, as the kubelet's memoryManagerPolicy: "None"
-# leaves every container on every memory node (cpuset.mems); "Static" is
-# not implemented yet and refused.
+# leaves every container on every memory node (cpuset.mems); "Static"
+# accounts Guaranteed containers' memory and hugepages per NUMA node and
+# pins their cpuset.mems (docs/topology-manager.md).
 memory_manager_policy = {{ .Values.config.memory_manager_policy | toString | toJson }}
+
+# Memory reserved per NUMA node and resource, as the kubelet's
+# reservedMemory ("Static" needs some; sum it to the memory the kubelet
+# holds back: kube/system-reserved + eviction threshold).
+{{ if .Values.config.reserved_memory -}}
+reserved_memory = [
+{{- range $i, $r := .Values.config.reserved_memory }}{{ if $i }},{{ end }} { numa_node = {{ $r.numa_node | int }}, limits = {
+{{- range $j, $k := keys $r.limits | sortAlpha }}{{ if $j }},{{ end }} {{ $k | toJson }} = {{ index $r.limits $k | toString | toJson }}{{ end }} } }
+{{- end }} ]
+{{- else -}}
+# reserved_memory = [{ numa_node = 0, limits = { memory = "1Gi" } }]
+{{- end }}
 
 # No CFS quota for containers with exclusive CPUs, nor for their pods, as
 # the kubelet's feature gate DisableCPUQuotaWithExclusiveCPUs (on by
