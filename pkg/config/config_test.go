@@ -331,8 +331,9 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 23 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
-		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress {
+	if n != 26 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress ||
+		all.NodeResourceTopology != NRTOn || all.NodeName != "worker-1" {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
 	}
 }
