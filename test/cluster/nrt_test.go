@@ -101,10 +101,16 @@ var _ = Describe("NodeResourceTopology export read by the topology-aware schedul
 		Expect(os.MkdirAll(stateDir, 0o755)).To(Succeed())
 
 		// The fake machine: 2 sockets of one single-thread core, a NUMA
-		// node each: CPU 0 on node 0, CPU 1 on node 1, distance 21.
+		// node each: CPU 0 on node 0, CPU 1 on node 1, distance 21. The
+		// memory stays where the real machine has it, on node 0 only
+		// (memory_manager_policy None gives containers every memory
+		// node as cpuset.mems, which the kernel must accept).
 		sysRoot := filepath.Join(dir, "sys")
 		Expect(sysfstest.Write(sysRoot, sysfstest.Spec{Description: "this machine's 2 CPUs on 2 NUMA nodes",
 			Sockets: 2, CoresPerSocket: 1, ThreadsPerCore: 1, MemoryMiBPerNode: 4096})).To(Succeed())
+		nodeDir := filepath.Join(sysRoot, "devices/system/node")
+		Expect(os.WriteFile(filepath.Join(nodeDir, "node1/meminfo"), []byte("Node 1 MemTotal:       0 kB\nNode 1 MemFree:        0 kB\n"), 0o644)).To(Succeed())
+		Expect(os.WriteFile(filepath.Join(nodeDir, "has_memory"), []byte("0\n"), 0o644)).To(Succeed())
 		cpuOfZone = map[string]int{"node-0": 0, "node-1": 1}
 
 		// A kubeconfig of the plugin's service account.
@@ -242,8 +248,12 @@ profiles:
 				other := fmt.Sprintf("node-%d", 1-i)
 				g.Expect(z.Name).To(Equal(name))
 				g.Expect(z.Type).To(Equal("Node"))
-				g.Expect(z.Resources).To(ContainElement(nrt.Resource{Name: "cpu", Capacity: 1, Allocatable: 1, Available: 1}))
-				g.Expect(z.Resources).To(ContainElement(nrt.Resource{Name: "memory", Capacity: 4096 << 20, Allocatable: 4096 << 20, Available: 4096 << 20}))
+				cpu := nrt.Resource{Name: "cpu", Capacity: 1, Allocatable: 1, Available: 1}
+				if i == 0 {
+					g.Expect(z.Resources).To(ConsistOf(cpu, nrt.Resource{Name: "memory", Capacity: 4096 << 20, Allocatable: 4096 << 20, Available: 4096 << 20}))
+				} else {
+					g.Expect(z.Resources).To(ConsistOf(cpu), "node 1 has no memory")
+				}
 				g.Expect(z.Costs).To(ConsistOf(nrt.Cost{Name: name, Value: 10}, nrt.Cost{Name: other, Value: 21}))
 			}
 			g.Expect(o.Attributes).To(ContainElements(nrt.Attribute{Name: "topologyManagerPolicy", Value: "single-numa-node"},
