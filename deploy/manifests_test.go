@@ -243,8 +243,10 @@ func loadKustomization(t *testing.T) kustomization {
 }
 
 // notInKustomization are deploy/'s YAML files kubectl apply -k must not
-// apply: the PrometheusRule needs the Prometheus operator's CRD.
-var notInKustomization = map[string]bool{"kustomization.yaml": true, "prometheus-rules.yaml": true}
+// apply: the PrometheusRule needs the Prometheus operator's CRD; the
+// NodeResourceTopology CRD is the cluster's, shared with other exporters,
+// and kubectl delete -k must not delete it (and every object of it).
+var notInKustomization = map[string]bool{"kustomization.yaml": true, "prometheus-rules.yaml": true, "noderesourcetopology-crd.yaml": true}
 
 func TestKustomizationListsEveryManifest(t *testing.T) {
 	k := loadKustomization(t)
@@ -295,7 +297,7 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 func TestConfigChangeRollsOut(t *testing.T) {
 	base := loadManifests(t)
 	fs := filesys.MakeFsInMemory()
-	for _, f := range []string{"kustomization.yaml", "namespace.yaml", "noderesourcetopology-crd.yaml", "rbac.yaml", "daemonset.yaml", configFile} {
+	for _, f := range []string{"kustomization.yaml", "namespace.yaml", "rbac.yaml", "daemonset.yaml", configFile} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -976,14 +978,24 @@ func checkNRTAccess(t *testing.T, m manifests) {
 	}
 }
 
-// TestCRDShipped: deploy/ installs the NodeResourceTopology CRD, with the
+// shippedCRD is deploy/noderesourcetopology-crd.yaml, decoded.
+func shippedCRD(t *testing.T) crd {
+	t.Helper()
+	data, err := os.ReadFile("noderesourcetopology-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := decodeStrict(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *obj.(*crd)
+}
+
+// TestCRDShipped: deploy/ ships the NodeResourceTopology CRD, with the
 // version the plugin writes served and stored, and its licence beside it.
 func TestCRDShipped(t *testing.T) {
-	m := loadManifests(t)
-	if len(m.crds) != 1 {
-		t.Fatalf("deploy/ renders %d CRDs, want the NodeResourceTopology one", len(m.crds))
-	}
-	c := *m.crds[0]
+	c := shippedCRD(t)
 	meta, _ := c["metadata"].(map[string]any)
 	spec, _ := c["spec"].(map[string]any)
 	if meta["name"] != "noderesourcetopologies.topology.node.k8s.io" || spec["group"] != "topology.node.k8s.io" || spec["scope"] != "Cluster" {
@@ -1002,5 +1014,8 @@ func TestCRDShipped(t *testing.T) {
 	lic, err := os.ReadFile("noderesourcetopology-crd.LICENSE")
 	if err != nil || !strings.Contains(string(lic), "Apache License") {
 		t.Errorf("the CRD's licence: %v", err)
+	}
+	if m := loadManifests(t); len(m.crds) != 0 {
+		t.Error("kubectl apply -k deploy/ applies the CRD: kubectl delete -k would delete every NodeResourceTopology of the cluster")
 	}
 }
