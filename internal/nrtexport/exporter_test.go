@@ -237,3 +237,47 @@ func metric(t *testing.T, e *Exporter, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// A state the object cannot be built from is counted and not written; the
+// next change builds again.
+func TestBuildErrorWaitsForNextChange(t *testing.T) {
+	api := &fakeAPI{applied: make(chan nrt.Object)}
+	fail := true
+	var mu sync.Mutex
+	waits := make(chan time.Duration)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	e := New(api, func() (nrt.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			return nrt.Object{}, errors.New("no valid policy configuration yet")
+		}
+		return nrt.Object{Metadata: nrt.Metadata{Name: "n"}, Zones: []nrt.Zone{{Name: "node-0"}}}, nil
+	}, log)
+	e.after = func(d time.Duration) <-chan time.Time {
+		select {
+		case waits <- d:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if d := <-waits; d != DefaultResync { // built, failed, idle: no write, no retry
+		t.Fatalf("loop waits %v, want the idle resync", d)
+	}
+	if v := metric(t, e, "nri_cpualign_nrt_update_failures_total"); v != 1 {
+		t.Errorf("failures %v, want 1", v)
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	e.Kick()
+	if z := (<-api.applied).Zones[0].Name; z != "node-0" {
+		t.Errorf("wrote zone %s", z)
+	}
+}
