@@ -104,7 +104,8 @@ func withoutHelmLabels(t *testing.T, kind string, labels map[string]string) map[
 // ConfigMap after its content's hash, the chart keeps the name and puts
 // the hash in an annotation.
 func TestChartRendersDeployManifests(t *testing.T) {
-	k, c := loadManifests(t), loadChart(t)
+	// --include-crds: helm install installs crds/ itself.
+	k, c := loadManifests(t), loadChart(t, "--include-crds")
 
 	cmName := k.configMaps[0].Name
 	if !strings.HasPrefix(cmName, "nri-cpualign-") {
@@ -120,6 +121,13 @@ func TestChartRendersDeployManifests(t *testing.T) {
 	c.namespaces[0].Labels = withoutHelmLabels(t, "Namespace", c.namespaces[0].Labels)
 	c.configMaps[0].Labels = withoutHelmLabels(t, "ConfigMap", c.configMaps[0].Labels)
 	c.daemonSets[0].Labels = withoutHelmLabels(t, "DaemonSet", c.daemonSets[0].Labels)
+	if len(c.serviceAccounts) != 1 || len(c.clusterRoles) != 1 || len(c.clusterRoleBindings) != 1 || len(c.crds) != 1 {
+		t.Fatalf("the chart renders %d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings, %d CRDs; want one each",
+			len(c.serviceAccounts), len(c.clusterRoles), len(c.clusterRoleBindings), len(c.crds))
+	}
+	c.serviceAccounts[0].Labels = withoutHelmLabels(t, "ServiceAccount", c.serviceAccounts[0].Labels)
+	c.clusterRoles[0].Labels = withoutHelmLabels(t, "ClusterRole", c.clusterRoles[0].Labels)
+	c.clusterRoleBindings[0].Labels = withoutHelmLabels(t, "ClusterRoleBinding", c.clusterRoleBindings[0].Labels)
 	ann := c.daemonSets[0].Spec.Template.Annotations
 	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(ann[checksumAnnotation]) {
 		t.Errorf("chart's pod template annotation %s = %q, want a sha256", checksumAnnotation, ann[checksumAnnotation])
@@ -133,6 +141,10 @@ func TestChartRendersDeployManifests(t *testing.T) {
 		{"Namespace", k.namespaces[0], c.namespaces[0]},
 		{"ConfigMap", k.configMaps[0], c.configMaps[0]},
 		{"DaemonSet", k.daemonSets[0], c.daemonSets[0]},
+		{"ServiceAccount", k.serviceAccounts[0], c.serviceAccounts[0]},
+		{"ClusterRole", k.clusterRoles[0], c.clusterRoles[0]},
+		{"ClusterRoleBinding", k.clusterRoleBindings[0], c.clusterRoleBindings[0]},
+		{"CustomResourceDefinition", shippedCRD(t), *c.crds[0]},
 	} {
 		if !reflect.DeepEqual(pair.k, pair.c) {
 			t.Errorf("the chart's %s differs from deploy/'s:\n%s", pair.kind, firstDifference(t, pair.k, pair.c))
@@ -387,5 +399,21 @@ func TestChartPrometheusRule(t *testing.T) {
 	}
 	if got.Metadata.Namespace != want.Metadata.Namespace || !reflect.DeepEqual(got.Spec, want.Spec) {
 		t.Errorf("the chart's PrometheusRule differs from deploy/prometheus-rules.yaml:\n%s", firstDifference(t, want.Spec, got.Spec))
+	}
+}
+
+// TestChartNodeResourceTopology: config.node_resource_topology=on reaches
+// the plugin's configuration and mounts the service account token the
+// export needs; off (the default) mounts none.
+func TestChartNodeResourceTopology(t *testing.T) {
+	m := loadChart(t, "--set", "config.node_resource_topology=on", "--set", "config.node_name=w1")
+	if cfg := chartConfig(t, m); cfg.NodeResourceTopology != config.NRTOn || cfg.NodeName != "w1" || cfg.Kubeconfig != "" {
+		t.Errorf("config node_resource_topology %q node_name %q kubeconfig %q", cfg.NodeResourceTopology, cfg.NodeName, cfg.Kubeconfig)
+	}
+	if a := m.daemonSets[0].Spec.Template.Spec.AutomountServiceAccountToken; a == nil || !*a {
+		t.Error("node_resource_topology=on without the service account token")
+	}
+	if a := loadChart(t).daemonSets[0].Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("the default values mount the service account token")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -46,7 +47,16 @@ type manifests struct {
 	configMaps []*corev1.ConfigMap
 	daemonSets []*appsv1.DaemonSet
 	rules      []*prometheusRule
+	// The NodeResourceTopology export's objects.
+	serviceAccounts     []*corev1.ServiceAccount
+	clusterRoles        []*rbacv1.ClusterRole
+	clusterRoleBindings []*rbacv1.ClusterRoleBinding
+	crds                []*crd
 }
+
+// crd is a CustomResourceDefinition, decoded loosely (its schema is the
+// upstream project's).
+type crd map[string]any
 
 // splitDocuments splits a multi-document YAML stream at "---" lines.
 func splitDocuments(data []byte) [][]byte {
@@ -86,6 +96,15 @@ func decodeStrict(doc []byte) (any, error) {
 		obj = &appsv1.DaemonSet{}
 	case "monitoring.coreos.com/v1 PrometheusRule":
 		obj = &prometheusRule{}
+	case "v1 ServiceAccount":
+		obj = &corev1.ServiceAccount{}
+	case "rbac.authorization.k8s.io/v1 ClusterRole":
+		obj = &rbacv1.ClusterRole{}
+	case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
+		obj = &rbacv1.ClusterRoleBinding{}
+	case "apiextensions.k8s.io/v1 CustomResourceDefinition":
+		c := crd{}
+		return &c, yaml.Unmarshal(doc, &c)
 	default:
 		return nil, &unknownKindError{tm.APIVersion, tm.Kind}
 	}
@@ -143,6 +162,14 @@ func decodeManifests(t *testing.T, what string, data []byte) manifests {
 			m.daemonSets = append(m.daemonSets, o)
 		case *prometheusRule:
 			m.rules = append(m.rules, o)
+		case *corev1.ServiceAccount:
+			m.serviceAccounts = append(m.serviceAccounts, o)
+		case *rbacv1.ClusterRole:
+			m.clusterRoles = append(m.clusterRoles, o)
+		case *rbacv1.ClusterRoleBinding:
+			m.clusterRoleBindings = append(m.clusterRoleBindings, o)
+		case *crd:
+			m.crds = append(m.crds, o)
 		}
 	}
 	if len(m.namespaces) != 1 || len(m.configMaps) != 1 || len(m.daemonSets) != 1 {
@@ -216,8 +243,10 @@ func loadKustomization(t *testing.T) kustomization {
 }
 
 // notInKustomization are deploy/'s YAML files kubectl apply -k must not
-// apply: the PrometheusRule needs the Prometheus operator's CRD.
-var notInKustomization = map[string]bool{"kustomization.yaml": true, "prometheus-rules.yaml": true}
+// apply: the PrometheusRule needs the Prometheus operator's CRD; the
+// NodeResourceTopology CRD is the cluster's, shared with other exporters,
+// and kubectl delete -k must not delete it (and every object of it).
+var notInKustomization = map[string]bool{"kustomization.yaml": true, "prometheus-rules.yaml": true, "noderesourcetopology-crd.yaml": true}
 
 func TestKustomizationListsEveryManifest(t *testing.T) {
 	k := loadKustomization(t)
@@ -268,7 +297,7 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 func TestConfigChangeRollsOut(t *testing.T) {
 	base := loadManifests(t)
 	fs := filesys.MakeFsInMemory()
-	for _, f := range []string{"kustomization.yaml", "namespace.yaml", "daemonset.yaml", configFile} {
+	for _, f := range []string{"kustomization.yaml", "namespace.yaml", "rbac.yaml", "daemonset.yaml", configFile} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -349,8 +378,9 @@ func checkDaemonSet(t *testing.T, m manifests) {
 		t.Error("hostNetwork is off: the plugin must start before (and without) the CNI plugin")
 	}
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Error("automountServiceAccountToken should be false: the plugin never talks to the API server")
+		t.Error("automountServiceAccountToken should be false: with node_resource_topology off (the default) the plugin never talks to the API server")
 	}
+	checkNRTAccess(t, m)
 	if len(spec.NodeSelector) == 0 || spec.NodeSelector["kubernetes.io/os"] != "linux" {
 		t.Errorf("nodeSelector %v, want kubernetes.io/os=linux plus the opt-in label", spec.NodeSelector)
 	}
@@ -911,5 +941,81 @@ func TestExampleConfig(t *testing.T) {
 		if !documented[k] {
 			t.Errorf("nri-cpualign.toml neither sets nor shows key %q", k)
 		}
+	}
+}
+
+// checkNRTAccess: the DaemonSet runs as the service account that may write
+// NodeResourceTopology objects and nothing else, and gets NODE_NAME from
+// the downward API; the CRD is shipped.
+func checkNRTAccess(t *testing.T, m manifests) {
+	t.Helper()
+	ds, ns := m.daemonSets[0], m.namespaces[0]
+	if len(m.serviceAccounts) != 1 || len(m.clusterRoles) != 1 || len(m.clusterRoleBindings) != 1 {
+		t.Fatalf("%d ServiceAccounts, %d ClusterRoles, %d ClusterRoleBindings; want one each",
+			len(m.serviceAccounts), len(m.clusterRoles), len(m.clusterRoleBindings))
+	}
+	sa, role, binding := m.serviceAccounts[0], m.clusterRoles[0], m.clusterRoleBindings[0]
+	if ds.Spec.Template.Spec.ServiceAccountName != sa.Name || sa.Namespace != ns.Name {
+		t.Errorf("DaemonSet runs as %q, ServiceAccount is %s/%s", ds.Spec.Template.Spec.ServiceAccountName, sa.Namespace, sa.Name)
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"topology.node.k8s.io"}, Resources: []string{"noderesourcetopologies"},
+		Verbs: []string{"get", "create", "update", "patch"}}}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("ClusterRole rules %+v, want only %+v", role.Rules, want)
+	}
+	if binding.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name}) ||
+		!reflect.DeepEqual(binding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: sa.Namespace}}) {
+		t.Errorf("ClusterRoleBinding %+v does not bind %s to %s/%s", binding, role.Name, sa.Namespace, sa.Name)
+	}
+	var env *corev1.EnvVar
+	for i, e := range container(t, ds).Env {
+		if e.Name == "NODE_NAME" {
+			env = &container(t, ds).Env[i]
+		}
+	}
+	if env == nil || env.ValueFrom == nil || env.ValueFrom.FieldRef == nil || env.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME %+v, want it from the downward API's spec.nodeName", env)
+	}
+}
+
+// shippedCRD is deploy/noderesourcetopology-crd.yaml, decoded.
+func shippedCRD(t *testing.T) crd {
+	t.Helper()
+	data, err := os.ReadFile("noderesourcetopology-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := decodeStrict(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *obj.(*crd)
+}
+
+// TestCRDShipped: deploy/ ships the NodeResourceTopology CRD, with the
+// version the plugin writes served and stored, and its licence beside it.
+func TestCRDShipped(t *testing.T) {
+	c := shippedCRD(t)
+	meta, _ := c["metadata"].(map[string]any)
+	spec, _ := c["spec"].(map[string]any)
+	if meta["name"] != "noderesourcetopologies.topology.node.k8s.io" || spec["group"] != "topology.node.k8s.io" || spec["scope"] != "Cluster" {
+		t.Fatalf("CRD %v group %v scope %v", meta["name"], spec["group"], spec["scope"])
+	}
+	stored := false
+	for _, v := range spec["versions"].([]any) {
+		v := v.(map[string]any)
+		if v["name"] == "v1alpha2" && v["served"] == true && v["storage"] == true {
+			stored = true
+		}
+	}
+	if !stored {
+		t.Error("the CRD does not serve and store v1alpha2, the version the plugin writes")
+	}
+	lic, err := os.ReadFile("noderesourcetopology-crd.LICENSE")
+	if err != nil || !strings.Contains(string(lic), "Apache License") {
+		t.Errorf("the CRD's licence: %v", err)
+	}
+	if m := loadManifests(t); len(m.crds) != 0 {
+		t.Error("kubectl apply -k deploy/ applies the CRD: kubectl delete -k would delete every NodeResourceTopology of the cluster")
 	}
 }

@@ -27,9 +27,30 @@ check_prereqs
 # (E2E_CLUSTER_INSTALL=helm|kustomize: one way on both).
 E2E_HELM=$(bash "$(dirname "$0")/setup-helm.sh") || die "helm setup failed (scripts/setup-helm.sh)"
 export E2E_HELM
-# openssl makes the cluster's certificates.
+# openssl makes the cluster's certificates; xz unpacks the topology-aware
+# scheduler.
 want_cmd openssl openssl
+want_cmd xz xz-utils
 install_wanted
+# The topology-aware scheduler of the NodeResourceTopology specs: like
+# CRI-O it cannot be built from the Go module proxy, so it comes from the
+# shared directory beside the repository (SHARED_NRT, by default
+# ../shared/nrt, whose README says what it is), unpacked into bin/ once.
+# Without it those specs say why and skip.
+SHARED_NRT=${SHARED_NRT:-$(dirname "$REPO_ROOT")/shared/nrt}
+E2E_NRT_SCHEDULER=
+NRT_MISSING=
+if [ -f "$SHARED_NRT/kube-scheduler-nrt.xz" ]; then
+	E2E_NRT_SCHEDULER=$REPO_ROOT/bin/kube-scheduler-nrt
+	if [ ! -x "$E2E_NRT_SCHEDULER" ] || [ "$SHARED_NRT/kube-scheduler-nrt.xz" -nt "$E2E_NRT_SCHEDULER" ]; then
+		mkdir -p "$REPO_ROOT/bin"
+		xz -dc "$SHARED_NRT/kube-scheduler-nrt.xz" >"$E2E_NRT_SCHEDULER.tmp" && chmod +x "$E2E_NRT_SCHEDULER.tmp" &&
+			mv "$E2E_NRT_SCHEDULER.tmp" "$E2E_NRT_SCHEDULER" || die "cannot unpack $SHARED_NRT/kube-scheduler-nrt.xz"
+	fi
+else
+	NRT_MISSING="NodeResourceTopology specs: skipped, no $SHARED_NRT/kube-scheduler-nrt.xz (set SHARED_NRT)"
+fi
+export E2E_NRT_SCHEDULER NRT_MISSING
 pick_runtimes E2E_CLUSTER_RUNTIMES
 
 take_machine
@@ -60,6 +81,7 @@ cleanup() {
 	fi
 	for line in "${summary[@]}"; do log "$line"; done
 	[ -z "$CRIO_SKIPPED" ] || log "$CRIO_SKIPPED"
+	[ -z "$NRT_MISSING" ] || log "$NRT_MISSING"
 	log "teardown took $((SECONDS - t))s; e2e-cluster finished in $((SECONDS - T0))s, status $status"
 }
 trap cleanup EXIT

@@ -41,6 +41,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -122,6 +123,10 @@ type Daemon struct {
 	runWG       *sync.WaitGroup
 	unlockState func() error
 	workerOn    bool
+
+	// nrt publishes the NodeResourceTopology (nil when off); started with
+	// the worker.
+	nrt *nrtexport.Exporter
 }
 
 // applierRef boxes an applier for atomic.Pointer.
@@ -190,6 +195,13 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d.app.Store(&applierRef{app})
+	if d.nrt, err = newNRTExporter(cfg, l); err != nil {
+		return nil, err
+	}
+	if d.nrt != nil {
+		d.obs.reg.MustRegister(d.nrt.Collectors()...)
+		l.changed = d.nrt.Kick
+	}
 	warnZeroReservation(l, d.log)
 	return d, nil
 }
@@ -314,6 +326,13 @@ func (d *Daemon) startLocked() error {
 			defer wg.Done()
 			app.run(ctx)
 		}()
+		if exp := d.nrt; exp != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				exp.Run(ctx)
+			}()
+		}
 	}
 	addr := l.cfg.MetricsAddress
 	if addr == "" {

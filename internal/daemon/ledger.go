@@ -66,6 +66,9 @@ type ledger struct {
 	obs   *metrics
 	log   *logrus.Logger
 	now   func() time.Time // stamps ctrRecord.Since
+	// changed, when set, is told of every commit; it must not block
+	// (the NodeResourceTopology exporter's Kick).
+	changed func()
 }
 
 func newLedger(cfg config.Config, topo *topology.Topology, engine *policy.Engine, pendingErr error) *ledger {
@@ -117,6 +120,9 @@ func (l *ledger) commit(st policy.State, c indexChange) (poolChanged bool, err e
 		c.edit.applyTo(l.ctrs)
 	}
 	l.gen++
+	if l.changed != nil {
+		l.changed()
+	}
 	l.obs.updateGauges(l.engine, l.st, len(l.ctrs))
 	l.checkPool()
 	return !prev.Equals(l.engine.SharedMask(l.st)), nil

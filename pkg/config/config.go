@@ -54,6 +54,17 @@ const (
 	KeyContainerStartTimeout = "container_start_timeout"
 	KeyLogLevel              = "log_level"
 	KeyLogFormat             = "log_format"
+	// NodeResourceTopology export (docs/node-resource-topology.md).
+	KeyNodeResourceTopology = "node_resource_topology"
+	KeyKubeconfig           = "kubeconfig"
+	KeyNodeName             = "node_name"
+)
+
+// Values of node_resource_topology.
+const (
+	NRTOff   = "off"
+	NRTOn    = "on"
+	nrtModes = NRTOff + "," + NRTOn
 )
 
 // Default values of the daemon-level keys.
@@ -136,6 +147,15 @@ type Config struct {
 	// Ignored are the keys of the document that are no longer used,
 	// each with why; the daemon warns about them.
 	Ignored []IgnoredKey `toml:"-"`
+	// NodeResourceTopology is NRTOff or NRTOn: publish the node's
+	// NodeResourceTopology object for topology-aware schedulers.
+	NodeResourceTopology string `toml:"node_resource_topology"`
+	// Kubeconfig is the API server's kubeconfig file; "" is the pod's
+	// service account (in-cluster).
+	Kubeconfig string `toml:"kubeconfig"`
+	// NodeName names the object; "" takes the NODE_NAME environment
+	// variable (NodeNameOrEnv).
+	NodeName string `toml:"node_name"`
 
 	// source and lines remember where the configuration came from so that
 	// errors found later (e.g. by policy.New) can name the line.
@@ -183,6 +203,7 @@ func Default() Config {
 		SharedPoolUpdates:            SharedUpdatesDirect,
 		LogLevel:                     "info",
 		LogFormat:                    "text",
+		NodeResourceTopology:         NRTOff,
 	}
 }
 
@@ -241,6 +262,9 @@ type raw struct {
 	LogLevel                     *string             `toml:"log_level"`
 	LogFormat                    *string             `toml:"log_format"`
 	ReservedMemory               []rawReservedMemory `toml:"reserved_memory"`
+	NodeResourceTopology         *string             `toml:"node_resource_topology"`
+	Kubeconfig                   *string             `toml:"kubeconfig"`
+	NodeName                     *string             `toml:"node_name"`
 }
 
 // Load parses a TOML document over Default and validates it. Every problem
@@ -288,6 +312,9 @@ func load(data []byte, file string) (Config, error) {
 	setStr(&c.LogFormat, r.LogFormat)
 	setStr(&c.SharedPoolUpdates, r.SharedPoolUpdates)
 	setStr(&c.MemoryManagerPolicy, r.MemoryManagerPolicy)
+	setStr(&c.NodeResourceTopology, r.NodeResourceTopology)
+	setStr(&c.Kubeconfig, r.Kubeconfig)
+	setStr(&c.NodeName, r.NodeName)
 	if r.DisableCPUQuota != nil {
 		c.DisableCPUQuota = *r.DisableCPUQuota
 	}
@@ -405,6 +432,7 @@ func (c Config) problems() []*Error {
 	c.reservedMemoryProblems(bad)
 	oneOf(KeyLogLevel, c.LogLevel, logLevels)
 	oneOf(KeyLogFormat, c.LogFormat, logFormats)
+	oneOf(KeyNodeResourceTopology, c.NodeResourceTopology, nrtModes)
 	if c.SharedPoolUpdates == removedAfterAnswer {
 		bad(KeySharedPoolUpdates, c.SharedPoolUpdates, "%q is no longer supported: use %q (the default: the plugin writes the shared pool into the cgroups "+
 			"and the new container's start waits only for those writes), or %q where the plugin may not write cgroups",
@@ -673,4 +701,13 @@ type IgnoredKey struct {
 	Key  string
 	Line int // 0 when unknown
 	Why  string
+}
+
+// NodeNameOrEnv is node_name, or else the NODE_NAME environment variable
+// (the DaemonSet sets it from the downward API).
+func (c Config) NodeNameOrEnv() string {
+	if c.NodeName != "" {
+		return c.NodeName
+	}
+	return os.Getenv("NODE_NAME")
 }

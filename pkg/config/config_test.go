@@ -62,6 +62,7 @@ max-allowable-numa-nodes = 16
 		LogFormat:                    "json",
 		MemoryManagerPolicy:          "None",
 		DisableCPUQuota:              false,
+		NodeResourceTopology:         NRTOff,
 	}
 	got := c
 	got.source, got.lines = "", nil
@@ -176,6 +177,8 @@ func TestLoadErrors(t *testing.T) {
 		{"bad cpu policy", "\ncpu_manager_policy = \"dynamic\"\n", "cpu_manager_policy", 2, "dynamic", "none, static"},
 		{"bad topology policy", "topology_manager_policy = \"strict\"\n", "topology_manager_policy", 1, "strict", "single-numa-node"},
 		{"bad scope", "topology_manager_scope = \"node\"\n", "topology_manager_scope", 1, "node", "container, pod"},
+		{"bad node_resource_topology", "\nnode_resource_topology = \"true\"\n", "node_resource_topology", 2, "true", "want one of off, on"},
+		{"node_name not a string", "node_name = 3\n", "node_name", 1, "", "wrong type"},
 		{"bad reserved list", "reserved_system_cpus = \"0-\"\n", "reserved_system_cpus", 1, "0-", "CPU list"},
 		{"negative reserved count", "reserved_cpu_count = -1\n", "reserved_cpu_count", 1, "-1", ">= 0"},
 		{"bad period", "reconcile_period = \"10 seconds\"\n", "reconcile_period", 1, "10 seconds", "duration"},
@@ -328,9 +331,10 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 24 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 27 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress ||
-		len(all.Reservations()) != 1 || all.Reservations()[0].Limits["hugepages-2Mi"] != 64<<20 {
+		len(all.Reservations()) != 1 || all.Reservations()[0].Limits["hugepages-2Mi"] != 64<<20 ||
+		all.NodeResourceTopology != NRTOn || all.NodeName != "worker-1" {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
 	}
 }
@@ -369,5 +373,25 @@ func TestDisableCPUQuotaKey(t *testing.T) {
 	want := `key "disable_cpu_quota_with_exclusive_cpus": wrong type: got a TOML string, want a boolean`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("Load(string) = %v, want an error containing %q", err, want)
+	}
+}
+
+// The NodeResourceTopology keys: off by default; the node name from the
+// file wins over NODE_NAME.
+func TestNodeResourceTopologyKeys(t *testing.T) {
+	t.Setenv("NODE_NAME", "from-env")
+	c, err := Load([]byte("node_resource_topology = \"on\"\nkubeconfig = \"/etc/kubernetes/kubelet.conf\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeResourceTopology != NRTOn || c.Kubeconfig != "/etc/kubernetes/kubelet.conf" || c.NodeNameOrEnv() != "from-env" {
+		t.Errorf("got %q %q %q", c.NodeResourceTopology, c.Kubeconfig, c.NodeNameOrEnv())
+	}
+	c, err = Load([]byte("node_name = \"worker-3\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeResourceTopology != NRTOff || c.NodeNameOrEnv() != "worker-3" {
+		t.Errorf("got %q %q, want off, worker-3", c.NodeResourceTopology, c.NodeNameOrEnv())
 	}
 }

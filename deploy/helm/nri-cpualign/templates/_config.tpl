@@ -111,6 +111,17 @@ shared_pool_updates = {{ .Values.config.shared_pool_updates | toString | toJson 
 log_level = {{ .Values.config.log_level | toString | toJson }}
 log_format = {{ .Values.config.log_format | toString | toJson }}
 
+# NodeResourceTopology export for a topology-aware scheduler
+# (docs/node-resource-topology.md): "on" publishes this node's free CPUs
+# per NUMA node in the object named after the node. It needs the CRD and
+# RBAC of deploy/ and the pod's service account token
+# (automountServiceAccountToken: true; the chart sets it with "on").
+node_resource_topology = {{ .Values.config.node_resource_topology | toString | toJson }}
+# The API server's kubeconfig file; "" is the pod's service account.
+kubeconfig = {{ .Values.config.kubeconfig | toString | toJson }}
+# The object's name; "" takes NODE_NAME (the DaemonSet's spec.nodeName).
+node_name = {{ .Values.config.node_name | toString | toJson }}
+
 # Static policy options, as the kubelet's cpuManagerPolicyOptions. All off
 # by default; uncomment to turn one on.
 [cpu_manager_policy_options]

@@ -1,0 +1,59 @@
+package daemon
+
+import (
+	"errors"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/nrt"
+)
+
+// newNRTExporter returns the NodeResourceTopology exporter when cfg turns
+// it on (nil otherwise): a read-only user of the ledger's view, kicked by
+// every commit. A missing node name or an unusable kubeconfig is a
+// configuration error.
+func newNRTExporter(cfg config.Config, l *ledger) (*nrtexport.Exporter, error) {
+	if cfg.NodeResourceTopology != config.NRTOn {
+		return nil, nil
+	}
+	node := cfg.NodeNameOrEnv()
+	if node == "" {
+		return nil, cfg.KeyError(config.KeyNodeName, "",
+			`node_resource_topology = "on" needs the node's name: set node_name, or NODE_NAME in the environment (the DaemonSet sets it from spec.nodeName)`)
+	}
+	var client *nrtexport.Client
+	var err error
+	if cfg.Kubeconfig != "" {
+		client, err = nrtexport.FromKubeconfig(cfg.Kubeconfig)
+	} else {
+		client, err = nrtexport.InCluster()
+	}
+	if err != nil {
+		return nil, cfg.KeyError(config.KeyKubeconfig, cfg.Kubeconfig, err.Error())
+	}
+	return nrtexport.New(client, func() (nrt.Object, error) { return nrtObject(l.view(), node) },
+		l.log.WithField("component", "node-resource-topology")), nil
+}
+
+// nrtObject is the node's NodeResourceTopology for a ledger view.
+func nrtObject(v ledgerView, node string) (nrt.Object, error) {
+	if v.engine == nil {
+		return nrt.Object{}, errors.New("no valid policy configuration yet")
+	}
+	maxNodes := 0
+	if _, ok := v.cfg.TopologyManagerPolicyOptions[hints.OptMaxAllowableNUMANodes]; ok {
+		if o, err := hints.ParseOptions(v.cfg.TopologyManagerPolicyOptions); err == nil {
+			maxNodes = o.MaxAllowableNUMANodes
+		}
+	}
+	return nrt.Build(nrt.Input{
+		Node:                  node,
+		Topology:              v.topo,
+		Reserved:              v.engine.Reserved(),
+		Exclusive:             nrt.ExclusiveCPUs(v.st.Alloc.Assignments),
+		TopologyManagerPolicy: v.cfg.TopologyManagerPolicy,
+		TopologyManagerScope:  v.cfg.TopologyManagerScope,
+		MaxNUMANodes:          maxNodes,
+	})
+}
