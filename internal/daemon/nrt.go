@@ -55,5 +55,22 @@ func nrtObject(v ledgerView, node string) (nrt.Object, error) {
 		TopologyManagerPolicy: v.cfg.TopologyManagerPolicy,
 		TopologyManagerScope:  v.cfg.TopologyManagerScope,
 		MaxNUMANodes:          maxNodes,
+		Memory:                nrtMemory(memoryView(v.engine, v.st)),
 	})
+}
+
+// nrtMemory turns the memory manager's tables into the zones' memory and
+// hugepage rows: capacity the node's total, allocatable what Guaranteed
+// containers may take, available what they have left. Nil (each zone then
+// reports its MemTotal) under memory_manager_policy None.
+func nrtMemory(rows []MemoryView) map[int][]nrt.Resource {
+	if rows == nil {
+		return nil
+	}
+	m := make(map[int][]nrt.Resource)
+	for _, r := range rows {
+		m[r.NUMANode] = append(m[r.NUMANode], nrt.Resource{Name: r.Resource,
+			Capacity: int64(r.Total), Allocatable: int64(r.Allocatable), Available: int64(r.Free)})
+	}
+	return m
 }

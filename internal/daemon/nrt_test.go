@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,42 @@ func TestNodeResourceTopologyConfigErrors(t *testing.T) {
 	cfg := testConfig(t, rt, t.TempDir(), "reserved_cpu_count = 1\n")
 	if cfg.NodeResourceTopology != config.NRTOff {
 		t.Errorf("default node_resource_topology %q", cfg.NodeResourceTopology)
+	}
+}
+
+// Under memory_manager_policy Static the zones carry the memory manager's
+// rows. memoryConfig's node 0 has 16 GiB, a 1 GiB pool of 2 MiB pages, one
+// 1 GiB page and 1 GiB reserved: 13 GiB of memory allocatable. A pod of
+// 2 CPUs, 4 GiB and 512 MiB of 2 MiB pages on node 0 leaves 9 GiB of memory
+// and 512 MiB of 2 MiB pages available there, and node 0's CPUs at 8 (12
+// less 0,12 reserved, less 1,13).
+func TestNodeResourceTopologyMemoryManager(t *testing.T) {
+	rt := startRuntime(t)
+	kc, objs := fakeAPIServer(t)
+	// The export's keys go first: those after [[reserved_memory]] would be its.
+	cfg := testConfig(t, rt, t.TempDir(), fmt.Sprintf("node_resource_topology = \"on\"\nkubeconfig = %q\nnode_name = \"w1\"\n", kc)+
+		memoryConfig(t, "single-numa-node"))
+	startDaemon(t, rt, cfg, loadFixture(t, "ht-2s-6c"))
+	waitObject(t, objs, 10)
+
+	a := rt.addPod(podSpec{uid: "a", name: "a", qos: "guaranteed"})
+	if _, err := rt.createMem(a, "app", 2000, 4*gib, 512*mib); err != nil {
+		t.Fatal(err)
+	}
+	o := waitObject(t, objs, 8)
+	want := map[string]nrt.Resource{
+		"memory":        {Name: "memory", Capacity: 16 * gib, Allocatable: 13 * gib, Available: 9 * gib},
+		"hugepages-2Mi": {Name: "hugepages-2Mi", Capacity: gib, Allocatable: gib, Available: 512 * mib},
+		"hugepages-1Gi": {Name: "hugepages-1Gi", Capacity: gib, Allocatable: gib, Available: gib},
+	}
+	got := map[string]nrt.Resource{}
+	for _, r := range o.Zones[0].Resources[1:] {
+		got[r.Name] = r
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("node-0 memory rows %+v\nwant %+v", got, want)
+	}
+	if n := len(o.Zones[1].Resources); n != 4 {
+		t.Errorf("node-1 has %d resources %+v, want cpu, memory and two hugepage sizes", n, o.Zones[1].Resources)
 	}
 }

@@ -20,7 +20,7 @@ func keys() []string {
 		KeyCPUManagerPolicy, KeyCPUManagerPolicyOptions, KeyReservedSystemCPUs, KeyReservedCPUCount,
 		KeyTopologyManagerPolicy, KeyTopologyManagerScope, KeyTopologyManagerPolicyOptions,
 		KeyMemoryManagerPolicy, KeyDisableCPUQuota, KeyStateDir, KeySysfsRoot, KeyCgroupRoot, KeySocketPath, KeyMetricsAddress, KeyReconcilePeriod,
-		KeySharedPoolUpdates, KeyLogLevel, KeyLogFormat,
+		KeySharedPoolUpdates, KeyLogLevel, KeyLogFormat, KeyReservedMemory, KeyNodeResourceTopology, KeyKubeconfig, KeyNodeName,
 	}
 }
 

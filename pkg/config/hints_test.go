@@ -13,7 +13,7 @@ func TestKubeletNamesAndTypos(t *testing.T) {
 		"topology_manager_policy, topology_manager_scope, topology_manager_policy_options, memory_manager_policy, " +
 		"disable_cpu_quota_with_exclusive_cpus, state_dir, sysfs_root, " +
 		"cgroup_root, socket_path, metrics_address, reconcile_period, shared_pool_updates, " +
-		"log_level, log_format"
+		"log_level, log_format, reserved_memory, node_resource_topology, kubeconfig, node_name"
 	const cpuOpts = "align-by-socket, distribute-cpus-across-cores, distribute-cpus-across-numa, full-pcpus-only, " +
 		"prefer-align-cpus-by-uncorecache, strict-align-cpus-by-uncorecache, strict-cpu-reservation"
 	for _, tc := range []struct {
@@ -59,6 +59,7 @@ func TestKubeletNamesAndTypos(t *testing.T) {
 		{"table typo", "[topology_manager_policy_option]\nprefer-closest-numa-nodes = \"true\"\n",
 			`config line 1: key "topology_manager_policy_option": unknown key; did you mean "topology_manager_policy_options"?`},
 		{"nothing near", "cpuCFSQuota = false\n", `config line 1: key "cpuCFSQuota": unknown key; the keys are ` + allKeys},
+		{"the kubelet's reservedMemory", "reservedMemory = []\n", `config line 1: key "reservedMemory": unknown key; did you mean "reserved_memory"?`},
 		{"short key, nothing near", "ab = 1\n", `config line 1: key "ab": unknown key; the keys are ` + allKeys},
 		// Option names.
 		{"option typo", "reserved_cpu_count = 2\n[cpu_manager_policy_options]\nfull-pcpus-onyl = \"true\"\n",
