@@ -20,7 +20,7 @@ const (
 )
 
 // machineMemory reads a fixture's per-node memory as the daemon does.
-func machineMemory(t *testing.T, fixture string) []memorymanager.NodeCapacity {
+func machineMemory(t testing.TB, fixture string) []memorymanager.NodeCapacity {
 	t.Helper()
 	spec, _ := sysfstest.Get(fixture)
 	fsys, err := sysfstest.FS(spec)
@@ -34,7 +34,7 @@ func machineMemory(t *testing.T, fixture string) []memorymanager.NodeCapacity {
 	return sysfs.Capacities(nodes)
 }
 
-func memStatic(t *testing.T, fixture, topoPolicy, reservedCPUs string, reserved ...memorymanager.Reservation) *policy.Engine {
+func memStatic(t testing.TB, fixture, topoPolicy, reservedCPUs string, reserved ...memorymanager.Reservation) *policy.Engine {
 	t.Helper()
 	cfg := static(topoPolicy, reservedCPUs)
 	cfg.MemoryPolicy = policy.MemoryPolicyStatic
