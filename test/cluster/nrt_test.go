@@ -21,10 +21,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/nrt"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
-	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
 const (
@@ -47,7 +47,6 @@ const (
 // RBAC is what lets it write.
 var _ = Describe("NodeResourceTopology export read by the topology-aware scheduler, the plugin on the host with two fake NUMA nodes of one CPU", Ordered, Serial, func() {
 	var (
-		plugin    *framework.PluginProcess
 		logPath   string
 		cpuOfZone map[string]int // zone name -> its one CPU
 	)
@@ -61,20 +60,7 @@ var _ = Describe("NodeResourceTopology export read by the topology-aware schedul
 			Skip(fmt.Sprintf("needs CPUs 0-1 exactly (the fake topology puts one on each NUMA node); this machine has %s", HostCPUs))
 		}
 		waitNodeReady(ctx)
-		// As in the resize specs: the DaemonSet's plugin and its pods must
-		// be gone (one plugin per runtime).
-		Eventually(func(g Gomega) {
-			g.Expect(pluginProcesses()).To(BeEmpty(), "an nri-cpualign process (the DaemonSet's) still runs")
-			var pods corev1.PodList
-			g.Expect(getJSON(ctx, &pods, "get", "pods", "-A", "--field-selector", "spec.nodeName="+Env.Node)).To(Succeed())
-			g.Expect(pods.Items).To(BeEmpty(), "pods on node %s", Env.Node)
-		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
-
-		if Env.Runtime == crio && !canLowerOOMScore() {
-			stop, err := startZeroNegativeOOM(context.Background(), Env.NRISock)
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(stop)
-		}
+		waitNodeEmpty(ctx)
 
 		// deploy/'s namespace, CRD and RBAC, as an operator applies them.
 		for _, f := range []string{"namespace.yaml", "noderesourcetopology-crd.yaml", "rbac.yaml"} {
@@ -97,8 +83,6 @@ var _ = Describe("NodeResourceTopology export read by the topology-aware schedul
 		Expect(strings.TrimSpace(canRead)).To(Equal("no"), "the plugin's account may read pods")
 
 		dir := filepath.Join(Env.Dir, "nrt-plugin")
-		stateDir := filepath.Join(dir, "state")
-		Expect(os.MkdirAll(stateDir, 0o755)).To(Succeed())
 
 		// The fake machine: 2 sockets of one single-thread core, a NUMA
 		// node each: CPU 0 on node 0, CPU 1 on node 1, distance 21. The
@@ -131,43 +115,18 @@ clusters: [{name: c, cluster: {server: %q, certificate-authority-data: %q}}]
 users: [{name: plugin, user: {token: %q}}]
 `, admin.Clusters[0].Cluster["server"], admin.Clusters[0].Cluster["certificate-authority-data"], token)), 0o600)).To(Succeed())
 
-		base, err := os.ReadFile(filepath.Join(repoRoot, "deploy/config.toml"))
-		Expect(err).NotTo(HaveOccurred())
-		doc := setTOML(string(base), map[string]string{
+		var cfg config.Config
+		logPath, cfg = startHostPlugin(ctx, dir, map[string]string{
 			"reserved_cpu_count":      "0",
 			"topology_manager_policy": `"single-numa-node"`,
-			"state_dir":               fmt.Sprintf("%q", stateDir),
 			"sysfs_root":              fmt.Sprintf("%q", sysRoot),
-			"cgroup_root":             `"/sys/fs/cgroup"`,
-			"socket_path":             fmt.Sprintf("%q", Env.NRISock),
-			"metrics_address":         fmt.Sprintf("%q", hostMetrics),
-			"reconcile_period":        `"0s"`,
 			"node_resource_topology":  `"on"`,
 			"kubeconfig":              fmt.Sprintf("%q", kc),
 			"node_name":               fmt.Sprintf("%q", Env.Node),
-		})
-		cfg, err := config.Load([]byte(doc))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(cfg.NodeResourceTopology).To(Equal(config.NRTOn))
-		cfgPath := filepath.Join(dir, "config.toml")
-		Expect(os.WriteFile(cfgPath, []byte(doc), 0o644)).To(Succeed())
-
-		bin := filepath.Join(dir, "nri-cpualign")
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/nri-cpualign")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build:\n%s", out)
-		logPath = filepath.Join(dir, "plugin.log")
-		plugin, err = framework.StartPlugin(bin, []string{"run", "--config", cfgPath}, logPath, "")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(plugin.Kill)
-		Eventually(func(g Gomega) {
-			g.Expect(plugin.Running()).To(BeTrue(), "the plugin exited")
-			st := hostState(g, ctx)
-			g.Expect(st.Connected && st.Synchronized).To(BeTrue())
+		}, func(g Gomega, st daemon.StateView) {
 			g.Expect(st.Topology).To(Equal("single-numa-node"))
-		}).WithContext(ctx).WithTimeout(60*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(),
-			"plugin log:\n%s", logSince(logPath, 0))
+		})
+		Expect(cfg.NodeResourceTopology).To(Equal(config.NRTOn))
 
 		// The consumer, beside the cluster's own scheduler.
 		schedCfg := filepath.Join(dir, "scheduler.yaml")

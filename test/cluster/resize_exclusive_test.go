@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -43,10 +42,7 @@ const (
 // reserved_cpu_count = 0, not as the DaemonSet (whose own container is a
 // shared-pool container), and no other pod runs on the node.
 var _ = Describe("exclusive CPUs resized in place with kubectl patch --subresource resize, the plugin on the host with reserved_cpu_count = 0", Ordered, Serial, func() {
-	var (
-		plugin  *framework.PluginProcess
-		logPath string
-	)
+	var logPath string
 
 	BeforeAll(func(ctx SpecContext) {
 		requireCluster()
@@ -54,69 +50,16 @@ var _ = Describe("exclusive CPUs resized in place with kubectl patch --subresour
 			Skip(fmt.Sprintf("needs 2 CPUs (a 1-CPU pod grows to 2); this machine has %s", HostCPUs))
 		}
 		waitNodeReady(ctx)
-		// The other container of this suite uninstalls the DaemonSet (or, when
-		// it failed, removes the node label) and deletes its namespace; both
-		// must be gone: one plugin per runtime, and no shared-pool container.
-		Eventually(func(g Gomega) {
-			g.Expect(pluginProcesses()).To(BeEmpty(), "an nri-cpualign process (the DaemonSet's) still runs")
-			var pods corev1.PodList
-			g.Expect(getJSON(ctx, &pods, "get", "pods", "-A", "--field-selector", "spec.nodeName="+Env.Node)).To(Succeed())
-			var names []string
-			for _, p := range pods.Items {
-				names = append(names, p.Namespace+"/"+p.Name)
-			}
-			g.Expect(names).To(BeEmpty(), "pods on node %s", Env.Node)
-		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
-
-		if Env.Runtime == crio && !canLowerOOMScore() {
-			stop, err := startZeroNegativeOOM(context.Background(), Env.NRISock)
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(stop)
-		}
-
-		// deploy/'s configuration, with nothing reserved and the host's
-		// paths; reconcile off, so that no repair pass hides a wrong move.
-		dir := filepath.Join(Env.Dir, "host-plugin")
-		stateDir := filepath.Join(dir, "state")
-		Expect(os.MkdirAll(stateDir, 0o755)).To(Succeed())
-		base, err := os.ReadFile(filepath.Join(repoRoot, "deploy/config.toml"))
-		Expect(err).NotTo(HaveOccurred())
-		doc := setTOML(string(base), map[string]string{
-			"reserved_cpu_count": "0",
-			"state_dir":          fmt.Sprintf("%q", stateDir),
-			"sysfs_root":         `"/sys"`,
-			"cgroup_root":        `"/sys/fs/cgroup"`,
-			"socket_path":        fmt.Sprintf("%q", Env.NRISock),
-			"metrics_address":    fmt.Sprintf("%q", hostMetrics),
-			"reconcile_period":   `"0s"`,
-		})
-		cfg, err := config.Load([]byte(doc))
-		Expect(err).NotTo(HaveOccurred())
+		waitNodeEmpty(ctx)
+		var cfg config.Config
+		// deploy/'s configuration with nothing reserved.
+		logPath, cfg = startHostPlugin(ctx, filepath.Join(Env.Dir, "host-plugin"), map[string]string{"reserved_cpu_count": "0"},
+			func(g Gomega, st daemon.StateView) {
+				g.Expect(st.Reserved).To(BeEmpty())
+				g.Expect(st.Shared).To(Equal(HostCPUs.String()))
+			})
 		Expect(cfg.ReservedCPUCount).To(BeZero())
 		Expect(cfg.DisableCPUQuota).To(BeTrue())
-		cfgPath := filepath.Join(dir, "config.toml")
-		Expect(os.WriteFile(cfgPath, []byte(doc), 0o644)).To(Succeed())
-
-		bin := filepath.Join(dir, "nri-cpualign")
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/nri-cpualign")
-		build.Dir = repoRoot
-		out, err := build.CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "go build:\n%s", out)
-		logPath = filepath.Join(dir, "plugin.log")
-		offset := fileSize(Env.RuntimeLog)
-		plugin, err = framework.StartPlugin(bin, []string{"run", "--config", cfgPath}, logPath, "")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(plugin.Kill)
-		Eventually(func(g Gomega) {
-			g.Expect(plugin.Running()).To(BeTrue(), "the plugin exited")
-			st := hostState(g, ctx)
-			g.Expect(st.Connected && st.Synchronized).To(BeTrue())
-			g.Expect(st.Reserved).To(BeEmpty())
-			g.Expect(st.Shared).To(Equal(HostCPUs.String()))
-		}).WithContext(ctx).WithTimeout(60*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(),
-			"plugin log:\n%s", logSince(logPath, 0))
-		Expect(hasLine(logSince(Env.RuntimeLog, offset), nriName, "connected and synchronized")).To(BeTrue(),
-			"%s logs no %s connected and synchronized", Env.Runtime, nriName)
 
 		mustKubectl(ctx, "create", "namespace", resizeNS)
 		mustKubectl(ctx, "label", "namespace", resizeNS, "nri-cpualign-e2e=true")
