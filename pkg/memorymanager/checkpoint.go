@@ -2,6 +2,7 @@ package memorymanager
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -461,50 +462,11 @@ func hashForm(ck *kubeletCheckpoint, podEntries bool) string {
 	b.WriteString("(*state.MemoryManagerCheckpoint){PolicyName:(string)")
 	b.WriteString(ck.PolicyName)
 	b.WriteString(" MachineState:(state.NUMANodeMap)")
-	if ck.MachineState == nil {
-		b.WriteString("<nil>")
-	} else {
-		b.WriteString("map[")
-		ids := slices.Sorted(maps.Keys(ck.MachineState))
-		for i, id := range ids {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(strconv.Itoa(id))
-			b.WriteByte(':')
-			writeNode(&b, ck.MachineState[id])
-		}
-		b.WriteByte(']')
-	}
+	writeMap(&b, ck.MachineState, strconv.Itoa, writeNode)
 	b.WriteString(" Entries:(state.ContainerMemoryAssignments)")
-	if ck.Entries == nil {
-		b.WriteString("<nil>")
-	} else {
-		b.WriteString("map[")
-		for i, pod := range slices.Sorted(maps.Keys(ck.Entries)) {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(pod)
-			b.WriteByte(':')
-			ctrs := ck.Entries[pod]
-			if ctrs == nil {
-				b.WriteString("<nil>")
-				continue
-			}
-			b.WriteString("map[")
-			for j, name := range slices.Sorted(maps.Keys(ctrs)) {
-				if j > 0 {
-					b.WriteByte(' ')
-				}
-				b.WriteString(name)
-				b.WriteByte(':')
-				writeBlocks(&b, ctrs[name])
-			}
-			b.WriteByte(']')
-		}
-		b.WriteByte(']')
-	}
+	writeMap(&b, ck.Entries, identity, func(b *bytes.Buffer, ctrs map[string][]kubeletBlock) {
+		writeMap(b, ctrs, identity, writeBlocks)
+	})
 	if podEntries {
 		b.WriteString(" PodEntries:(state.PodMemoryAssignments)map[]")
 	}
@@ -520,30 +482,38 @@ func writeNode(b *bytes.Buffer, n *kubeletNode) {
 	b.WriteString("<*>{NumberOfAssignments:(int)")
 	b.WriteString(strconv.Itoa(n.NumberOfAssignments))
 	b.WriteString(" MemoryMap:(map[v1.ResourceName]*state.MemoryTable)")
-	if n.MemoryMap == nil {
-		b.WriteString("<nil>")
-	} else {
-		b.WriteString("map[")
-		for i, name := range slices.Sorted(maps.Keys(n.MemoryMap)) {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			b.WriteString(name)
-			b.WriteByte(':')
-			t := n.MemoryMap[name]
-			if t == nil {
-				b.WriteString("<nil>")
-				continue
-			}
-			fmt.Fprintf(b, "<*>{TotalMemSize:(uint64)%d SystemReserved:(uint64)%d Allocatable:(uint64)%d Reserved:(uint64)%d Free:(uint64)%d}",
-				t.TotalMemSize, t.SystemReserved, t.Allocatable, t.Reserved, t.Free)
+	writeMap(b, n.MemoryMap, identity, func(b *bytes.Buffer, t *kubeletTable) {
+		if t == nil {
+			b.WriteString("<nil>")
+			return
 		}
-		b.WriteByte(']')
-	}
+		fmt.Fprintf(b, "<*>{TotalMemSize:(uint64)%d SystemReserved:(uint64)%d Allocatable:(uint64)%d Reserved:(uint64)%d Free:(uint64)%d}",
+			t.TotalMemSize, t.SystemReserved, t.Allocatable, t.Reserved, t.Free)
+	})
 	b.WriteString(" Cells:([]int)")
 	writeInts(b, n.Cells)
 	b.WriteByte('}')
 }
+
+// writeMap prints m as spew does with sorted keys: map[k:v k:v], or <nil>.
+func writeMap[K cmp.Ordered, V any](b *bytes.Buffer, m map[K]V, key func(K) string, val func(*bytes.Buffer, V)) {
+	if m == nil {
+		b.WriteString("<nil>")
+		return
+	}
+	b.WriteString("map[")
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(key(k))
+		b.WriteByte(':')
+		val(b, m[k])
+	}
+	b.WriteByte(']')
+}
+
+func identity(s string) string { return s }
 
 func writeBlocks(b *bytes.Buffer, blocks []kubeletBlock) {
 	if blocks == nil {
