@@ -268,6 +268,11 @@ func setQuota(c *api.Container, cpu *api.LinuxCPU) {
 	if cpu.GetQuota() == nil {
 		return
 	}
+	cpuOf(c).Quota = api.Int64(cpu.GetQuota().GetValue())
+}
+
+// cpuOf is the CPU resources of c, created where c has none yet.
+func cpuOf(c *api.Container) *api.LinuxCPU {
 	if c.Linux == nil {
 		c.Linux = &api.LinuxContainer{}
 	}
@@ -277,7 +282,7 @@ func setQuota(c *api.Container, cpu *api.LinuxCPU) {
 	if c.Linux.Resources.Cpu == nil {
 		c.Linux.Resources.Cpu = &api.LinuxCPU{}
 	}
-	c.Linux.Resources.Cpu.Quota = api.Int64(cpu.GetQuota().GetValue())
+	return c.Linux.Resources.Cpu
 }
 
 // storeCPUsLocked stores a copy of the stored container c with a new
@@ -295,21 +300,13 @@ func (rt *Runtime) storeCPUsLocked(c *api.Container, cpus, mems string) {
 // not yet), and, with a cgroup root, in its cgroup v1 cpuset directory; ""
 // leaves a value as is.
 func (rt *Runtime) setCPUs(c *api.Container, cpus, mems string) {
-	if c.Linux == nil {
-		c.Linux = &api.LinuxContainer{}
-	}
-	if c.Linux.Resources == nil {
-		c.Linux.Resources = &api.LinuxResources{}
-	}
-	if c.Linux.Resources.Cpu == nil {
-		c.Linux.Resources.Cpu = &api.LinuxCPU{}
-	}
+	cpu := cpuOf(c)
 	if cpus != "" {
-		c.Linux.Resources.Cpu.Cpus = cpus
+		cpu.Cpus = cpus
 		rt.writeCgroup(c, "cpuset.cpus", cpus)
 	}
 	if mems != "" {
-		c.Linux.Resources.Cpu.Mems = mems
+		cpu.Mems = mems
 		rt.writeCgroup(c, "cpuset.mems", mems)
 	}
 }
