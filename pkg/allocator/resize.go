@@ -35,13 +35,7 @@ func (s *Static) growAvail(st State, cur bitset) bitset {
 	m := s.m
 	avail := m.maskBits(st.Default).andNot(s.reservedBits)
 	if s.opts.FullPCPUsOnly {
-		whole := newBitset(m.n)
-		for c := range m.cores.cpus {
-			if m.coreWithin(c, avail) {
-				whole = whole.or(m.cores.mask[c])
-			}
-		}
-		avail = whole
+		avail = m.wholeCores(avail)
 	}
 	if s.strict() {
 		own := newBitset(m.n)
@@ -171,13 +165,7 @@ func (s *Static) Shrink(st State, pod, container string, n int, keep cpuset.CPUS
 	if s.opts.FullPCPUsOnly {
 		// The gained CPUs are whole cores when they came from Grow; a
 		// restored state may hold a split one, which is given back first.
-		whole := newBitset(m.n)
-		for c := range m.cores.cpus {
-			if m.coreWithin(c, extra) {
-				whole = whole.or(m.cores.mask[c])
-			}
-		}
-		extra = whole
+		extra = m.wholeCores(extra)
 	}
 	var keepNodes hints.Mask
 	for _, cpu := range keep.UnsortedList() {

@@ -159,6 +159,17 @@ func (s *Static) strictAvail(def, allocatable, reusable bitset) bitset {
 	return avail
 }
 
+// wholeCores is the CPUs of the cores set holds entirely.
+func (m *machine) wholeCores(set bitset) bitset {
+	whole := newBitset(m.n)
+	for c := range m.cores.cpus {
+		if m.coreWithin(c, set) {
+			whole = whole.or(m.cores.mask[c])
+		}
+	}
+	return whole
+}
+
 func (m *machine) coreWithin(c int, set bitset) bool {
 	for _, p := range m.cores.cpus[c] {
 		if !set.has(p) {
