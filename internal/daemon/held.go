@@ -34,14 +34,19 @@ import (
 // allocated pod); here it is derived again at every creation, so another
 // pod's admission in between loses nothing. l.mu is held.
 func withPodReuse(st policy.State, ctrs map[string]ctrRecord, req policy.Request, static bool) policy.State {
-	return withReuse(st, req, static, func(name string) bool {
+	return withReuse(st, req, static, tracks(ctrs, req.Pod))
+}
+
+// tracks tells whether the index holds a container of pod by that name.
+func tracks(ctrs map[string]ctrRecord, pod string) func(name string) bool {
+	return func(name string) bool {
 		for _, r := range ctrs {
-			if r.Pod == req.Pod && r.Name == name {
+			if r.Pod == pod && r.Name == name {
 				return true
 			}
 		}
 		return false
-	})
+	}
 }
 
 // withReuse is withPodReuse for any idea of which containers of the pod

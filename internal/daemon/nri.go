@@ -234,14 +234,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.pendingErr)
 	}
 	req = withDeviceHints(l.engine, req, devInfo, devErr, entry)
-	req = withMemoryReuse(l.engine, l.st, req, func(name string) bool {
-		for _, r := range l.ctrs {
-			if r.Pod == req.Pod && r.Name == name {
-				return true
-			}
-		}
-		return false
-	})
+	req = withMemoryReuse(l.engine, l.st, req, tracks(l.ctrs, req.Pod))
 	start := time.Now()
 	next, dec, err := l.engine.Add(withPodReuse(l.st, l.ctrs, req, l.static()), req)
 	if err == nil {
