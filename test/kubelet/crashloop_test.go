@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/cpuset"
 )
 
@@ -93,8 +94,21 @@ var _ = Describe("a crash-looping Guaranteed pod under a real kubelet", Ordered,
 		WaitRunning(ctx, kubelet, be, "app")
 
 		By("during the back-off, /state keeps the exited container's CPU for its pod, out of the shared pool")
-		WaitWaiting(ctx, kubelet, gp, "app", "CrashLoopBackOff")
-		v := plugin.State(Default, ctx)
+		// The back-off is read from the runtime: its newest incarnation of
+		// the container has exited and no next one exists. /state is taken
+		// between two such reads that agree, so it shows the back-off and
+		// nothing later. (The kubelet's served status is no guide: after a
+		// failed sync the standalone kubelet keeps serving "Terminated" for
+		// tens of seconds instead of CrashLoopBackOff.)
+		var v StateView
+		Eventually(func(g Gomega) {
+			before, ok := LatestAttempt(g, ctx, uid, "app")
+			g.Expect(ok).To(BeTrue(), "the runtime lists no incarnation yet")
+			g.Expect(before.State).To(Equal(cri.ContainerState_CONTAINER_EXITED), "incarnation %d is %s", before.Attempt, before.State)
+			v = plugin.State(g, ctx)
+			after, _ := LatestAttempt(g, ctx, uid, "app")
+			g.Expect(after).To(Equal(before), "the kubelet restarted the container while /state was read")
+		}).WithContext(ctx).WithTimeout(podTimeout).WithPolling(250*time.Millisecond).Should(Succeed(), "kubelet log:\n%s", kubelet.LogTail())
 		Expect(v.Shared).To(Equal(Host.CPUs.Difference(gCPUs).String()), "plugin log:\n%s", logTail(plugin.LogPath, 40))
 		// Held when the runtime told the plugin of the exit (StopContainer),
 		// else still listed as the pod's container: the pod's either way.
@@ -114,10 +128,12 @@ var _ = Describe("a crash-looping Guaranteed pod under a real kubelet", Ordered,
 		GinkgoWriter.Printf("in the back-off, /state shows the CPU %s\n", mine[0])
 
 		By("waiting until the kubelet restarted the container twice (three incarnations), after its back-offs")
+		// The runtime's attempt number counts the kubelet's restarts; the
+		// file counts the incarnations that actually ran.
 		Eventually(func(g Gomega) {
-			st, ok := ContainerStatus(kubelet.Pod(g, ctx, gp), "app")
-			g.Expect(ok).To(BeTrue(), "no status for the container yet")
-			g.Expect(st.RestartCount).To(BeNumerically(">=", 2))
+			a, ok := LatestAttempt(g, ctx, uid, "app")
+			g.Expect(ok).To(BeTrue(), "the runtime lists no incarnation")
+			g.Expect(a.Attempt).To(BeNumerically(">=", 2))
 			g.Expect(len(lines(gCPUsFile))).To(BeNumerically(">=", 3))
 		}).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "kubelet log:\n%s", kubelet.LogTail())
 		for i, c := range lines(gCPUsFile) {
