@@ -14,6 +14,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
@@ -38,9 +40,9 @@ type applier interface {
 	// syncReadsCgroups tells Synchronize to take a running container's
 	// cpuset from its cgroup rather than from the runtime's record.
 	syncReadsCgroups() bool
-	// starting is StartContainer's part, after the ledger's: it returns
+	// startBarrier is StartContainer's part, after the ledger's: it returns
 	// when the container may start. ledger.mu is not held.
-	starting(id string)
+	startBarrier(id string)
 	// updated is PostUpdateContainer's check of the container's cgroup
 	// after a runtime update: what is wrong is put right (written, or
 	// pushed by the worker). ledger.mu is not held.
@@ -57,59 +59,70 @@ type applier interface {
 	cgroupRoot() cgroups.Root
 }
 
-// newApplier chooses how the shared pool is applied, the one place the
-// mode is decided. Under the default "direct" a node where systemd
-// manages the container cgroups (cgroups.SystemdManaged) falls back to
-// "in-answer" with an info line: the OCI runtime's systemd driver sets
-// the scope's AllowedCPUs, which systemd keeps; a plain write is undone
-// at its next re-apply. "direct" in so many words is kept there, with a
-// warning. A cgroup_root whose cpuset
-// hierarchy cannot be written (a read-only mount) falls back to
+// chooseMode decides how the shared pool is applied, the one place the
+// mode is decided; cfg.SharedPoolUpdates is set to the mode chosen. Under
+// the default "direct" a node where systemd manages the container cgroups
+// (cgroups.SystemdManaged) falls back to "in-answer" with an info line:
+// the OCI runtime's systemd driver sets the scope's AllowedCPUs, which
+// systemd keeps; a plain write is undone at its next re-apply. "direct"
+// in so many words is kept there, with a warning. A cgroup_root whose
+// cpuset hierarchy cannot be written (a read-only mount) falls back to
 // "in-answer" with a warning, so that a deployment mounting the cgroups
 // read-only keeps working; a configuration that asks for "direct" in so
-// many words is refused instead. cfg.SharedPoolUpdates is set to the mode
-// chosen.
-func newApplier(cfg *config.Config, l *ledger, conn *connection, log *logrus.Logger) (applier, error) {
-	root := cgroups.New(cfg.CgroupRoot)
-	if cfg.SharedPoolUpdates == config.SharedUpdatesDirect {
-		err := root.Writable()
-		if err == nil && root.SystemdManaged() {
-			if cfg.Line(config.KeySharedPoolUpdates) > 0 {
-				log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot}).
-					Warn("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and writes a scope's AllowedCPUs " +
-						"back when it re-applies the unit (daemon-reload): until the reconcile loop restores them, shared-pool containers " +
-						"may run on exclusive CPUs; leave shared_pool_updates unset to have the runtime apply the pool through systemd")
-				return newDirect(newUpdater(l, conn, root, log)), nil
-			}
-			log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "using": config.SharedUpdatesInAnswer}).
-				Info("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and would undo cpusets the plugin writes: " +
-					"the runtime applies the shared pool instead, through systemd (each exclusive admission then waits for one OCI runtime " +
-					"update per shared-pool container)")
-			cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
-			return newInAnswer(newUpdater(l, conn, root, log)), nil
-		}
-		if err == nil {
-			return newDirect(newUpdater(l, conn, root, log)), nil
-		}
-		if cfg.Line(config.KeySharedPoolUpdates) > 0 {
-			return nil, cfg.KeyError(config.KeySharedPoolUpdates, cfg.SharedPoolUpdates,
-				fmt.Sprintf("the plugin writes the shared-pool containers' cgroups itself and cannot write %s (%v): "+
-					"mount the host's cgroups read-write at cgroup_root, or set shared_pool_updates = %q",
-					root.CpusetRoot(), err, config.SharedUpdatesInAnswer))
-		}
-		log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "error": err.Error(),
-			"using": config.SharedUpdatesInAnswer}).
-			Warn("cannot write the cgroups for the default shared_pool_updates = \"direct\"; the runtime applies the shared pool instead " +
-				"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
-		cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+// many words is refused instead.
+func chooseMode(cfg *config.Config, root cgroups.Root, log *logrus.Logger) error {
+	if cfg.SharedPoolUpdates != config.SharedUpdatesDirect {
+		return nil
 	}
-	return newInAnswer(newUpdater(l, conn, root, log)), nil
+	err := root.Writable()
+	if err == nil && root.SystemdManaged() {
+		if cfg.Line(config.KeySharedPoolUpdates) > 0 {
+			log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot}).
+				Warn("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and writes a scope's AllowedCPUs " +
+					"back when it re-applies the unit (daemon-reload): until the reconcile loop restores them, shared-pool containers " +
+					"may run on exclusive CPUs; leave shared_pool_updates unset to have the runtime apply the pool through systemd")
+			return nil
+		}
+		log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "using": config.SharedUpdatesInAnswer}).
+			Info("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and would undo cpusets the plugin writes: " +
+				"the runtime applies the shared pool instead, through systemd (each exclusive admission then waits for one OCI runtime " +
+				"update per shared-pool container)")
+		cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+		return nil
+	}
+	if err == nil {
+		return nil
+	}
+	if cfg.Line(config.KeySharedPoolUpdates) > 0 {
+		return cfg.KeyError(config.KeySharedPoolUpdates, cfg.SharedPoolUpdates,
+			fmt.Sprintf("the plugin writes the shared-pool containers' cgroups itself and cannot write %s (%v): "+
+				"mount the host's cgroups read-write at cgroup_root, or set shared_pool_updates = %q",
+				root.CpusetRoot(), err, config.SharedUpdatesInAnswer))
+	}
+	log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "error": err.Error(),
+		"using": config.SharedUpdatesInAnswer}).
+		Warn("cannot write the cgroups for the default shared_pool_updates = \"direct\"; the runtime applies the shared pool instead " +
+			"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
+	cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+	return nil
+}
+
+// newApplier is the applier of a mode chooseMode chose. Its cgroup reads
+// and writes go through root (cgroups.Root), the one seam between the
+// appliers and the cgroup files.
+func newApplier(mode string, l *ledger.Ledger, obs *metrics, conn *connection, root cgroups.Root, log *logrus.Logger) applier {
+	u := newUpdater(l, obs, conn, root, log)
+	if mode == config.SharedUpdatesDirect {
+		return newDirect(u)
+	}
+	return newInAnswer(u)
 }
 
 // updater is what both appliers share: the worker's wake-ups, the kick
 // ledger, and finding drift.
 type updater struct {
-	l     *ledger
+	l     *ledger.Ledger
+	obs   *metrics
 	conn  *connection
 	cg    cgroups.Root
 	log   *logrus.Logger
@@ -117,8 +130,8 @@ type updater struct {
 	kicks kickLedger
 }
 
-func newUpdater(l *ledger, conn *connection, cg cgroups.Root, log *logrus.Logger) *updater {
-	return &updater{l: l, conn: conn, cg: cg, log: log, kickC: make(chan struct{}, 1)}
+func newUpdater(l *ledger.Ledger, obs *metrics, conn *connection, cg cgroups.Root, log *logrus.Logger) *updater {
+	return &updater{l: l, obs: obs, conn: conn, cg: cg, log: log, kickC: make(chan struct{}, 1)}
 }
 
 func (u *updater) kickLedger() *kickLedger { return &u.kicks }
@@ -139,7 +152,7 @@ func (u *updater) kick() {
 // follow the pool: a kick for nothing costs the answer a goroutine
 // handoff. ledger.mu is held.
 func (u *updater) kickIfShared(skip string) {
-	for id, r := range u.l.ctrs {
+	for id, r := range u.l.Records() {
 		if id != skip && !r.Exclusive {
 			u.kick()
 			return
@@ -162,7 +175,7 @@ func (u *updater) loop(ctx context.Context, pass func(), reconcile func() int) {
 		}
 	}()
 	for {
-		if p := time.Duration(u.l.config().ReconcilePeriod); p != period {
+		if p := time.Duration(u.l.Config().ReconcilePeriod); p != period {
 			if ticker != nil {
 				ticker.Stop()
 				ticker, tick = nil, nil
@@ -216,31 +229,31 @@ type wantedCPUs struct {
 func (u *updater) findDrift(repair func(found []drifted, s stub.Stub, gen uint64)) int {
 	l := u.l
 	s := u.conn.get()
-	l.mu.Lock()
-	if s == nil || l.syncs == 0 {
-		l.mu.Unlock()
+	l.Lock()
+	if s == nil || l.Syncs() == 0 {
+		l.Unlock()
 		return 0
 	}
-	gen := l.gen
-	items := make([]wantedCPUs, 0, len(l.ctrs))
-	for _, r := range l.ctrs {
-		items = append(items, wantedCPUs{r, l.rightCPUs(r)})
+	gen := l.Gen()
+	items := make([]wantedCPUs, 0, l.Len())
+	for _, r := range l.Records() {
+		items = append(items, wantedCPUs{r, l.RightCPUs(r)})
 	}
-	l.mu.Unlock()
+	l.Unlock()
 	sort.Slice(items, func(i, j int) bool { return items[i].rec.ID < items[j].rec.ID })
 
 	found := u.readDrift(items)
 	if len(found) == 0 {
 		return 0
 	}
-	l.mu.Lock()
-	stale := l.gen != gen
-	l.mu.Unlock()
+	l.Lock()
+	stale := l.Gen() != gen
+	l.Unlock()
 	if stale || u.conn.get() != s {
 		return 0
 	}
 	u.logDrift(found)
-	l.obs.drift.Add(float64(len(found)))
+	u.obs.drift.Add(float64(len(found)))
 	repair(found, s, gen)
 	return len(found)
 }
@@ -281,22 +294,22 @@ func (u *updater) readDrift(items []wantedCPUs) []drifted {
 // container along).
 func (u *updater) checkUpdated(id string) (found []drifted, gen uint64) {
 	l := u.l
-	l.mu.Lock()
-	r, ok := l.ctrs[id]
-	if !ok || l.engine == nil || l.syncs == 0 {
-		l.mu.Unlock()
+	l.Lock()
+	r, ok := l.Record(id)
+	if !ok || l.Engine() == nil || l.Syncs() == 0 {
+		l.Unlock()
 		return nil, 0
 	}
-	gen = l.gen
-	want := l.rightCPUs(r)
-	l.mu.Unlock()
+	gen = l.Gen()
+	want := l.RightCPUs(r)
+	l.Unlock()
 	found = u.readDrift([]wantedCPUs{{r, want}})
 	if len(found) == 0 {
 		return nil, gen
 	}
-	l.mu.Lock()
-	stale := l.gen != gen
-	l.mu.Unlock()
+	l.Lock()
+	stale := l.Gen() != gen
+	l.Unlock()
 	if stale {
 		return nil, gen
 	}
@@ -306,7 +319,7 @@ func (u *updater) checkUpdated(id string) (found []drifted, gen uint64) {
 			"cpus": dr.wantCPUs.String(), "found_cpus": dr.haveCPUs.String(), "mems": dr.wantMems, "found_mems": dr.haveMems,
 		}).Warn("cpuset wrong after the runtime updated the container; restoring it")
 	}
-	l.obs.updateRepairs.Add(float64(len(found)))
+	u.obs.updateRepairs.Add(float64(len(found)))
 	return found, gen
 }
 
@@ -327,9 +340,9 @@ func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, 
 	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
 		u.log.WithError(err).WithField("failed", len(failed)).Warn(failure)
 	}
-	u.l.mu.Lock()
-	changed := u.l.gen != gen
-	u.l.mu.Unlock()
+	u.l.Lock()
+	changed := u.l.Gen() != gen
+	u.l.Unlock()
 	if changed {
 		u.kick()
 	}
@@ -363,7 +376,7 @@ func (a *inAnswer) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
 
 func (a *inAnswer) syncReadsCgroups() bool { return false }
 
-func (a *inAnswer) starting(string) {}
+func (a *inAnswer) startBarrier(string) {}
 
 func (a *inAnswer) run(ctx context.Context) { a.loop(ctx, a.push, a.reconcile) }
 
@@ -388,22 +401,22 @@ func (a *inAnswer) updated(id string) {
 func (a *inAnswer) push() {
 	s := a.conn.get()
 	l := a.l
-	l.mu.Lock()
-	if s == nil || l.syncs == 0 {
-		l.mu.Unlock()
+	l.Lock()
+	if s == nil || l.Syncs() == 0 {
+		l.Unlock()
 		return
 	}
-	gen := l.gen
+	gen := l.Gen()
 	updates := a.sharedUpdates("")
 	a.repairMu.Lock()
 	for id := range a.repairs {
-		if r, ok := l.ctrs[id]; ok && r.Exclusive {
-			updates = append(updates, nriUpdates([]cpuUpdate{{ID: id, CPUs: l.rightCPUs(r).String(), Mems: r.Mems}})...)
+		if r, ok := l.Record(id); ok && r.Exclusive {
+			updates = append(updates, nriUpdates([]cpuUpdate{{ID: id, CPUs: l.RightCPUs(r).String(), Mems: r.Mems}})...)
 		}
 		delete(a.repairs, id)
 	}
 	a.repairMu.Unlock()
-	l.mu.Unlock()
+	l.Unlock()
 	if len(updates) == 0 {
 		return
 	}
@@ -422,13 +435,13 @@ func (a *inAnswer) reconcile() int {
 // ledger.mu is held.
 func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
 	l := a.l
-	mask := l.engine.SharedMask(l.st)
+	mask := l.Engine().SharedMask(l.State())
 	if mask.IsEmpty() {
 		return nil // no CPU for them (nothing reserved): never an empty cpuset
 	}
 	shared := mask.String()
-	ids := make([]string, 0, len(l.ctrs))
-	for id, r := range l.ctrs {
+	ids := make([]string, 0, l.Len())
+	for id, r := range l.Records() {
 		if id != skip && !r.Exclusive {
 			ids = append(ids, id)
 		}

@@ -78,7 +78,8 @@ func (a *direct) poolChanged(skip string) []*api.ContainerUpdate {
 
 func (a *direct) created(id, cpus string) {
 	a.note(id, cpus)
-	a.watchSystemd(a.l.ctrs[id].CgroupsPath)
+	r, _ := a.l.Record(id)
+	a.watchSystemd(r.CgroupsPath)
 }
 
 // watchSystemd warns, once, when a container's cgroup is a systemd scope
@@ -113,12 +114,12 @@ func (a *direct) note(id, cpus string) {
 // sent to the runtime, whose record of them is stale by design.
 // ledger.mu is held.
 func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
-	for _, r := range a.l.ctrs {
+	for _, r := range a.l.Records() {
 		a.watchSystemd(r.CgroupsPath)
 	}
 	var exclusive []cpuUpdate
 	for _, u := range planned {
-		if a.l.ctrs[u.ID].Exclusive || u.Mems != "" {
+		if r, _ := a.l.Record(u.ID); r.Exclusive || u.Mems != "" {
 			exclusive = append(exclusive, u)
 		}
 	}
@@ -135,20 +136,20 @@ func (a *direct) syncReadsCgroups() bool { return true }
 
 func (a *direct) run(ctx context.Context) { a.loop(ctx, a.pass, a.reconcile) }
 
-// starting is the start barrier: every state committed so far is written
+// startBarrier is the start barrier: every state committed so far is written
 // before the container starts (a pass runs here if the worker's has not
 // yet), and a shared-pool container's own cgroup is checked, since the OCI
 // runtime wrote it with the pool of its answer.
-func (a *direct) starting(id string) {
+func (a *direct) startBarrier(id string) {
 	l := a.l
-	l.mu.Lock()
-	if l.engine == nil {
-		l.mu.Unlock()
+	l.Lock()
+	if l.Engine() == nil {
+		l.Unlock()
 		return
 	}
-	gen := l.gen
-	r, known := l.ctrs[id]
-	l.mu.Unlock()
+	gen := l.Gen()
+	r, known := l.Record(id)
+	l.Unlock()
 	a.mu.Lock()
 	behind := a.done < gen
 	a.mu.Unlock()
@@ -174,30 +175,30 @@ func (a *direct) pass() {
 	defer a.writeMu.Unlock()
 	l := a.l
 	for {
-		l.mu.Lock()
-		if l.engine == nil || l.syncs == 0 {
-			l.mu.Unlock()
+		l.Lock()
+		if l.Engine() == nil || l.Syncs() == 0 {
+			l.Unlock()
 			return
 		}
-		gen := l.gen
-		mask := l.engine.SharedMask(l.st)
+		gen := l.Gen()
+		mask := l.Engine().SharedMask(l.State())
 		shared := mask.String()
 		var todo []target
 		a.mu.Lock()
 		for id := range a.written {
-			if _, ok := l.ctrs[id]; !ok {
+			if _, ok := l.Record(id); !ok {
 				delete(a.written, id)
 			}
 		}
 		if !mask.IsEmpty() { // never an empty cpuset (see emptypool.go)
-			for id, r := range l.ctrs {
+			for id, r := range l.Records() {
 				if !r.Exclusive && r.CgroupsPath != "" && a.written[id] != shared {
 					todo = append(todo, target{id: id, name: r.Name, pod: r.PodName, path: r.CgroupsPath})
 				}
 			}
 		}
 		a.mu.Unlock()
-		l.mu.Unlock()
+		l.Unlock()
 
 		var wrote []string
 		var failed []error
@@ -211,11 +212,11 @@ func (a *direct) pass() {
 			}
 		}
 
-		l.mu.Lock()
-		caughtUp := l.gen == gen
+		l.Lock()
+		caughtUp := l.Gen() == gen
 		a.mu.Lock()
 		for _, id := range wrote {
-			if _, ok := l.ctrs[id]; ok {
+			if _, ok := l.Record(id); ok {
 				a.written[id] = shared
 			}
 		}
@@ -223,7 +224,7 @@ func (a *direct) pass() {
 			a.done = gen
 		}
 		a.mu.Unlock()
-		l.mu.Unlock()
+		l.Unlock()
 		if len(failed) > 0 {
 			a.log.WithError(errors.Join(failed...)).WithFields(logrus.Fields{"cpus": shared, "failed": len(failed)}).
 				Warn("writing the shared pool into cgroups failed; the reconcile loop retries")
@@ -243,10 +244,10 @@ func (a *direct) check(id string) {
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
 	l := a.l
-	l.mu.Lock()
-	r, ok := l.ctrs[id]
-	mask := l.engine.SharedMask(l.st)
-	l.mu.Unlock()
+	l.Lock()
+	r, ok := l.Record(id)
+	mask := l.Engine().SharedMask(l.State())
+	l.Unlock()
 	if !ok || r.Exclusive || mask.IsEmpty() {
 		return
 	}
@@ -284,11 +285,11 @@ func (a *direct) updated(id string) {
 // noteIfKnown records what a container's cgroup holds unless the
 // container went away meanwhile.
 func (a *direct) noteIfKnown(id, cpus string) {
-	a.l.mu.Lock()
-	if _, ok := a.l.ctrs[id]; ok {
+	a.l.Lock()
+	if _, ok := a.l.Record(id); ok {
 		a.note(id, cpus)
 	}
-	a.l.mu.Unlock()
+	a.l.Unlock()
 }
 
 // reconcile reads and restores with no pass in between.

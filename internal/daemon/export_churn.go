@@ -17,9 +17,9 @@ import (
 // together under the daemon's lock (test hook: the invariant checker needs
 // both, consistently).
 func (d *Daemon) EngineState() (*policy.Engine, policy.State) {
-	d.led.mu.Lock()
-	defer d.led.mu.Unlock()
-	return d.led.engine, d.led.st
+	d.led.Lock()
+	defer d.led.Unlock()
+	return d.led.Engine(), d.led.State()
 }
 
 // Handlers are the plugin's NRI event handlers.

@@ -88,14 +88,14 @@ func heldAssignments(st policy.State, ctrs []ctrRecord) []heldAssignment {
 	tracked := map[podContainer]bool{}
 	names := map[string]string{}
 	for _, r := range ctrs {
-		tracked[podContainer{r.Pod, r.Name}] = true
+		tracked[podContainer{Pod: r.Pod, Name: r.Name}] = true
 		names[r.Pod] = r.PodName
 	}
 	var out []heldAssignment
 	assigned := st.Alloc.Assignments
 	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
 		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
-			if !tracked[podContainer{pod, name}] {
+			if !tracked[podContainer{Pod: pod, Name: name}] {
 				out = append(out, heldAssignment{Pod: pod, PodName: names[pod], Name: name, CPUs: assigned[pod][name]})
 			}
 		}
@@ -120,22 +120,6 @@ func heldOnlyCPUs(st policy.State, ctrs []ctrRecord) int {
 		}
 	}
 	return held.Size()
-}
-
-// podHasContainers reports whether the plugin knows a container of pod,
-// tracked or stopped and not removed. l.mu is held.
-func (l *ledger) podHasContainers(pod string) bool {
-	for _, r := range l.ctrs {
-		if r.Pod == pod {
-			return true
-		}
-	}
-	for _, pc := range l.stopped {
-		if pc.Pod == pod {
-			return true
-		}
-	}
-	return false
 }
 
 // podKeys is the pod key of each sandbox Synchronize reports, by ID.
@@ -172,7 +156,7 @@ func stoppedOf(in syncInput) map[string]podContainer {
 	out := map[string]podContainer{}
 	for _, c := range in.Ctrs {
 		if key, ok := keys[c.SandboxID]; ok && c.Phase == phaseStopped {
-			out[c.ID] = podContainer{key, c.Name}
+			out[c.ID] = podContainer{Pod: key, Name: c.Name}
 		}
 	}
 	return out
