@@ -53,7 +53,7 @@ func tracks(ctrs map[string]ctrRecord, pod string) func(name string) bool {
 // run (tracked, by name).
 func withReuse(st policy.State, req policy.Request, static bool, tracked func(name string) bool) policy.State {
 	assigned := st.Alloc.Assignments[req.Pod]
-	if len(assigned) == 0 || exclusiveCPUsFor(static, req) == 0 {
+	if len(assigned) == 0 || policy.ExclusiveCPUs(static, req) == 0 {
 		return st
 	}
 	if _, ok := assigned[req.Container]; ok {

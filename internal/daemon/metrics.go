@@ -190,7 +190,7 @@ func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Durat
 	if dur > 0 {
 		m.admissionDuration.Observe(dur.Seconds())
 	}
-	pinning := exclusiveCPUsFor(static, req) > 0
+	pinning := policy.ExclusiveCPUs(static, req) > 0
 	if pinning {
 		m.pinningRequests.Inc()
 	}

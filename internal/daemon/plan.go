@@ -62,7 +62,7 @@ type syncInput struct {
 	Records map[string]ctrRecord // the container index before the sync
 	Pods    []syncPod
 	Ctrs    []syncCtr
-	// Static is cpu_manager_policy = static (exclusiveCPUsFor).
+	// Static is cpu_manager_policy = static (policy.ExclusiveCPUs).
 	Static bool
 	// Now is the Since of the records the sync makes (ledger.stamp).
 	Now string
@@ -226,7 +226,7 @@ func (p *planner) keepLostCPUs() {
 		if r, known := p.plan.Records[c.ID]; known && !r.Exclusive {
 			continue
 		}
-		n := exclusiveCPUsFor(p.in.Static, c.Request)
+		n := policy.ExclusiveCPUs(p.in.Static, c.Request)
 		have, err := cpuset.Parse(c.CPUs)
 		if n == 0 || err != nil || have.Size() != n || !alone(sets, i, have) {
 			continue
@@ -259,7 +259,7 @@ func (p *planner) placeUnknown() {
 	// those after it in this loop are not placed yet.
 	shared := 0
 	for _, c := range p.plan.Live {
-		if exclusiveCPUsFor(p.in.Static, c.Request) == 0 {
+		if policy.ExclusiveCPUs(p.in.Static, c.Request) == 0 {
 			shared++
 		}
 	}
@@ -339,18 +339,6 @@ func (p *planner) finish() {
 		}
 		p.plan.Updates = append(p.plan.Updates, cpuUpdate{ID: c.ID, CPUs: want.String(), Mems: r.Mems})
 	}
-}
-
-// exclusiveCPUsFor is how many exclusive CPUs the static policy gives
-// req: a Guaranteed container with request equal to limit in whole CPUs.
-func exclusiveCPUsFor(static bool, req policy.Request) int {
-	if !static || req.QoS != policy.Guaranteed {
-		return 0
-	}
-	if req.CPURequestMilli <= 0 || req.CPURequestMilli != req.CPULimitMilli || req.CPURequestMilli%milliPerCPU != 0 {
-		return 0
-	}
-	return int(req.CPURequestMilli / milliPerCPU)
 }
 
 // withNodeHints adds the device hint provider to req: the NUMA nodes of
