@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -371,7 +372,7 @@ func (a *inAnswer) poolChanged(skip string) []*api.ContainerUpdate { return a.sh
 func (a *inAnswer) created(string, string) {}
 
 func (a *inAnswer) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
-	return nriUpdates(planned)
+	return cpusetUpdates(planned, ignoreFailure)
 }
 
 func (a *inAnswer) syncReadsCgroups() bool { return false }
@@ -411,7 +412,7 @@ func (a *inAnswer) push() {
 	a.repairMu.Lock()
 	for id := range a.repairs {
 		if r, ok := l.Record(id); ok && r.Exclusive {
-			updates = append(updates, nriUpdates([]cpuUpdate{{ID: id, CPUs: l.RightCPUs(r).String(), Mems: r.Mems}})...)
+			updates = append(updates, cpusetUpdates([]cpuUpdate{{ID: id, CPUs: l.RightCPUs(r).String(), Mems: r.Mems}}, ignoreFailure)...)
 		}
 		delete(a.repairs, id)
 	}
@@ -440,43 +441,28 @@ func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
 		return nil // no CPU for them (nothing reserved): never an empty cpuset
 	}
 	shared := mask.String()
-	ids := make([]string, 0, l.Len())
+	targets := make([]cpuUpdate, 0, l.Len())
 	for id, r := range l.Records() {
 		if id != skip && !r.Exclusive {
-			ids = append(ids, id)
+			targets = append(targets, cpuUpdate{ID: id, CPUs: shared})
 		}
 	}
-	slices.Sort(ids)
-	// Every update carries the same cpuset: one Linux part serves them all
-	// (they are only marshalled), and one block holds the updates.
-	lin := &api.LinuxContainerUpdate{Resources: &api.LinuxResources{Cpu: &api.LinuxCPU{Cpus: shared}}}
-	block := make([]api.ContainerUpdate, len(ids))
-	out := make([]*api.ContainerUpdate, len(ids))
-	for i, id := range ids {
-		u := &block[i]
-		u.SetContainerId(id)
-		u.Linux = lin
-		u.SetIgnoreFailure()
-		out[i] = u
-	}
-	return out
+	slices.SortFunc(targets, func(a, b cpuUpdate) int { return strings.Compare(a.ID, b.ID) })
+	return cpusetUpdates(targets, ignoreFailure|oneCPUSet)
 }
 
 // driftUpdates are the updates that restore the drifted containers
 // through the runtime.
 func driftUpdates(found []drifted) []*api.ContainerUpdate {
-	updates := make([]*api.ContainerUpdate, 0, len(found))
+	targets := make([]cpuUpdate, 0, len(found))
 	for _, dr := range found {
-		u := &api.ContainerUpdate{}
-		u.SetContainerId(dr.rec.ID)
-		u.SetLinuxCPUSetCPUs(dr.wantCPUs.String())
+		t := cpuUpdate{ID: dr.rec.ID, CPUs: dr.wantCPUs.String()}
 		if dr.updateMems {
-			u.SetLinuxCPUSetMems(dr.wantMems)
+			t.Mems = dr.wantMems
 		}
-		u.SetIgnoreFailure()
-		updates = append(updates, u)
+		targets = append(targets, t)
 	}
-	return updates
+	return cpusetUpdates(targets, ignoreFailure)
 }
 
 // connection is the current NRI connection, nil between connections.

@@ -127,7 +127,7 @@ func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
 	clear(a.written)
 	a.mu.Unlock()
 	a.kick()
-	return nriUpdates(exclusive)
+	return cpusetUpdates(exclusive, ignoreFailure)
 }
 
 // syncReadsCgroups: the runtime's record of a shared-pool container is

@@ -83,10 +83,16 @@ type journalStore struct {
 	mode Store
 	size int64 // of a new journal file; tests shrink it
 	j    *checkpoint.Journal
-	// The state on disk (snapshot and records), valid when engine is
-	// non-nil. assign and aff are the engine's own maps, which it never
-	// changes in place (a change is a new map): the same map is the same
-	// content. ctrs is the store's copy.
+	onDisk
+	delta recordDelta // scratch
+	buf   []byte      // scratch: the encoded record
+}
+
+// onDisk is the state on disk (snapshot and records), valid when engine
+// is non-nil. assign and aff are the engine's own maps, which it never
+// changes in place (a change is a new map): the same map is the same
+// content. ctrs is the store's copy.
+type onDisk struct {
 	engine   *policy.Engine
 	fp       string
 	head     journalHead
@@ -100,8 +106,6 @@ type journalStore struct {
 	// (see memDelta).
 	mem     memorymanager.State
 	memText []byte
-	delta   recordDelta // scratch
-	buf     []byte      // scratch: the encoded record
 }
 
 // reset forgets the state on disk and closes the journal (restore reads

@@ -195,17 +195,6 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 	}
 }
 
-// nriUpdates are a plan's updates as the runtime takes them.
-func nriUpdates(planned []cpuUpdate) []*api.ContainerUpdate {
-	var updates []*api.ContainerUpdate
-	for _, pu := range planned {
-		u := cpusetUpdate(pu.ID, pu.CPUs, pu.Mems)
-		u.SetIgnoreFailure()
-		updates = append(updates, u)
-	}
-	return updates
-}
-
 func sameList(a, b string) bool {
 	x, err1 := cpuset.Parse(a)
 	y, err2 := cpuset.Parse(b)

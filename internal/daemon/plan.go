@@ -75,9 +75,6 @@ type keptCPUs struct {
 	CPUs cpuset.CPUSet
 }
 
-// cpuUpdate moves a container to CPUs (and Mems, when not "").
-type cpuUpdate struct{ ID, CPUs, Mems string }
-
 // syncEventKind is a log line the plan asks for.
 type syncEventKind int
 

@@ -107,18 +107,6 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 // heldCPUs is the container's CPUs now (for logs). l.mu is held.
 func (p *plugin) heldCPUs(r ctrRecord) cpuset.CPUSet { return p.d.led.RightCPUs(r) }
 
-// cpusetUpdate is the update giving container id cpus and, unless it is
-// empty, mems.
-func cpusetUpdate(id, cpus, mems string) *api.ContainerUpdate {
-	u := &api.ContainerUpdate{}
-	u.SetContainerId(id)
-	u.SetLinuxCPUSetCPUs(cpus)
-	if mems != "" {
-		u.SetLinuxCPUSetMems(mems)
-	}
-	return u
-}
-
 // resized is PostUpdateContainer's part for a downsize answered by
 // resize: the container has left the CPUs it gave back, which now join
 // the shared pool (committed; the worker moves the shared-pool containers
