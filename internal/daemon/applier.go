@@ -30,23 +30,23 @@ type applier interface {
 	mode() string
 	// poolChanged is what the answer to skip's event (CreateContainer,
 	// StopContainer) carries after a commit that changed the shared pool.
-	// ledger.mu is held.
+	// the ledger is locked.
 	poolChanged(skip string) []*api.ContainerUpdate
 	// created notes the cpuset a shared-pool container was answered with.
-	// ledger.mu is held.
+	// the ledger is locked.
 	created(id, cpus string)
 	// synchronized turns the Synchronize plan's updates into its answer.
-	// ledger.mu is held.
+	// the ledger is locked.
 	synchronized(planned []cpuUpdate) []*api.ContainerUpdate
 	// syncReadsCgroups tells Synchronize to take a running container's
 	// cpuset from its cgroup rather than from the runtime's record.
 	syncReadsCgroups() bool
 	// startBarrier is StartContainer's part, after the ledger's: it returns
-	// when the container may start. ledger.mu is not held.
+	// when the container may start. the ledger is not locked.
 	startBarrier(id string)
 	// updated is PostUpdateContainer's check of the container's cgroup
 	// after a runtime update: what is wrong is put right (written, or
-	// pushed by the worker). ledger.mu is not held.
+	// pushed by the worker). the ledger is not locked.
 	updated(id string)
 	// kick wakes the worker after a change no answer carries.
 	kick()
@@ -55,7 +55,7 @@ type applier interface {
 	// reconcile restores every cgroup that drifted from its assignment
 	// and returns how many it found.
 	reconcile() int
-	kickLedger() *kickLedger
+	kickCount() *kickCounter
 	// cgroupRoot is the cgroup root it reads and writes.
 	cgroupRoot() cgroups.Root
 }
@@ -128,14 +128,14 @@ type updater struct {
 	cg    cgroups.Root
 	log   *logrus.Logger
 	kickC chan struct{}
-	kicks kickLedger
+	kicks kickCounter
 }
 
 func newUpdater(l *ledger.Ledger, obs *metrics, conn *connection, cg cgroups.Root, log *logrus.Logger) *updater {
 	return &updater{l: l, obs: obs, conn: conn, cg: cg, log: log, kickC: make(chan struct{}, 1)}
 }
 
-func (u *updater) kickLedger() *kickLedger { return &u.kicks }
+func (u *updater) kickCount() *kickCounter { return &u.kicks }
 
 func (u *updater) cgroupRoot() cgroups.Root { return u.cg }
 
@@ -151,7 +151,7 @@ func (u *updater) kick() {
 
 // kickIfShared kicks when some shared-pool container but skip must
 // follow the pool: a kick for nothing costs the answer a goroutine
-// handoff. ledger.mu is held.
+// handoff. the ledger is locked.
 func (u *updater) kickIfShared(skip string) {
 	for id, r := range u.l.Records() {
 		if id != skip && !r.Exclusive {
@@ -433,7 +433,7 @@ func (a *inAnswer) reconcile() int {
 // sharedUpdates are the updates moving every shared-pool container except
 // skip to the current shared pool. Failures are ignored by the runtime (a
 // container may be stopping); the reconcile loop repairs what is left.
-// ledger.mu is held.
+// the ledger is locked.
 func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
 	l := a.l
 	mask := l.Engine().SharedMask(l.State())
@@ -466,7 +466,7 @@ func driftUpdates(found []drifted) []*api.ContainerUpdate {
 }
 
 // connection is the current NRI connection, nil between connections.
-// Its mutex is a leaf: taken under ledger.mu or alone.
+// Its mutex is a leaf: taken under the ledger's lock or alone.
 type connection struct {
 	mu sync.Mutex
 	s  stub.Stub
@@ -484,31 +484,31 @@ func (c *connection) set(s stub.Stub) {
 	c.mu.Unlock()
 }
 
-// kickLedger counts the worker's kicks and the ones it has served, so
+// kickCounter counts the worker's kicks and the ones it has served, so
 // that a caller can wait until every pass asked for so far (and every
 // re-push a stale one caused) is done: the only moment the cgroups must
 // equal the state, since a push computed before a commit may land after
 // that commit's own updates. Its mutex is a leaf.
-type kickLedger struct {
+type kickCounter struct {
 	mu            sync.Mutex
 	asked, served uint64
 	caughtUp      chan struct{} // closed when served reaches asked; nil without a waiter
 }
 
-func (k *kickLedger) ask() {
+func (k *kickCounter) ask() {
 	k.mu.Lock()
 	k.asked++
 	k.mu.Unlock()
 }
 
 // upTo is the kicks asked so far: a pass started now serves these.
-func (k *kickLedger) upTo() uint64 {
+func (k *kickCounter) upTo() uint64 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.asked
 }
 
-func (k *kickLedger) serve(upTo uint64) {
+func (k *kickCounter) serve(upTo uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.served = max(k.served, upTo)
@@ -519,14 +519,14 @@ func (k *kickLedger) serve(upTo uint64) {
 }
 
 // servedUpTo reports whether the kicks up to upTo have been served.
-func (k *kickLedger) servedUpTo(upTo uint64) bool {
+func (k *kickCounter) servedUpTo(upTo uint64) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.served >= upTo
 }
 
 // settled reports whether every kick asked so far has been served.
-func (k *kickLedger) settled() bool {
+func (k *kickCounter) settled() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.served >= k.asked
@@ -534,7 +534,7 @@ func (k *kickLedger) settled() bool {
 
 // wait returns once every kick asked so far has been served, or with
 // ctx's error.
-func (k *kickLedger) wait(ctx context.Context) error {
+func (k *kickCounter) wait(ctx context.Context) error {
 	for {
 		k.mu.Lock()
 		if k.served >= k.asked {

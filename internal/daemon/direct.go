@@ -51,9 +51,9 @@ type direct struct {
 	// writeMu serializes every cgroup write (passes, the start check, the
 	// reconcile loop): each computes what to write after taking it, so the
 	// last write is always of the newest state. It comes before
-	// ledger.mu in the lock order.
+	// the ledger's lock in the lock order.
 	writeMu sync.Mutex
-	// mu guards written and done; a leaf, taken under ledger.mu or alone.
+	// mu guards written and done; a leaf, taken under the ledger's lock or alone.
 	mu sync.Mutex
 	// written is the cpuset.cpus each shared-pool container's cgroup holds
 	// as far as the daemon knows (answered at its creation, or written).
@@ -63,9 +63,19 @@ type direct struct {
 	done uint64
 	// systemdSeen: watchSystemd has warned.
 	systemdSeen atomic.Bool
+	// w writes the cpusets: every cgroup write of this applier goes
+	// through it (cgroups.Root's; a writer that tells systemd first can
+	// take its place).
+	w cpusetWriter
 }
 
-func newDirect(u *updater) *direct { return &direct{updater: u, written: map[string]string{}} }
+// cpusetWriter is the direct applier's one seam to the cgroup files.
+type cpusetWriter interface {
+	WriteCPUs(cgroupsPath, cpus string) error
+	WriteMems(cgroupsPath, mems string) error
+}
+
+func newDirect(u *updater) *direct { return &direct{updater: u, written: map[string]string{}, w: u.cg} }
 
 func (a *direct) mode() string { return config.SharedUpdatesDirect }
 
@@ -112,7 +122,7 @@ func (a *direct) note(id, cpus string) {
 // cpuset.cpus only; their update carries the pool of now with their
 // mems): other shared-pool containers are written by a pass, and not
 // sent to the runtime, whose record of them is stale by design.
-// ledger.mu is held.
+// the ledger is locked.
 func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
 	for _, r := range a.l.Records() {
 		a.watchSystemd(r.CgroupsPath)
@@ -203,7 +213,7 @@ func (a *direct) pass() {
 		var wrote []string
 		var failed []error
 		for _, t := range todo {
-			err := a.cg.WriteCPUs(t.path, shared)
+			err := a.w.WriteCPUs(t.path, shared)
 			switch {
 			case err == nil:
 				wrote = append(wrote, t.id)
@@ -260,7 +270,7 @@ func (a *direct) check(id string) {
 	}
 	shared := mask.String()
 	if have.String() != shared {
-		if err := a.cg.WriteCPUs(r.CgroupsPath, shared); err != nil {
+		if err := a.w.WriteCPUs(r.CgroupsPath, shared); err != nil {
 			a.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "cpus": shared}).
 				Warn("cannot write the shared pool into a starting container's cgroup; the reconcile loop retries")
 			return
@@ -303,9 +313,9 @@ func (a *direct) reconcile() int {
 func (a *direct) restore(found []drifted, _ stub.Stub, _ uint64) {
 	var failed []error
 	for _, dr := range found {
-		err := a.cg.WriteCPUs(dr.rec.CgroupsPath, dr.wantCPUs.String())
+		err := a.w.WriteCPUs(dr.rec.CgroupsPath, dr.wantCPUs.String())
 		if err == nil && dr.updateMems {
-			err = a.cg.WriteMems(dr.rec.CgroupsPath, dr.wantMems)
+			err = a.w.WriteMems(dr.rec.CgroupsPath, dr.wantMems)
 		}
 		if err != nil {
 			if !errors.Is(err, cgroups.ErrGone) {

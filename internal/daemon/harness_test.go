@@ -252,7 +252,7 @@ func settle(t *testing.T, d *Daemon) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.applier().kickLedger().wait(ctx); err != nil {
+	if err := d.applier().kickCount().wait(ctx); err != nil {
 		t.Fatalf("the update worker did not settle: %v", err)
 	}
 }

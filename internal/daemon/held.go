@@ -32,7 +32,7 @@ import (
 // run on, when req asks for exclusive CPUs it does not hold yet. The
 // allocator keeps one pod's reuse set (the kubelet's most recently
 // allocated pod); here it is derived again at every creation, so another
-// pod's admission in between loses nothing. l.mu is held.
+// pod's admission in between loses nothing. the ledger is locked.
 func withPodReuse(st policy.State, ctrs map[string]ctrRecord, req policy.Request, static bool) policy.State {
 	return withReuse(st, req, static, tracks(ctrs, req.Pod))
 }

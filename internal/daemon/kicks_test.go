@@ -15,7 +15,7 @@ import (
 func TestKickLedger(t *testing.T) {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	var k kickLedger
+	var k kickCounter
 	if err := k.wait(done); err != nil {
 		t.Fatalf("no kick asked: wait = %v, want nil", err)
 	}

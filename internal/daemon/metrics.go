@@ -58,12 +58,12 @@ type metrics struct {
 	resizes          *prometheus.CounterVec
 	resizedCPUs      prometheus.Gauge
 
-	// heldCPUs' last assignments map and count, and its bitmap; under
-	// ledger.mu (Gauges).
-	heldOf      map[string]map[string]cpuset.CPUSet
-	held        int
-	heldCounted bool
-	heldBits    []uint64
+	// exclusiveCount's last assignments map and count, and its bitmap; under
+	// the ledger's lock (Gauges).
+	exclOf      map[string]map[string]cpuset.CPUSet
+	excl        int
+	exclCounted bool
+	exclBits    []uint64
 }
 
 func newMetrics() *metrics {
@@ -105,7 +105,7 @@ func newMetrics() *metrics {
 		// 10 µs to 1.3 s: a handler is ~0.1 ms; a StartContainer that
 		// waits for the cgroup writes of 500 containers some ms.
 		eventDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nri_cpualign_event_duration_seconds",
-			Help:    "Time the plugin took to answer each NRI event: how long it held up the runtime.",
+			Help:    "Time the plugin took to answer each NRI event: how long the runtime waited for it.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 18)}, []string{"event"}),
 		// The kubelet's topology_manager_admission_errors_total has no
 		// reason; an alert wants to tell a full node from a policy that
@@ -122,7 +122,7 @@ func newMetrics() *metrics {
 		Help: "In-place resizes of exclusive CPUs done, by kind (upsize, downsize); refusals count in nri_cpualign_admission_errors_total."},
 		[]string{"kind"})
 	m.resizedCPUs = prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_resized_cpus",
-		Help: "Exclusive CPUs held beyond the containers' baselines (the CPUs they were admitted with): nri_cpualign_exclusive_cpus minus this is what admissions gave."})
+		Help: "Exclusive CPUs containers have beyond their baselines (the CPUs they were admitted with): nri_cpualign_exclusive_cpus minus this is what admissions gave."})
 	m.reg.MustRegister(m.resizes, m.resizedCPUs)
 	m.buildInfo.WithLabelValues(buildinfo.MetricLabels()).Set(1)
 	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
@@ -232,10 +232,10 @@ func (m *metrics) observeDecision(dec policy.Decision, topo *topology.Topology, 
 }
 
 // Gauges sets the pool gauges from a committed state with n
-// containers; ledger.mu is held.
+// containers; the ledger is locked.
 func (m *metrics) Gauges(e *policy.Engine, st policy.State, n int) {
 	m.sharedCPUs.Set(float64(e.SharedPool(st).Size()))
-	m.exclusiveCPUs.Set(float64(m.heldCPUs(st.Alloc.Assignments)))
+	m.exclusiveCPUs.Set(float64(m.exclusiveCount(st.Alloc.Assignments)))
 	m.resizedCPUs.Set(float64(resizedCPUs(st)))
 	m.reservedCPUs.Set(float64(e.Reserved().Size()))
 	m.containers.Set(float64(n))
@@ -262,33 +262,33 @@ func (m *metrics) PoolEmpty(empty bool) {
 	}
 }
 
-// heldCPUs is how many CPUs the assignments hold. The engine never
+// exclusiveCount is how many CPUs the assignments hold. The engine never
 // changes an assignments map in place, so the same map as last time has
 // the same count: events that leave the exclusive CPUs alone (shared-pool
 // containers) count nothing. The others count into a bitmap, one bit per
 // CPU (not a sum of sizes: an app container reusing its init container's
 // CPUs overlaps it).
-func (m *metrics) heldCPUs(assign map[string]map[string]cpuset.CPUSet) int {
-	if m.heldCounted && sameMap(assign, m.heldOf) {
-		return m.held
+func (m *metrics) exclusiveCount(assign map[string]map[string]cpuset.CPUSet) int {
+	if m.exclCounted && sameMap(assign, m.exclOf) {
+		return m.excl
 	}
-	clear(m.heldBits)
+	clear(m.exclBits)
 	n := 0
 	for _, byName := range assign {
 		for _, cpus := range byName {
 			for _, cpu := range cpus.UnsortedList() {
 				w := cpu / 64
-				if w >= len(m.heldBits) {
-					m.heldBits = append(m.heldBits, make([]uint64, w+1-len(m.heldBits))...)
+				if w >= len(m.exclBits) {
+					m.exclBits = append(m.exclBits, make([]uint64, w+1-len(m.exclBits))...)
 				}
-				if bit := uint64(1) << (cpu % 64); m.heldBits[w]&bit == 0 {
-					m.heldBits[w] |= bit
+				if bit := uint64(1) << (cpu % 64); m.exclBits[w]&bit == 0 {
+					m.exclBits[w] |= bit
 					n++
 				}
 			}
 		}
 	}
-	m.heldOf, m.held, m.heldCounted = assign, n, true
+	m.exclOf, m.excl, m.exclCounted = assign, n, true
 	return n
 }
 

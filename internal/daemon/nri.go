@@ -285,7 +285,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // record; the engine already gave it the old CPUs (held since the old one
 // stopped, or never released when it did not start). An old one that never
 // started is a dead attempt (the kubelet retries a failed creation with a
-// new ID): it is returned as superseded. l.mu is held.
+// new ID): it is returned as superseded. the ledger is locked.
 func withRecord(l *ledger.Ledger, rec ctrRecord) (edit ctrEdit, superseded []ctrRecord) {
 	for id, r := range l.Records() {
 		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
@@ -460,7 +460,7 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 
 // releaseAll forgets every container of pod (key) and releases what it
 // holds, its pod-scope affinity included; name is for the log. It
-// reports whether the shared pool changed. l.mu is held.
+// reports whether the shared pool changed. the ledger is locked.
 func (p *plugin) releaseAll(key, name, why string) (bool, error) {
 	d := p.d
 	l := d.led
@@ -542,7 +542,7 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // (and, when its record names them, the cpuset.mems) it must have now;
 // none while that cpuset is empty (see emptypool.go). A shared-pool
 // container's mems are never set by the plugin, so the runtime's record
-// of them cannot be stale. l.mu is held.
+// of them cannot be stale. the ledger is locked.
 func (p *plugin) currentCPUSet(r ctrRecord) []*api.ContainerUpdate {
 	cpus := p.d.led.RightCPUs(r)
 	if cpus.IsEmpty() {

@@ -33,7 +33,7 @@ import (
 const noQuota = -1
 
 // exclusiveQuota takes the quota off a new exclusive container, in its
-// adjustment, and off its pod's cgroup. l.mu is held.
+// adjustment, and off its pod's cgroup. the ledger is locked.
 func (p *plugin) exclusiveQuota(adj *api.ContainerAdjustment, rec ctrRecord) {
 	if !rec.Exclusive || !p.d.led.QuotaOff() {
 		return
@@ -44,7 +44,7 @@ func (p *plugin) exclusiveQuota(adj *api.ContainerAdjustment, rec ctrRecord) {
 
 // quotaAtSync adds to Synchronize's updates the quota removal of every
 // running or created exclusive container the runtime reports with a quota,
-// and lifts their pods' quota. l.mu is held.
+// and lifts their pods' quota. the ledger is locked.
 func (p *plugin) quotaAtSync(ctrs []*api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
 	l := p.d.led
 	if !l.QuotaOff() {
@@ -68,7 +68,7 @@ func (p *plugin) quotaAtSync(ctrs []*api.Container, updates []*api.ContainerUpda
 // carries the container's quota again, and the kubelet may have written
 // the pod's already (a growing limit goes to the pod first). It returns
 // updates with the container's quota removed when it is exclusive after
-// the update. l.mu is not held.
+// the update. the ledger is not locked.
 func (p *plugin) quotaAtUpdate(ctr *api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
 	l := p.d.led
 	l.Lock()

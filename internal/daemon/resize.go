@@ -5,7 +5,6 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
-	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 
@@ -37,7 +36,7 @@ import (
 
 // resize handles an update of a known container's CPU request: the
 // exclusive resizes above; a shared-pool container staying shared keeps
-// its CPUs (nil, nil). It takes ledger.mu itself: under direct an upsize
+// its CPUs (nil, nil). It takes the ledger's lock itself: under direct an upsize
 // waits for the applier's pass after releasing it.
 func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, error) {
 	d := p.d
@@ -55,10 +54,11 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		err = stranding(l.Engine(), req, next, policy.Decision{Exclusive: true, CPUs: rd.CPUs}, l.SharedOthers(id))
 	}
 	if err != nil {
+		cpus := l.RightCPUs(r)
 		l.Unlock()
 		err = admissionError(err)
 		reason := reasonOf(err)
-		entry.WithError(err).WithFields(logrus.Fields{"reason": reason, "cpus": p.heldCPUs(r).String(),
+		entry.WithError(err).WithFields(logrus.Fields{"reason": reason, "cpus": cpus.String(),
 			"request_milli": req.CPURequestMilli}).Info("resize refused: the container keeps its CPUs")
 		d.obs.refusals.WithLabelValues(reason).Inc()
 		return nil, err
@@ -103,9 +103,6 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 	entry.WithFields(fields).Info("container resized")
 	return append(updates, cpusetUpdate(id, rd.CPUs.String(), rd.Mems.String())), nil
 }
-
-// heldCPUs is the container's CPUs now (for logs). l.mu is held.
-func (p *plugin) heldCPUs(r ctrRecord) cpuset.CPUSet { return p.d.led.RightCPUs(r) }
 
 // resized is PostUpdateContainer's part for a downsize answered by
 // resize: the container has left the CPUs it gave back, which now join
