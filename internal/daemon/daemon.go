@@ -9,13 +9,14 @@
 //	d, err := daemon.New(cfg, daemon.WithTopology(topo), daemon.WithLogger(log))
 //	err = d.Run(ctx) // returns when ctx is cancelled, or on a fatal error
 //
-// The layout, the lock order and one CreateContainer's way through it are
-// in docs/architecture.md. In short: the ledger owns the engine state and
-// the container index under one mutex; every NRI event takes it, computes
-// the next state with the engine, and commits it (ledger.commit) only
-// after the store made it durable; the runtime gets its answer after
-// that. The applier, chosen once at start-up, brings the shared-pool
-// containers along: in the answer or from its worker through the runtime
+// The layout, the lock order and one CreateContainer's and one
+// Synchronize's way through it are in docs/architecture.md. In short: the
+// ledger (internal/ledger) owns the engine state, the container index and
+// the lifecycle facts under one lock; every NRI event takes it, computes
+// the next state with the engine, and hands every fact it learnt to
+// ledger.Commit, which applies them only after the store made the state
+// durable; the runtime gets its answer after that. The applier, whose
+// mode chooseMode decides once, brings the shared-pool containers along: in the answer or from its worker through the runtime
 // (in-answer; never stub.UpdateContainers inside a handler, which
 // deadlocks the runtime), or by writing their cgroups (direct).
 //
