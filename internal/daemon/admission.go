@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"maps"
+
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -73,4 +76,27 @@ func deviceNodes(info deviceInfo, err error, entry *logrus.Entry) []int {
 	}
 	info.log(entry)
 	return info.Nodes
+}
+
+// withNodeHints adds the device hint provider to req: the NUMA nodes of
+// the container's devices (none: no preference).
+func withNodeHints(e *policy.Engine, req policy.Request, nodes []int) policy.Request {
+	if len(nodes) == 0 {
+		return req
+	}
+	h := make(map[string][]hints.Hint, len(req.Hints)+1)
+	maps.Copy(h, req.Hints)
+	h[deviceResource] = e.DeviceHints(nodes)
+	req.Hints = h
+	return req
+}
+
+// stranding refuses dec, an admission computed as next, when it is
+// exclusive and leaves shared-pool containers nowhere to run while
+// sharedOthers of them run.
+func stranding(e *policy.Engine, req policy.Request, next policy.State, dec policy.Decision, sharedOthers int) error {
+	if !dec.Exclusive || dec.Existing || sharedOthers == 0 || !e.SharedCPUs(next).IsEmpty() {
+		return nil
+	}
+	return &strandedError{Pod: req.Pod, Container: req.Container, CPUs: dec.CPUs.Size(), Shared: sharedOthers}
 }

@@ -27,30 +27,14 @@ import (
 // allocatable set counts the pod's reusable CPUs; what it does not take
 // stays held for the pod.
 
-// withPodReuse is st with the allocator's reuse set made the CPUs held for
+// withReuse is st with the allocator's reuse set made the CPUs held for
 // req's pod by its stopped containers, less those its tracked containers
-// run on, when req asks for exclusive CPUs it does not hold yet. The
-// allocator keeps one pod's reuse set (the kubelet's most recently
-// allocated pod); here it is derived again at every creation, so another
-// pod's admission in between loses nothing. the ledger is locked.
-func withPodReuse(st policy.State, ctrs map[string]ctrRecord, req policy.Request, static bool) policy.State {
-	return withReuse(st, req, static, tracks(ctrs, req.Pod))
-}
-
-// tracks tells whether the index holds a container of pod by that name.
-func tracks(ctrs map[string]ctrRecord, pod string) func(name string) bool {
-	return func(name string) bool {
-		for _, r := range ctrs {
-			if r.Pod == pod && r.Name == name {
-				return true
-			}
-		}
-		return false
-	}
-}
-
-// withReuse is withPodReuse for any idea of which containers of the pod
-// run (tracked, by name).
+// run on (tracked tells, by name, which of the pod's containers run: the
+// index's at CreateContainer, the runtime's live ones at Synchronize),
+// when req asks for exclusive CPUs it does not hold yet. The allocator
+// keeps one pod's reuse set (the kubelet's most recently allocated pod);
+// here it is derived again at every admission, so another pod's admission
+// in between loses nothing.
 func withReuse(st policy.State, req policy.Request, static bool, tracked func(name string) bool) policy.State {
 	assigned := st.Alloc.Assignments[req.Pod]
 	if len(assigned) == 0 || policy.ExclusiveCPUs(static, req) == 0 {

@@ -8,8 +8,6 @@ import (
 
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
-
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -336,27 +334,4 @@ func (p *planner) finish() {
 		}
 		p.plan.Updates = append(p.plan.Updates, cpuUpdate{ID: c.ID, CPUs: want.String(), Mems: r.Mems})
 	}
-}
-
-// withNodeHints adds the device hint provider to req: the NUMA nodes of
-// the container's devices (none: no preference).
-func withNodeHints(e *policy.Engine, req policy.Request, nodes []int) policy.Request {
-	if len(nodes) == 0 {
-		return req
-	}
-	h := make(map[string][]hints.Hint, len(req.Hints)+1)
-	maps.Copy(h, req.Hints)
-	h[deviceResource] = e.DeviceHints(nodes)
-	req.Hints = h
-	return req
-}
-
-// stranding refuses dec, an admission computed as next, when it is
-// exclusive and leaves shared-pool containers nowhere to run while
-// sharedOthers of them run.
-func stranding(e *policy.Engine, req policy.Request, next policy.State, dec policy.Decision, sharedOthers int) error {
-	if !dec.Exclusive || dec.Existing || sharedOthers == 0 || !e.SharedCPUs(next).IsEmpty() {
-		return nil
-	}
-	return &strandedError{Pod: req.Pod, Container: req.Container, CPUs: dec.CPUs.Size(), Shared: sharedOthers}
 }
