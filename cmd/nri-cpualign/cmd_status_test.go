@@ -18,9 +18,9 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
+	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
-	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
 // statusDaemon starts NRI's runtime side and the daemon in process on the
@@ -89,10 +89,10 @@ log_format = "json"
 
 // startPod runs a one-container pod of r through the runtime: RunPodSandbox,
 // CreateContainer, StartContainer.
-func startPod(t *testing.T, rt *nritest.Runtime, uid, ns, name, ctr string, r framework.Resources) {
+func startPod(t *testing.T, rt *nritest.Runtime, uid, ns, name, ctr string, r podres.Resources) {
 	t.Helper()
 	ctx := context.Background()
-	pod := nritest.NewPod(uid, name, ns, framework.PodQOS(r))
+	pod := nritest.NewPod(uid, name, ns, podres.PodQOS(r))
 	pod.Linux.Resources = nritest.PodResources(r)
 	if err := rt.RunPod(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -127,9 +127,9 @@ func startPod(t *testing.T, rt *nritest.Runtime, uid, ns, name, ctr string, r fr
 // 4-7 on node 1 (16-19,48-51 ... 28-31,60-63).
 func TestStatusAgainstDaemon(t *testing.T) {
 	rt, sys, addr := statusDaemon(t, "epyc-7303-2p", `reserved_system_cpus = "0,32"`+"\n")
-	startPod(t, rt, "u-web", "default", "web", "app", framework.GuaranteedCPUs(6))
-	startPod(t, rt, "u-db", "default", "db", "main", framework.GuaranteedCPUs(8))
-	startPod(t, rt, "u-batch", "batch", "worker", "worker", framework.Resources{CPURequestMilli: 500, CPULimitMilli: 2000, MemLimit: 64 << 20})
+	startPod(t, rt, "u-web", "default", "web", "app", podres.GuaranteedCPUs(6))
+	startPod(t, rt, "u-db", "default", "db", "main", podres.GuaranteedCPUs(8))
+	startPod(t, rt, "u-batch", "batch", "worker", "worker", podres.Resources{CPURequestMilli: 500, CPULimitMilli: 2000, MemLimit: 64 << 20})
 
 	var out, errb bytes.Buffer
 	if code := dispatchEnv([]string{"status", "--address", addr, "--sysfs-root", sys}, noEnv, nil, &out, &errb); code != exitOK {

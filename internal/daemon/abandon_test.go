@@ -78,16 +78,16 @@ func (h *handlerDaemon) start(t *testing.T, pod *api.PodSandbox, c *api.Containe
 }
 
 func (h *handlerDaemon) tracked(id string) bool {
-	h.d.led.mu.Lock()
-	defer h.d.led.mu.Unlock()
-	_, ok := h.d.led.ctrs[id]
+	h.d.led.Lock()
+	defer h.d.led.Unlock()
+	_, ok := h.d.led.Record(id)
 	return ok
 }
 
 func (h *handlerDaemon) shared() string {
-	h.d.led.mu.Lock()
-	defer h.d.led.mu.Unlock()
-	return h.d.led.engine.SharedMask(h.d.led.st).String()
+	h.d.led.Lock()
+	defer h.d.led.Unlock()
+	return h.d.led.Engine().SharedMask(h.d.led.State()).String()
 }
 
 // abandoned is nri_cpualign_abandoned_containers_total as /metrics serves it.

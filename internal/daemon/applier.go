@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -27,23 +30,23 @@ type applier interface {
 	mode() string
 	// poolChanged is what the answer to skip's event (CreateContainer,
 	// StopContainer) carries after a commit that changed the shared pool.
-	// ledger.mu is held.
+	// the ledger is locked.
 	poolChanged(skip string) []*api.ContainerUpdate
 	// created notes the cpuset a shared-pool container was answered with.
-	// ledger.mu is held.
+	// the ledger is locked.
 	created(id, cpus string)
 	// synchronized turns the Synchronize plan's updates into its answer.
-	// ledger.mu is held.
+	// the ledger is locked.
 	synchronized(planned []cpuUpdate) []*api.ContainerUpdate
 	// syncReadsCgroups tells Synchronize to take a running container's
 	// cpuset from its cgroup rather than from the runtime's record.
 	syncReadsCgroups() bool
-	// starting is StartContainer's part, after the ledger's: it returns
-	// when the container may start. ledger.mu is not held.
-	starting(id string)
+	// startBarrier is StartContainer's part, after the ledger's: it returns
+	// when the container may start. the ledger is not locked.
+	startBarrier(id string)
 	// updated is PostUpdateContainer's check of the container's cgroup
 	// after a runtime update: what is wrong is put right (written, or
-	// pushed by the worker). ledger.mu is not held.
+	// pushed by the worker). the ledger is not locked.
 	updated(id string)
 	// kick wakes the worker after a change no answer carries.
 	kick()
@@ -52,76 +55,87 @@ type applier interface {
 	// reconcile restores every cgroup that drifted from its assignment
 	// and returns how many it found.
 	reconcile() int
-	kickLedger() *kickLedger
+	kickCount() *kickCounter
 	// cgroupRoot is the cgroup root it reads and writes.
 	cgroupRoot() cgroups.Root
 }
 
-// newApplier chooses how the shared pool is applied, the one place the
-// mode is decided. Under the default "direct" a node where systemd
-// manages the container cgroups (cgroups.SystemdManaged) falls back to
-// "in-answer" with an info line: the OCI runtime's systemd driver sets
-// the scope's AllowedCPUs, which systemd keeps; a plain write is undone
-// at its next re-apply. "direct" in so many words is kept there, with a
-// warning. A cgroup_root whose cpuset
-// hierarchy cannot be written (a read-only mount) falls back to
+// chooseMode decides how the shared pool is applied, the one place the
+// mode is decided; cfg.SharedPoolUpdates is set to the mode chosen. Under
+// the default "direct" a node where systemd manages the container cgroups
+// (cgroups.SystemdManaged) falls back to "in-answer" with an info line:
+// the OCI runtime's systemd driver sets the scope's AllowedCPUs, which
+// systemd keeps; a plain write is undone at its next re-apply. "direct"
+// in so many words is kept there, with a warning. A cgroup_root whose
+// cpuset hierarchy cannot be written (a read-only mount) falls back to
 // "in-answer" with a warning, so that a deployment mounting the cgroups
 // read-only keeps working; a configuration that asks for "direct" in so
-// many words is refused instead. cfg.SharedPoolUpdates is set to the mode
-// chosen.
-func newApplier(cfg *config.Config, l *ledger, conn *connection, log *logrus.Logger) (applier, error) {
-	root := cgroups.New(cfg.CgroupRoot)
-	if cfg.SharedPoolUpdates == config.SharedUpdatesDirect {
-		err := root.Writable()
-		if err == nil && root.SystemdManaged() {
-			if cfg.Line(config.KeySharedPoolUpdates) > 0 {
-				log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot}).
-					Warn("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and writes a scope's AllowedCPUs " +
-						"back when it re-applies the unit (daemon-reload): until the reconcile loop restores them, shared-pool containers " +
-						"may run on exclusive CPUs; leave shared_pool_updates unset to have the runtime apply the pool through systemd")
-				return newDirect(newUpdater(l, conn, root, log)), nil
-			}
-			log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "using": config.SharedUpdatesInAnswer}).
-				Info("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and would undo cpusets the plugin writes: " +
-					"the runtime applies the shared pool instead, through systemd (each exclusive admission then waits for one OCI runtime " +
-					"update per shared-pool container)")
-			cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
-			return newInAnswer(newUpdater(l, conn, root, log)), nil
-		}
-		if err == nil {
-			return newDirect(newUpdater(l, conn, root, log)), nil
-		}
-		if cfg.Line(config.KeySharedPoolUpdates) > 0 {
-			return nil, cfg.KeyError(config.KeySharedPoolUpdates, cfg.SharedPoolUpdates,
-				fmt.Sprintf("the plugin writes the shared-pool containers' cgroups itself and cannot write %s (%v): "+
-					"mount the host's cgroups read-write at cgroup_root, or set shared_pool_updates = %q",
-					root.CpusetRoot(), err, config.SharedUpdatesInAnswer))
-		}
-		log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "error": err.Error(),
-			"using": config.SharedUpdatesInAnswer}).
-			Warn("cannot write the cgroups for the default shared_pool_updates = \"direct\"; the runtime applies the shared pool instead " +
-				"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
-		cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+// many words is refused instead.
+func chooseMode(cfg *config.Config, root cgroups.Root, log *logrus.Logger) error {
+	if cfg.SharedPoolUpdates != config.SharedUpdatesDirect {
+		return nil
 	}
-	return newInAnswer(newUpdater(l, conn, root, log)), nil
+	err := root.Writable()
+	if err == nil && root.SystemdManaged() {
+		if cfg.Line(config.KeySharedPoolUpdates) > 0 {
+			log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot}).
+				Warn("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and writes a scope's AllowedCPUs " +
+					"back when it re-applies the unit (daemon-reload): until the reconcile loop restores them, shared-pool containers " +
+					"may run on exclusive CPUs; leave shared_pool_updates unset to have the runtime apply the pool through systemd")
+			return nil
+		}
+		log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "using": config.SharedUpdatesInAnswer}).
+			Info("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and would undo cpusets the plugin writes: " +
+				"the runtime applies the shared pool instead, through systemd (each exclusive admission then waits for one OCI runtime " +
+				"update per shared-pool container)")
+		cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+		return nil
+	}
+	if err == nil {
+		return nil
+	}
+	if cfg.Line(config.KeySharedPoolUpdates) > 0 {
+		return cfg.KeyError(config.KeySharedPoolUpdates, cfg.SharedPoolUpdates,
+			fmt.Sprintf("the plugin writes the shared-pool containers' cgroups itself and cannot write %s (%v): "+
+				"mount the host's cgroups read-write at cgroup_root, or set shared_pool_updates = %q",
+				root.CpusetRoot(), err, config.SharedUpdatesInAnswer))
+	}
+	log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "error": err.Error(),
+		"using": config.SharedUpdatesInAnswer}).
+		Warn("cannot write the cgroups for the default shared_pool_updates = \"direct\"; the runtime applies the shared pool instead " +
+			"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
+	cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+	return nil
+}
+
+// newApplier is the applier of a mode chooseMode chose. Its cgroup reads
+// and writes go through root (cgroups.Root), the one seam between the
+// appliers and the cgroup files.
+func newApplier(mode string, l *ledger.Ledger, obs *metrics, conn *connection, root cgroups.Root, log *logrus.Logger) applier {
+	u := newUpdater(l, obs, conn, root, log)
+	if mode == config.SharedUpdatesDirect {
+		return newDirect(u)
+	}
+	return newInAnswer(u)
 }
 
 // updater is what both appliers share: the worker's wake-ups, the kick
 // ledger, and finding drift.
 type updater struct {
-	l     *ledger
+	l     *ledger.Ledger
+	obs   *metrics
 	conn  *connection
 	cg    cgroups.Root
 	log   *logrus.Logger
 	kickC chan struct{}
-	kicks kickLedger
+	kicks kickCounter
 }
 
-func newUpdater(l *ledger, conn *connection, cg cgroups.Root, log *logrus.Logger) *updater {
-	return &updater{l: l, conn: conn, cg: cg, log: log, kickC: make(chan struct{}, 1)}
+func newUpdater(l *ledger.Ledger, obs *metrics, conn *connection, cg cgroups.Root, log *logrus.Logger) *updater {
+	return &updater{l: l, obs: obs, conn: conn, cg: cg, log: log, kickC: make(chan struct{}, 1)}
 }
 
-func (u *updater) kickLedger() *kickLedger { return &u.kicks }
+func (u *updater) kickCount() *kickCounter { return &u.kicks }
 
 func (u *updater) cgroupRoot() cgroups.Root { return u.cg }
 
@@ -137,9 +151,9 @@ func (u *updater) kick() {
 
 // kickIfShared kicks when some shared-pool container but skip must
 // follow the pool: a kick for nothing costs the answer a goroutine
-// handoff. ledger.mu is held.
+// handoff. the ledger is locked.
 func (u *updater) kickIfShared(skip string) {
-	for id, r := range u.l.ctrs {
+	for id, r := range u.l.Records() {
 		if id != skip && !r.Exclusive {
 			u.kick()
 			return
@@ -162,7 +176,7 @@ func (u *updater) loop(ctx context.Context, pass func(), reconcile func() int) {
 		}
 	}()
 	for {
-		if p := time.Duration(u.l.config().ReconcilePeriod); p != period {
+		if p := time.Duration(u.l.Config().ReconcilePeriod); p != period {
 			if ticker != nil {
 				ticker.Stop()
 				ticker, tick = nil, nil
@@ -216,31 +230,31 @@ type wantedCPUs struct {
 func (u *updater) findDrift(repair func(found []drifted, s stub.Stub, gen uint64)) int {
 	l := u.l
 	s := u.conn.get()
-	l.mu.Lock()
-	if s == nil || l.syncs == 0 {
-		l.mu.Unlock()
+	l.Lock()
+	if s == nil || l.Syncs() == 0 {
+		l.Unlock()
 		return 0
 	}
-	gen := l.gen
-	items := make([]wantedCPUs, 0, len(l.ctrs))
-	for _, r := range l.ctrs {
-		items = append(items, wantedCPUs{r, l.rightCPUs(r)})
+	gen := l.Gen()
+	items := make([]wantedCPUs, 0, l.Len())
+	for _, r := range l.Records() {
+		items = append(items, wantedCPUs{r, l.RightCPUs(r)})
 	}
-	l.mu.Unlock()
+	l.Unlock()
 	sort.Slice(items, func(i, j int) bool { return items[i].rec.ID < items[j].rec.ID })
 
 	found := u.readDrift(items)
 	if len(found) == 0 {
 		return 0
 	}
-	l.mu.Lock()
-	stale := l.gen != gen
-	l.mu.Unlock()
+	l.Lock()
+	stale := l.Gen() != gen
+	l.Unlock()
 	if stale || u.conn.get() != s {
 		return 0
 	}
 	u.logDrift(found)
-	l.obs.drift.Add(float64(len(found)))
+	u.obs.drift.Add(float64(len(found)))
 	repair(found, s, gen)
 	return len(found)
 }
@@ -281,22 +295,22 @@ func (u *updater) readDrift(items []wantedCPUs) []drifted {
 // container along).
 func (u *updater) checkUpdated(id string) (found []drifted, gen uint64) {
 	l := u.l
-	l.mu.Lock()
-	r, ok := l.ctrs[id]
-	if !ok || l.engine == nil || l.syncs == 0 {
-		l.mu.Unlock()
+	l.Lock()
+	r, ok := l.Record(id)
+	if !ok || l.Engine() == nil || l.Syncs() == 0 {
+		l.Unlock()
 		return nil, 0
 	}
-	gen = l.gen
-	want := l.rightCPUs(r)
-	l.mu.Unlock()
+	gen = l.Gen()
+	want := l.RightCPUs(r)
+	l.Unlock()
 	found = u.readDrift([]wantedCPUs{{r, want}})
 	if len(found) == 0 {
 		return nil, gen
 	}
-	l.mu.Lock()
-	stale := l.gen != gen
-	l.mu.Unlock()
+	l.Lock()
+	stale := l.Gen() != gen
+	l.Unlock()
 	if stale {
 		return nil, gen
 	}
@@ -306,7 +320,7 @@ func (u *updater) checkUpdated(id string) (found []drifted, gen uint64) {
 			"cpus": dr.wantCPUs.String(), "found_cpus": dr.haveCPUs.String(), "mems": dr.wantMems, "found_mems": dr.haveMems,
 		}).Warn("cpuset wrong after the runtime updated the container; restoring it")
 	}
-	l.obs.updateRepairs.Add(float64(len(found)))
+	u.obs.updateRepairs.Add(float64(len(found)))
 	return found, gen
 }
 
@@ -327,9 +341,9 @@ func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, 
 	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
 		u.log.WithError(err).WithField("failed", len(failed)).Warn(failure)
 	}
-	u.l.mu.Lock()
-	changed := u.l.gen != gen
-	u.l.mu.Unlock()
+	u.l.Lock()
+	changed := u.l.Gen() != gen
+	u.l.Unlock()
 	if changed {
 		u.kick()
 	}
@@ -358,12 +372,12 @@ func (a *inAnswer) poolChanged(skip string) []*api.ContainerUpdate { return a.sh
 func (a *inAnswer) created(string, string) {}
 
 func (a *inAnswer) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
-	return nriUpdates(planned)
+	return cpusetUpdates(planned, ignoreFailure)
 }
 
 func (a *inAnswer) syncReadsCgroups() bool { return false }
 
-func (a *inAnswer) starting(string) {}
+func (a *inAnswer) startBarrier(string) {}
 
 func (a *inAnswer) run(ctx context.Context) { a.loop(ctx, a.push, a.reconcile) }
 
@@ -388,22 +402,22 @@ func (a *inAnswer) updated(id string) {
 func (a *inAnswer) push() {
 	s := a.conn.get()
 	l := a.l
-	l.mu.Lock()
-	if s == nil || l.syncs == 0 {
-		l.mu.Unlock()
+	l.Lock()
+	if s == nil || l.Syncs() == 0 {
+		l.Unlock()
 		return
 	}
-	gen := l.gen
+	gen := l.Gen()
 	updates := a.sharedUpdates("")
 	a.repairMu.Lock()
 	for id := range a.repairs {
-		if r, ok := l.ctrs[id]; ok && r.Exclusive {
-			updates = append(updates, nriUpdates([]cpuUpdate{{ID: id, CPUs: l.rightCPUs(r).String(), Mems: r.Mems}})...)
+		if r, ok := l.Record(id); ok && r.Exclusive {
+			updates = append(updates, cpusetUpdates([]cpuUpdate{{ID: id, CPUs: l.RightCPUs(r).String(), Mems: r.Mems}}, ignoreFailure)...)
 		}
 		delete(a.repairs, id)
 	}
 	a.repairMu.Unlock()
-	l.mu.Unlock()
+	l.Unlock()
 	if len(updates) == 0 {
 		return
 	}
@@ -419,55 +433,40 @@ func (a *inAnswer) reconcile() int {
 // sharedUpdates are the updates moving every shared-pool container except
 // skip to the current shared pool. Failures are ignored by the runtime (a
 // container may be stopping); the reconcile loop repairs what is left.
-// ledger.mu is held.
+// the ledger is locked.
 func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
 	l := a.l
-	mask := l.engine.SharedMask(l.st)
+	mask := l.Engine().SharedMask(l.State())
 	if mask.IsEmpty() {
 		return nil // no CPU for them (nothing reserved): never an empty cpuset
 	}
 	shared := mask.String()
-	ids := make([]string, 0, len(l.ctrs))
-	for id, r := range l.ctrs {
+	targets := make([]cpuUpdate, 0, l.Len())
+	for id, r := range l.Records() {
 		if id != skip && !r.Exclusive {
-			ids = append(ids, id)
+			targets = append(targets, cpuUpdate{ID: id, CPUs: shared})
 		}
 	}
-	slices.Sort(ids)
-	// Every update carries the same cpuset: one Linux part serves them all
-	// (they are only marshalled), and one block holds the updates.
-	lin := &api.LinuxContainerUpdate{Resources: &api.LinuxResources{Cpu: &api.LinuxCPU{Cpus: shared}}}
-	block := make([]api.ContainerUpdate, len(ids))
-	out := make([]*api.ContainerUpdate, len(ids))
-	for i, id := range ids {
-		u := &block[i]
-		u.SetContainerId(id)
-		u.Linux = lin
-		u.SetIgnoreFailure()
-		out[i] = u
-	}
-	return out
+	slices.SortFunc(targets, func(a, b cpuUpdate) int { return strings.Compare(a.ID, b.ID) })
+	return cpusetUpdates(targets, ignoreFailure|oneCPUSet)
 }
 
 // driftUpdates are the updates that restore the drifted containers
 // through the runtime.
 func driftUpdates(found []drifted) []*api.ContainerUpdate {
-	updates := make([]*api.ContainerUpdate, 0, len(found))
+	targets := make([]cpuUpdate, 0, len(found))
 	for _, dr := range found {
-		u := &api.ContainerUpdate{}
-		u.SetContainerId(dr.rec.ID)
-		u.SetLinuxCPUSetCPUs(dr.wantCPUs.String())
+		t := cpuUpdate{ID: dr.rec.ID, CPUs: dr.wantCPUs.String()}
 		if dr.updateMems {
-			u.SetLinuxCPUSetMems(dr.wantMems)
+			t.Mems = dr.wantMems
 		}
-		u.SetIgnoreFailure()
-		updates = append(updates, u)
+		targets = append(targets, t)
 	}
-	return updates
+	return cpusetUpdates(targets, ignoreFailure)
 }
 
 // connection is the current NRI connection, nil between connections.
-// Its mutex is a leaf: taken under ledger.mu or alone.
+// Its mutex is a leaf: taken under the ledger's lock or alone.
 type connection struct {
 	mu sync.Mutex
 	s  stub.Stub
@@ -485,31 +484,31 @@ func (c *connection) set(s stub.Stub) {
 	c.mu.Unlock()
 }
 
-// kickLedger counts the worker's kicks and the ones it has served, so
+// kickCounter counts the worker's kicks and the ones it has served, so
 // that a caller can wait until every pass asked for so far (and every
 // re-push a stale one caused) is done: the only moment the cgroups must
 // equal the state, since a push computed before a commit may land after
 // that commit's own updates. Its mutex is a leaf.
-type kickLedger struct {
+type kickCounter struct {
 	mu            sync.Mutex
 	asked, served uint64
 	caughtUp      chan struct{} // closed when served reaches asked; nil without a waiter
 }
 
-func (k *kickLedger) ask() {
+func (k *kickCounter) ask() {
 	k.mu.Lock()
 	k.asked++
 	k.mu.Unlock()
 }
 
 // upTo is the kicks asked so far: a pass started now serves these.
-func (k *kickLedger) upTo() uint64 {
+func (k *kickCounter) upTo() uint64 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.asked
 }
 
-func (k *kickLedger) serve(upTo uint64) {
+func (k *kickCounter) serve(upTo uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.served = max(k.served, upTo)
@@ -520,14 +519,14 @@ func (k *kickLedger) serve(upTo uint64) {
 }
 
 // servedUpTo reports whether the kicks up to upTo have been served.
-func (k *kickLedger) servedUpTo(upTo uint64) bool {
+func (k *kickCounter) servedUpTo(upTo uint64) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.served >= upTo
 }
 
 // settled reports whether every kick asked so far has been served.
-func (k *kickLedger) settled() bool {
+func (k *kickCounter) settled() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.served >= k.asked
@@ -535,7 +534,7 @@ func (k *kickLedger) settled() bool {
 
 // wait returns once every kick asked so far has been served, or with
 // ctx's error.
-func (k *kickLedger) wait(ctx context.Context) error {
+func (k *kickCounter) wait(ctx context.Context) error {
 	for {
 		k.mu.Lock()
 		if k.served >= k.asked {

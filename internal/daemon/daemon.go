@@ -9,13 +9,14 @@
 //	d, err := daemon.New(cfg, daemon.WithTopology(topo), daemon.WithLogger(log))
 //	err = d.Run(ctx) // returns when ctx is cancelled, or on a fatal error
 //
-// The layout, the lock order and one CreateContainer's way through it are
-// in docs/architecture.md. In short: the ledger owns the engine state and
-// the container index under one mutex; every NRI event takes it, computes
-// the next state with the engine, and commits it (ledger.commit) only
-// after the store made it durable; the runtime gets its answer after
-// that. The applier, chosen once at start-up, brings the shared-pool
-// containers along: in the answer or from its worker through the runtime
+// The layout, the lock order and one CreateContainer's and one
+// Synchronize's way through it are in docs/architecture.md. In short: the
+// ledger (internal/ledger) owns the engine state, the container index and
+// the lifecycle facts under one lock; every NRI event takes it, computes
+// the next state with the engine, and hands every fact it learnt to
+// ledger.Commit, which applies them only after the store made the state
+// durable; the runtime gets its answer after that. The applier, whose
+// mode chooseMode decides once, brings the shared-pool containers along: in the answer or from its worker through the runtime
 // (in-answer; never stub.UpdateContainers inside a handler, which
 // deadlocks the runtime), or by writing their cgroups (direct).
 //
@@ -41,6 +42,8 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -107,7 +110,8 @@ func WithStubOptions(opts ...stub.Option) Option {
 // the cgroups, the metrics what is observed; the NRI adapter (plugin)
 // translates events into their calls.
 type Daemon struct {
-	led       *ledger
+	led       *ledger.Ledger
+	store     *store                     // the ledger's Store; used under the ledger's lock
 	app       atomic.Pointer[applierRef] // replaced only by the first Configure of a pre-registered plugin
 	conn      connection
 	obs       *metrics
@@ -116,17 +120,20 @@ type Daemon struct {
 	fixedTopo bool // the topology came from WithTopology, not sysfs_root
 	connected atomic.Bool
 	syncedC   chan struct{} // closed after the first Synchronize
-
-	// Set by Run, under led.mu, for what starts once the configuration is
-	// final (startLocked).
-	runCtx      context.Context
-	runWG       *sync.WaitGroup
-	unlockState func() error
-	workerOn    bool
+	run       runState      // under the ledger's lock
 
 	// nrt publishes the NodeResourceTopology (nil when off); started with
 	// the worker.
 	nrt *nrtexport.Exporter
+}
+
+// runState is what Run sets, under the ledger's lock, for what starts
+// once the configuration is final (startLocked).
+type runState struct {
+	ctx         context.Context
+	wg          *sync.WaitGroup
+	unlockState func() error
+	workerOn    bool
 }
 
 // applierRef boxes an applier for atomic.Pointer.
@@ -180,30 +187,34 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		syncedC:   make(chan struct{}),
 	}
 	d.obs.registerConnected(&d.connected)
-	l := newLedger(cfg, topo, engine, pendingErr)
-	l.store = &store{ckpt: checkpoint.New(cfg.StateDir, CheckpointName), kubeletFile: o.kubeletFile,
-		jnl: journalStore{mode: o.store}, log: o.log}
-	l.obs, l.log = d.obs, o.log
-	if l.now = o.now; l.now == nil {
-		l.now = time.Now
-	}
-	d.led = l
-	d.obs.registerHeld(l)
-	d.obs.reg.MustRegister(newMemoryCollector(l))
-	app, err := newApplier(&l.cfg, l, &d.conn, o.log)
-	if err != nil {
+	d.store = &store{ckpt: checkpoint.New(cfg.StateDir, CheckpointName), kubeletFile: o.kubeletFile,
+		jnl: journalStore{mode: o.store}, log: o.log, obs: d.obs}
+	root := cgroups.New(cfg.CgroupRoot)
+	if err := chooseMode(&cfg, root, o.log); err != nil {
 		return nil, err
 	}
-	d.app.Store(&applierRef{app})
-	if d.nrt, err = newNRTExporter(cfg, l); err != nil {
+	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: d.store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
+	d.led = l
+	d.obs.registerHeld(l.View)
+	d.obs.reg.MustRegister(newMemoryCollector(l.View))
+	d.app.Store(&applierRef{newApplier(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, o.log)})
+	if d.nrt, err = newNRTExporter(cfg, l.View, o.log); err != nil {
 		return nil, err
 	}
 	if d.nrt != nil {
 		d.obs.reg.MustRegister(d.nrt.Collectors()...)
-		l.changed = d.nrt.Kick
 	}
-	warnZeroReservation(l, d.log)
+	warnZeroReservation(engine, cfg, d.log)
 	return d, nil
+}
+
+// kickExporter tells the NodeResourceTopology exporter, if any, that the
+// state changed (the ledger's Deps.Changed; d.nrt is set before the
+// first commit).
+func (d *Daemon) kickExporter() {
+	if d.nrt != nil {
+		d.nrt.Kick()
+	}
 }
 
 // buildEngine checks the daemon's own rule (the static policy takes no
@@ -251,7 +262,7 @@ func applyLogSettings(l *logrus.Logger, cfg config.Config) {
 }
 
 // Config returns the effective configuration.
-func (d *Daemon) Config() config.Config { return d.led.config() }
+func (d *Daemon) Config() config.Config { return d.led.Config() }
 
 // Synchronized is closed once the runtime's first Synchronize is handled.
 func (d *Daemon) Synchronized() <-chan struct{} { return d.syncedC }
@@ -280,16 +291,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.releaseStateDir()
 
 	l := d.led
-	l.mu.Lock()
-	d.runCtx, d.runWG = ctx, &wg
-	configured := l.engine != nil
-	pendingErr := l.pendingErr
-	l.mu.Unlock()
+	l.Lock()
+	d.run.ctx, d.run.wg = ctx, &wg
+	configured := l.Engine() != nil
+	pendingErr := l.PendingErr()
+	l.Unlock()
 	d.logStartup()
 	if configured {
-		l.mu.Lock()
+		l.Lock()
 		err := d.startLocked()
-		l.mu.Unlock()
+		l.Unlock()
 		if err != nil {
 			return err
 		}
@@ -302,24 +313,25 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // startLocked takes the state directory, restores the state and starts
 // the metrics server and the applier's worker: what needs the final
-// configuration. led.mu is held.
+// configuration. The ledger is locked.
 func (d *Daemon) startLocked() error {
 	l := d.led
-	l.store.ckpt = checkpoint.New(l.cfg.StateDir, CheckpointName)
-	unlock, err := l.store.ckpt.Lock()
+	cfg := l.Settings()
+	d.store.ckpt = checkpoint.New(cfg.StateDir, CheckpointName)
+	unlock, err := d.store.ckpt.Lock()
 	if err != nil {
 		return err
 	}
-	d.unlockState = unlock
-	if err := l.store.ckpt.RemoveStaleTemps(); err != nil {
+	d.run.unlockState = unlock
+	if err := d.store.ckpt.RemoveStaleTemps(); err != nil {
 		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
 	}
-	if err := l.store.load(l); err != nil {
+	if err := d.restoreLocked(); err != nil {
 		return err
 	}
-	ctx, wg := d.runCtx, d.runWG
-	if !d.workerOn {
-		d.workerOn = true
+	ctx, wg := d.run.ctx, d.run.wg
+	if !d.run.workerOn {
+		d.run.workerOn = true
 		app := d.applier()
 		wg.Add(1)
 		go func() {
@@ -334,7 +346,7 @@ func (d *Daemon) startLocked() error {
 			}()
 		}
 	}
-	addr := l.cfg.MetricsAddress
+	addr := cfg.MetricsAddress
 	if addr == "" {
 		return nil
 	}
@@ -354,13 +366,26 @@ func (d *Daemon) startLocked() error {
 	return nil
 }
 
+// restoreLocked reads the state on disk and commits it: the gauges, the pool
+// check, the generation and the exporter follow it as any commit. The
+// ledger is locked.
+func (d *Daemon) restoreLocked() error {
+	l := d.led
+	r, err := d.store.load(l.Settings(), l.Topology(), l.Engine())
+	if err != nil {
+		return err
+	}
+	_, err = l.Commit(ledger.Change{Restore: &r})
+	return err
+}
+
 // releaseStateDir drops the state directory lock taken by startLocked.
 func (d *Daemon) releaseStateDir() {
-	d.led.mu.Lock()
-	unlock := d.unlockState
-	d.unlockState = nil
-	d.led.store.jnl.reset()
-	d.led.mu.Unlock()
+	d.led.Lock()
+	unlock := d.run.unlockState
+	d.run.unlockState = nil
+	d.store.jnl.reset()
+	d.led.Unlock()
 	if unlock != nil {
 		_ = unlock()
 	}
@@ -442,9 +467,9 @@ func (d *Daemon) setStub(s stub.Stub) {
 }
 
 func (d *Daemon) logStartup() {
-	d.led.mu.Lock()
-	t, cfg, engine := d.led.topo, d.led.cfg, d.led.engine
-	d.led.mu.Unlock()
+	d.led.Lock()
+	t, cfg, engine := d.led.Topology(), d.led.Settings(), d.led.Engine()
+	d.led.Unlock()
 	d.log.WithFields(logrus.Fields{
 		"cpus":             t.CPUs().String(),
 		"num_cpus":         t.NumCPUs(),
@@ -493,10 +518,10 @@ func warnIgnoredKeys(log *logrus.Logger, cfg config.Config, source string) {
 func (d *Daemon) configure(doc string) error {
 	l := d.led
 	if strings.TrimSpace(doc) == "" {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.engine == nil {
-			return fmt.Errorf("the runtime sent no plugin configuration and the start-up one is refused: %w", l.pendingErr)
+		l.Lock()
+		defer l.Unlock()
+		if l.Engine() == nil {
+			return fmt.Errorf("the runtime sent no plugin configuration and the start-up one is refused: %w", l.PendingErr())
 		}
 		return nil
 	}
@@ -505,33 +530,36 @@ func (d *Daemon) configure(doc string) error {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
 	warnIgnoredKeys(d.log, in, "runtime")
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	next := withRuntimeKeys(l.cfg, in)
+	l.Lock()
+	defer l.Unlock()
+	cur := l.Settings()
+	next := withRuntimeKeys(cur, in)
 	topo, err := d.processKeys(&next, in)
 	if err != nil {
 		return err
 	}
-	engine, err := buildEngine(topo, next, in.Line(config.KeyReservedCPUCount) > 0 || l.cfg.Line(config.KeyReservedCPUCount) > 0)
+	engine, err := buildEngine(topo, next, in.Line(config.KeyReservedCPUCount) > 0 || cur.Line(config.KeyReservedCPUCount) > 0)
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
-	if l.engine == nil {
+	if l.Engine() == nil {
 		// First configuration (pre-registered plugin): the applier is
 		// chosen now, and everything starts.
-		app, err := newApplier(&next, l, &d.conn, d.log)
-		if err != nil {
+		root := cgroups.New(next.CgroupRoot)
+		if err := chooseMode(&next, root, d.log); err != nil {
 			return fmt.Errorf("configuration from the runtime: %w", err)
 		}
-		d.app.Store(&applierRef{app})
-		l.cfg, l.topo, l.engine, l.st, l.pendingErr = next, topo, engine, engine.NewState(), nil
+		d.app.Store(&applierRef{newApplier(next.SharedPoolUpdates, l, d.obs, &d.conn, root, d.log)})
+		if _, err := l.Commit(ledger.Change{Reconfigure: &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: engine.NewState()}}); err != nil {
+			return err
+		}
 		applyLogSettings(d.log, next)
 		d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String(), "cpus": topo.CPUs().String()}).
 			Info("effective configuration (from the runtime)")
-		warnZeroReservation(l, d.log)
-		if d.runCtx == nil {
+		warnZeroReservation(engine, next, d.log)
+		if d.run.ctx == nil {
 			// Not running (tests call configure directly): restore only.
-			return l.store.load(l)
+			return d.restoreLocked()
 		}
 		return d.startLocked()
 	}
@@ -540,22 +568,26 @@ func (d *Daemon) configure(doc string) error {
 			fmt.Sprintf("the plugin runs with shared_pool_updates = %q, chosen at start-up; it cannot change while the plugin runs: "+
 				"change it in the plugin's configuration and restart the plugin", mode)))
 	}
-	next.SharedPoolUpdates = l.cfg.SharedPoolUpdates
+	next.SharedPoolUpdates = cur.SharedPoolUpdates
 	// The state built under the old engine is carried over through a
 	// snapshot, which the new engine reconciles (reserved set, options).
-	st, notes, err := engine.FromSnapshot(l.engine.Snapshot(l.st))
+	st, notes, err := engine.FromSnapshot(l.Engine().Snapshot(l.State()))
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: rebuild state: %w", err)
 	}
 	for _, n := range notes {
 		d.log.WithField("note", n).Warn("state reconciled with the runtime's configuration")
 	}
-	l.cfg, l.engine, l.st = next, engine, st
+	// Through Commit: the gauges, the pool check, the generation and the
+	// NodeResourceTopology exporter follow the new configuration at once.
+	if _, err := l.Commit(ledger.Change{Reconfigure: &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: st}}); err != nil {
+		return err
+	}
 	d.applier().kick() // the worker picks up a new reconcile_period
 	applyLogSettings(d.log, next)
 	d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String()}).
 		Info("configuration from the runtime applied")
-	warnZeroReservation(l, d.log)
+	warnZeroReservation(engine, next, d.log)
 	return nil
 }
 
@@ -602,24 +634,25 @@ func withRuntimeKeys(cfg config.Config, in config.Config) config.Config {
 // processKeys handles the process-level keys of the runtime's
 // configuration in: before anything started they complete next (a new
 // sysfs_root gives the topology returned), afterwards they are fixed and
-// only logged when they differ. led.mu is held.
+// only logged when they differ. The ledger is locked.
 func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.Topology, error) {
 	l := d.led
+	cur := l.Settings()
 	set := func(key string) bool { return in.Line(key) > 0 }
-	if l.engine != nil {
+	if l.Engine() != nil {
 		for _, k := range []struct{ key, got, have string }{
-			{config.KeyStateDir, in.StateDir, l.cfg.StateDir},
-			{config.KeySocketPath, in.SocketPath, l.cfg.SocketPath},
-			{config.KeySysfsRoot, in.SysfsRoot, l.cfg.SysfsRoot},
-			{config.KeyCgroupRoot, in.CgroupRoot, l.cfg.CgroupRoot},
-			{config.KeyMetricsAddress, in.MetricsAddress, l.cfg.MetricsAddress},
+			{config.KeyStateDir, in.StateDir, cur.StateDir},
+			{config.KeySocketPath, in.SocketPath, cur.SocketPath},
+			{config.KeySysfsRoot, in.SysfsRoot, cur.SysfsRoot},
+			{config.KeyCgroupRoot, in.CgroupRoot, cur.CgroupRoot},
+			{config.KeyMetricsAddress, in.MetricsAddress, cur.MetricsAddress},
 		} {
 			if set(k.key) && k.got != k.have {
 				d.log.WithFields(logrus.Fields{"key": k.key, "runtime_value": k.got, "value": k.have}).
 					Warn("ignoring a process-level key from the runtime's configuration; set it with a flag or --config")
 			}
 		}
-		return l.topo, nil
+		return l.Topology(), nil
 	}
 	// Nothing has started yet (pre-registered plugin without --config):
 	// the runtime's configuration is the whole one.
@@ -636,8 +669,8 @@ func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.T
 			*k.dst = *k.src
 		}
 	}
-	if next.SysfsRoot == l.cfg.SysfsRoot || d.fixedTopo {
-		return l.topo, nil
+	if next.SysfsRoot == cur.SysfsRoot || d.fixedTopo {
+		return l.Topology(), nil
 	}
 	t, warns, err := sysfs.ReadWithWarnings(next.SysfsRoot)
 	if err != nil {

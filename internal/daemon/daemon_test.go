@@ -662,9 +662,9 @@ func TestReconnectAfterConnectionLoss(t *testing.T) {
 	}
 	mu.Unlock()
 	waitFor(t, "the daemon's second Synchronize", func() bool {
-		r.d.led.mu.Lock()
-		defer r.d.led.mu.Unlock()
-		return r.d.led.syncs >= 2
+		r.d.led.Lock()
+		defer r.d.led.Unlock()
+		return r.d.led.Syncs() >= 2
 	})
 	waitFor(t, "connected", r.d.Connected)
 	mu.Lock()
@@ -734,7 +734,7 @@ func TestConfigFromRuntimeDeferred(t *testing.T) {
 	if v := d.State(); v.Reserved != "0,4" || v.Shared != "0-7" {
 		t.Errorf("after Configure: %+v", v)
 	}
-	if !d.led.restored {
+	if !d.led.Restored() {
 		t.Error("state not restored after the first Configure")
 	}
 }
@@ -872,9 +872,9 @@ func testPersistFailure(t *testing.T, store Store) {
 	if store == StoreJournal {
 		// An append that fails (its file closed under it); the snapshot
 		// written instead cannot be renamed either.
-		r.d.led.mu.Lock()
-		r.d.led.store.jnl.j.Close()
-		r.d.led.mu.Unlock()
+		r.d.led.Lock()
+		r.d.store.jnl.j.Close()
+		r.d.led.Unlock()
 	}
 	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
 	_, _, err := rt.create(g1, "c2", 2000, 2000)

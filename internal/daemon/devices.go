@@ -8,7 +8,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
-	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
 
@@ -42,19 +41,6 @@ type deviceInfo struct {
 	// Skipped are environment values that are no PCI address, or beyond
 	// maxEnvAddresses (at most maxSkipped of them).
 	Skipped []string
-}
-
-// withDeviceHints adds the device hint provider to req: info.Nodes, the
-// NUMA nodes of all the container's devices (deviceReader.nodes). A sysfs
-// error is logged and also counts as no preference: device locality
-// steers placement, it is never a reason to fail a container.
-func withDeviceHints(e *policy.Engine, req policy.Request, info deviceInfo, err error, entry *logrus.Entry) policy.Request {
-	if err != nil {
-		entry.WithError(err).Warn(noDeviceHintMsg)
-		return req
-	}
-	info.log(entry)
-	return withNodeHints(e, req, info.Nodes)
 }
 
 // log writes the debug line naming the devices and their nodes, and a
@@ -92,7 +78,7 @@ type deviceReader struct {
 // deviceReader is the device reader of the current configuration.
 func (p *plugin) deviceReader() deviceReader {
 	d := p.d
-	cfg := d.led.config()
+	cfg := d.led.Config()
 	return deviceReader{topologyPolicy: cfg.TopologyManagerPolicy, sysfsRoot: cfg.SysfsRoot}
 }
 

@@ -51,9 +51,9 @@ type direct struct {
 	// writeMu serializes every cgroup write (passes, the start check, the
 	// reconcile loop): each computes what to write after taking it, so the
 	// last write is always of the newest state. It comes before
-	// ledger.mu in the lock order.
+	// the ledger's lock in the lock order.
 	writeMu sync.Mutex
-	// mu guards written and done; a leaf, taken under ledger.mu or alone.
+	// mu guards written and done; a leaf, taken under the ledger's lock or alone.
 	mu sync.Mutex
 	// written is the cpuset.cpus each shared-pool container's cgroup holds
 	// as far as the daemon knows (answered at its creation, or written).
@@ -63,9 +63,19 @@ type direct struct {
 	done uint64
 	// systemdSeen: watchSystemd has warned.
 	systemdSeen atomic.Bool
+	// w writes the cpusets: every cgroup write of this applier goes
+	// through it (cgroups.Root's; a writer that tells systemd first can
+	// take its place).
+	w cpusetWriter
 }
 
-func newDirect(u *updater) *direct { return &direct{updater: u, written: map[string]string{}} }
+// cpusetWriter is the direct applier's one seam to the cgroup files.
+type cpusetWriter interface {
+	WriteCPUs(cgroupsPath, cpus string) error
+	WriteMems(cgroupsPath, mems string) error
+}
+
+func newDirect(u *updater) *direct { return &direct{updater: u, written: map[string]string{}, w: u.cg} }
 
 func (a *direct) mode() string { return config.SharedUpdatesDirect }
 
@@ -78,7 +88,8 @@ func (a *direct) poolChanged(skip string) []*api.ContainerUpdate {
 
 func (a *direct) created(id, cpus string) {
 	a.note(id, cpus)
-	a.watchSystemd(a.l.ctrs[id].CgroupsPath)
+	r, _ := a.l.Record(id)
+	a.watchSystemd(r.CgroupsPath)
 }
 
 // watchSystemd warns, once, when a container's cgroup is a systemd scope
@@ -111,14 +122,14 @@ func (a *direct) note(id, cpus string) {
 // cpuset.cpus only; their update carries the pool of now with their
 // mems): other shared-pool containers are written by a pass, and not
 // sent to the runtime, whose record of them is stale by design.
-// ledger.mu is held.
+// the ledger is locked.
 func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
-	for _, r := range a.l.ctrs {
+	for _, r := range a.l.Records() {
 		a.watchSystemd(r.CgroupsPath)
 	}
 	var exclusive []cpuUpdate
 	for _, u := range planned {
-		if a.l.ctrs[u.ID].Exclusive || u.Mems != "" {
+		if r, _ := a.l.Record(u.ID); r.Exclusive || u.Mems != "" {
 			exclusive = append(exclusive, u)
 		}
 	}
@@ -126,7 +137,7 @@ func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
 	clear(a.written)
 	a.mu.Unlock()
 	a.kick()
-	return nriUpdates(exclusive)
+	return cpusetUpdates(exclusive, ignoreFailure)
 }
 
 // syncReadsCgroups: the runtime's record of a shared-pool container is
@@ -135,20 +146,20 @@ func (a *direct) syncReadsCgroups() bool { return true }
 
 func (a *direct) run(ctx context.Context) { a.loop(ctx, a.pass, a.reconcile) }
 
-// starting is the start barrier: every state committed so far is written
+// startBarrier is the start barrier: every state committed so far is written
 // before the container starts (a pass runs here if the worker's has not
 // yet), and a shared-pool container's own cgroup is checked, since the OCI
 // runtime wrote it with the pool of its answer.
-func (a *direct) starting(id string) {
+func (a *direct) startBarrier(id string) {
 	l := a.l
-	l.mu.Lock()
-	if l.engine == nil {
-		l.mu.Unlock()
+	l.Lock()
+	if l.Engine() == nil {
+		l.Unlock()
 		return
 	}
-	gen := l.gen
-	r, known := l.ctrs[id]
-	l.mu.Unlock()
+	gen := l.Gen()
+	r, known := l.Record(id)
+	l.Unlock()
 	a.mu.Lock()
 	behind := a.done < gen
 	a.mu.Unlock()
@@ -174,35 +185,35 @@ func (a *direct) pass() {
 	defer a.writeMu.Unlock()
 	l := a.l
 	for {
-		l.mu.Lock()
-		if l.engine == nil || l.syncs == 0 {
-			l.mu.Unlock()
+		l.Lock()
+		if l.Engine() == nil || l.Syncs() == 0 {
+			l.Unlock()
 			return
 		}
-		gen := l.gen
-		mask := l.engine.SharedMask(l.st)
+		gen := l.Gen()
+		mask := l.Engine().SharedMask(l.State())
 		shared := mask.String()
 		var todo []target
 		a.mu.Lock()
 		for id := range a.written {
-			if _, ok := l.ctrs[id]; !ok {
+			if _, ok := l.Record(id); !ok {
 				delete(a.written, id)
 			}
 		}
 		if !mask.IsEmpty() { // never an empty cpuset (see emptypool.go)
-			for id, r := range l.ctrs {
+			for id, r := range l.Records() {
 				if !r.Exclusive && r.CgroupsPath != "" && a.written[id] != shared {
 					todo = append(todo, target{id: id, name: r.Name, pod: r.PodName, path: r.CgroupsPath})
 				}
 			}
 		}
 		a.mu.Unlock()
-		l.mu.Unlock()
+		l.Unlock()
 
 		var wrote []string
 		var failed []error
 		for _, t := range todo {
-			err := a.cg.WriteCPUs(t.path, shared)
+			err := a.w.WriteCPUs(t.path, shared)
 			switch {
 			case err == nil:
 				wrote = append(wrote, t.id)
@@ -211,11 +222,11 @@ func (a *direct) pass() {
 			}
 		}
 
-		l.mu.Lock()
-		caughtUp := l.gen == gen
+		l.Lock()
+		caughtUp := l.Gen() == gen
 		a.mu.Lock()
 		for _, id := range wrote {
-			if _, ok := l.ctrs[id]; ok {
+			if _, ok := l.Record(id); ok {
 				a.written[id] = shared
 			}
 		}
@@ -223,7 +234,7 @@ func (a *direct) pass() {
 			a.done = gen
 		}
 		a.mu.Unlock()
-		l.mu.Unlock()
+		l.Unlock()
 		if len(failed) > 0 {
 			a.log.WithError(errors.Join(failed...)).WithFields(logrus.Fields{"cpus": shared, "failed": len(failed)}).
 				Warn("writing the shared pool into cgroups failed; the reconcile loop retries")
@@ -243,10 +254,10 @@ func (a *direct) check(id string) {
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
 	l := a.l
-	l.mu.Lock()
-	r, ok := l.ctrs[id]
-	mask := l.engine.SharedMask(l.st)
-	l.mu.Unlock()
+	l.Lock()
+	r, ok := l.Record(id)
+	mask := l.Engine().SharedMask(l.State())
+	l.Unlock()
 	if !ok || r.Exclusive || mask.IsEmpty() {
 		return
 	}
@@ -259,7 +270,7 @@ func (a *direct) check(id string) {
 	}
 	shared := mask.String()
 	if have.String() != shared {
-		if err := a.cg.WriteCPUs(r.CgroupsPath, shared); err != nil {
+		if err := a.w.WriteCPUs(r.CgroupsPath, shared); err != nil {
 			a.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "cpus": shared}).
 				Warn("cannot write the shared pool into a starting container's cgroup; the reconcile loop retries")
 			return
@@ -284,11 +295,11 @@ func (a *direct) updated(id string) {
 // noteIfKnown records what a container's cgroup holds unless the
 // container went away meanwhile.
 func (a *direct) noteIfKnown(id, cpus string) {
-	a.l.mu.Lock()
-	if _, ok := a.l.ctrs[id]; ok {
+	a.l.Lock()
+	if _, ok := a.l.Record(id); ok {
 		a.note(id, cpus)
 	}
-	a.l.mu.Unlock()
+	a.l.Unlock()
 }
 
 // reconcile reads and restores with no pass in between.
@@ -302,9 +313,9 @@ func (a *direct) reconcile() int {
 func (a *direct) restore(found []drifted, _ stub.Stub, _ uint64) {
 	var failed []error
 	for _, dr := range found {
-		err := a.cg.WriteCPUs(dr.rec.CgroupsPath, dr.wantCPUs.String())
+		err := a.w.WriteCPUs(dr.rec.CgroupsPath, dr.wantCPUs.String())
 		if err == nil && dr.updateMems {
-			err = a.cg.WriteMems(dr.rec.CgroupsPath, dr.wantMems)
+			err = a.w.WriteMems(dr.rec.CgroupsPath, dr.wantMems)
 		}
 		if err != nil {
 			if !errors.Is(err, cgroups.ErrGone) {

@@ -34,7 +34,7 @@ func TestDiscoveryWarningLogged(t *testing.T) {
 		t.Fatalf("refused a machine the kubelet runs on: %v", err)
 	}
 	// cpu 0 stays with cpu 4 (core_id 0): core 0 is 0,4.
-	if got := d.led.topo.CPUsInCores(0).String(); got != "0,4" {
+	if got := d.led.Topology().CPUsInCores(0).String(); got != "0,4" {
 		t.Errorf("core 0 = %q, want 0,4", got)
 	}
 	for _, e := range hook.AllEntries() {

@@ -28,26 +28,26 @@ func TestEditDeltaMatchesIndexDelta(t *testing.T) {
 			id := fmt.Sprintf("%d%d", rng.Intn(4), rng.Intn(8))
 			switch rng.Intn(3) {
 			case 0:
-				e.del = append(e.del, id)
+				e.Del = append(e.Del, id)
 			case 1:
 				r, ok := committed[id]
 				if !ok || rng.Intn(2) == 0 {
 					r = rec(id)
 				}
-				if !slices.ContainsFunc(e.put, func(r ctrRecord) bool { return r.ID == id }) {
-					e.put = append(e.put, r)
+				if !slices.ContainsFunc(e.Put, func(r ctrRecord) bool { return r.ID == id }) {
+					e.Put = append(e.Put, r)
 				}
 			case 2:
-				e.del = append(e.del, id)
-				if !slices.ContainsFunc(e.put, func(r ctrRecord) bool { return r.ID == id }) {
-					e.put = append(e.put, rec(id))
+				e.Del = append(e.Del, id)
+				if !slices.ContainsFunc(e.Put, func(r ctrRecord) bool { return r.ID == id }) {
+					e.Put = append(e.Put, rec(id))
 				}
 			}
 		}
-		e.del = dedup(e.del)
+		e.Del = dedup(e.Del)
 		var byEdit, byIndex []keyDelta[ctrRecord]
 		diffEdit(&byEdit, e, committed)
-		next := indexChange{edit: e}.index(committed)
+		next := indexChange{Edit: e}.Index(committed)
 		diffEqual(&byIndex, next, committed)
 		if len(byEdit) == 0 && len(byIndex) == 0 {
 			byEdit, byIndex = nil, nil
@@ -66,13 +66,13 @@ func TestEditDeltaMatchesIndexDelta(t *testing.T) {
 				kinds[1]++
 			}
 		}
-		for _, r := range e.put {
+		for _, r := range e.Put {
 			if committed[r.ID] == r {
 				kinds[2]++
 			}
 		}
 		before := len(committed)
-		e.applyTo(committed)
+		e.ApplyTo(committed)
 		if !reflect.DeepEqual(committed, next) {
 			t.Fatalf("step %d: applyTo gave %v, the edit's index is %v (%d records before)", step, committed, next, before)
 		}

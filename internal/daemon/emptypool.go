@@ -48,8 +48,8 @@ func zeroReservation(cfg config.Config) (zero, explicit bool) {
 
 // warnZeroReservation is the start-up warning of a static policy with no
 // reserved CPUs.
-func warnZeroReservation(l *ledger, log *logrus.Logger) {
-	if l.engine == nil || !l.static() || l.engine.Reserved().Size() > 0 {
+func warnZeroReservation(engine *policy.Engine, cfg config.Config, log *logrus.Logger) {
+	if engine == nil || cfg.CPUManagerPolicy != policy.CPUPolicyStatic || engine.Reserved().Size() > 0 {
 		return
 	}
 	log.WithFields(logrus.Fields{"key": config.KeyReservedCPUCount, "reserved": ""}).

@@ -21,7 +21,7 @@ import (
 // re-encoding (and sorting, through reflection) 500 records costs more
 // than the rest of the event. Entries are keyed by content, so tentative
 // states that are never committed cannot leave a stale rendering. Used
-// under ledger.mu.
+// under the ledger's lock.
 type payloadEncoder struct {
 	ctrs   keyedJSON[ctrRecord]
 	assign keyedJSON[map[string]cpuset.CPUSet]

@@ -204,7 +204,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			}
 			ctrs = next
 
-			head, pool := s.deltaFor(e, st, indexChange{all: ctrs})
+			head, pool := s.deltaFor(e, st, indexChange{All: ctrs})
 			r := &s.delta
 			got := string(r.appendTo(nil))
 			seen[0] += len(r.assign)

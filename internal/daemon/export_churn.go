@@ -17,9 +17,9 @@ import (
 // together under the daemon's lock (test hook: the invariant checker needs
 // both, consistently).
 func (d *Daemon) EngineState() (*policy.Engine, policy.State) {
-	d.led.mu.Lock()
-	defer d.led.mu.Unlock()
-	return d.led.engine, d.led.st
+	d.led.Lock()
+	defer d.led.Unlock()
+	return d.led.Engine(), d.led.State()
 }
 
 // Handlers are the plugin's NRI event handlers.
@@ -39,9 +39,9 @@ func (d *Daemon) Handlers() Handlers { return &plugin{d: d} }
 // every kick so far, the re-pushes of stale pushes included, and the
 // runtime has answered each push (test hook: the runtime's cpusets equal
 // the state only then), or until ctx ends.
-func (d *Daemon) Settle(ctx context.Context) error { return d.applier().kickLedger().wait(ctx) }
+func (d *Daemon) Settle(ctx context.Context) error { return d.applier().kickCount().wait(ctx) }
 
 // Settled reports without waiting whether every kick so far has been
 // served (test hook: a benchmark spins on it between timed calls, where
 // reading back every cgroup would load the measured process's collector).
-func (d *Daemon) Settled() bool { return d.applier().kickLedger().settled() }
+func (d *Daemon) Settled() bool { return d.applier().kickCount().settled() }

@@ -15,10 +15,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
+	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
-	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
 // fakeRuntime is the runtime side of NRI from internal/nritest (the
@@ -58,7 +58,7 @@ type podSpec struct {
 
 // addPod stores the pod (no RunPodSandbox is sent).
 func (rt *fakeRuntime) addPod(p podSpec) *api.PodSandbox {
-	pod := nritest.NewPod(p.uid, p.name, "default", framework.QOS(p.qos))
+	pod := nritest.NewPod(p.uid, p.name, "default", podres.QOS(p.qos))
 	if p.podMilli > 0 {
 		pod.Linux.PodResources = milliCPU(p.podMilli, p.podMilli)
 	}
@@ -68,11 +68,11 @@ func (rt *fakeRuntime) addPod(p podSpec) *api.PodSandbox {
 
 // milliCPU is what the kubelet sends for a request/limit in milli-CPUs.
 func milliCPU(req, lim int64) *api.LinuxResources {
-	return nritest.ContainerResources(framework.Resources{CPURequestMilli: req, CPULimitMilli: lim})
+	return nritest.ContainerResources(podres.Resources{CPURequestMilli: req, CPULimitMilli: lim})
 }
 
 func (rt *fakeRuntime) newCtr(pod *api.PodSandbox, name string, req, lim int64) *api.Container {
-	return rt.NewContainer(pod, name, framework.Resources{CPURequestMilli: req, CPULimitMilli: lim})
+	return rt.NewContainer(pod, name, podres.Resources{CPURequestMilli: req, CPULimitMilli: lim})
 }
 
 // create runs CreateContainer through the plugins and, on success, stores
@@ -252,7 +252,7 @@ func settle(t *testing.T, d *Daemon) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.applier().kickLedger().wait(ctx); err != nil {
+	if err := d.applier().kickCount().wait(ctx); err != nil {
 		t.Fatalf("the update worker did not settle: %v", err)
 	}
 }

@@ -27,33 +27,17 @@ import (
 // allocatable set counts the pod's reusable CPUs; what it does not take
 // stays held for the pod.
 
-// withPodReuse is st with the allocator's reuse set made the CPUs held for
+// withReuse is st with the allocator's reuse set made the CPUs held for
 // req's pod by its stopped containers, less those its tracked containers
-// run on, when req asks for exclusive CPUs it does not hold yet. The
-// allocator keeps one pod's reuse set (the kubelet's most recently
-// allocated pod); here it is derived again at every creation, so another
-// pod's admission in between loses nothing. l.mu is held.
-func withPodReuse(st policy.State, ctrs map[string]ctrRecord, req policy.Request, static bool) policy.State {
-	return withReuse(st, req, static, tracks(ctrs, req.Pod))
-}
-
-// tracks tells whether the index holds a container of pod by that name.
-func tracks(ctrs map[string]ctrRecord, pod string) func(name string) bool {
-	return func(name string) bool {
-		for _, r := range ctrs {
-			if r.Pod == pod && r.Name == name {
-				return true
-			}
-		}
-		return false
-	}
-}
-
-// withReuse is withPodReuse for any idea of which containers of the pod
-// run (tracked, by name).
+// run on (tracked tells, by name, which of the pod's containers run: the
+// index's at CreateContainer, the runtime's live ones at Synchronize),
+// when req asks for exclusive CPUs it does not hold yet. The allocator
+// keeps one pod's reuse set (the kubelet's most recently allocated pod);
+// here it is derived again at every admission, so another pod's admission
+// in between loses nothing.
 func withReuse(st policy.State, req policy.Request, static bool, tracked func(name string) bool) policy.State {
 	assigned := st.Alloc.Assignments[req.Pod]
-	if len(assigned) == 0 || exclusiveCPUsFor(static, req) == 0 {
+	if len(assigned) == 0 || policy.ExclusiveCPUs(static, req) == 0 {
 		return st
 	}
 	if _, ok := assigned[req.Container]; ok {
@@ -88,14 +72,14 @@ func heldAssignments(st policy.State, ctrs []ctrRecord) []heldAssignment {
 	tracked := map[podContainer]bool{}
 	names := map[string]string{}
 	for _, r := range ctrs {
-		tracked[podContainer{r.Pod, r.Name}] = true
+		tracked[podContainer{Pod: r.Pod, Name: r.Name}] = true
 		names[r.Pod] = r.PodName
 	}
 	var out []heldAssignment
 	assigned := st.Alloc.Assignments
 	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
 		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
-			if !tracked[podContainer{pod, name}] {
+			if !tracked[podContainer{Pod: pod, Name: name}] {
 				out = append(out, heldAssignment{Pod: pod, PodName: names[pod], Name: name, CPUs: assigned[pod][name]})
 			}
 		}
@@ -120,22 +104,6 @@ func heldOnlyCPUs(st policy.State, ctrs []ctrRecord) int {
 		}
 	}
 	return held.Size()
-}
-
-// podHasContainers reports whether the plugin knows a container of pod,
-// tracked or stopped and not removed. l.mu is held.
-func (l *ledger) podHasContainers(pod string) bool {
-	for _, r := range l.ctrs {
-		if r.Pod == pod {
-			return true
-		}
-	}
-	for _, pc := range l.stopped {
-		if pc.Pod == pod {
-			return true
-		}
-	}
-	return false
 }
 
 // podKeys is the pod key of each sandbox Synchronize reports, by ID.
@@ -172,7 +140,7 @@ func stoppedOf(in syncInput) map[string]podContainer {
 	out := map[string]podContainer{}
 	for _, c := range in.Ctrs {
 		if key, ok := keys[c.SandboxID]; ok && c.Phase == phaseStopped {
-			out[c.ID] = podContainer{key, c.Name}
+			out[c.ID] = podContainer{Pod: key, Name: c.Name}
 		}
 	}
 	return out

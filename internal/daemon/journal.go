@@ -29,6 +29,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
@@ -77,15 +78,21 @@ type journalRecord struct {
 
 type journalHead struct{ shared, reserved, reusablePod, reusable string }
 
-// journalStore is the journal's side of the store, under ledger.mu.
+// journalStore is the journal's side of the store, under the ledger's lock.
 type journalStore struct {
 	mode Store
 	size int64 // of a new journal file; tests shrink it
 	j    *checkpoint.Journal
-	// The state on disk (snapshot and records), valid when engine is
-	// non-nil. assign and aff are the engine's own maps, which it never
-	// changes in place (a change is a new map): the same map is the same
-	// content. ctrs is the store's copy.
+	onDisk
+	delta recordDelta // scratch
+	buf   []byte      // scratch: the encoded record
+}
+
+// onDisk is the state on disk (snapshot and records), valid when engine
+// is non-nil. assign and aff are the engine's own maps, which it never
+// changes in place (a change is a new map): the same map is the same
+// content. ctrs is the store's copy.
+type onDisk struct {
 	engine   *policy.Engine
 	fp       string
 	head     journalHead
@@ -99,8 +106,6 @@ type journalStore struct {
 	// (see memDelta).
 	mem     memorymanager.State
 	memText []byte
-	delta   recordDelta // scratch
-	buf     []byte      // scratch: the encoded record
 }
 
 // reset forgets the state on disk and closes the journal (restore reads
@@ -141,13 +146,14 @@ func (s *journalStore) headFor(e *policy.Engine, st policy.State) (journalHead, 
 // journal. The record is what differs from the state on disk; finding it
 // costs a lookup per container changed (per container for a whole new
 // index) and nothing for the engine's maps when they are the ones on disk.
-func (sto *store) persistJournal(l *ledger, st policy.State, c indexChange) error {
+func (sto *store) persistJournal(v ledger.Save) error {
 	s := &sto.jnl
-	fp := sto.fingerprint(l)
-	if s.j == nil || s.engine != l.engine || s.fp != fp {
-		return sto.compact(l, st, c.index(l.ctrs))
+	st, c := v.Next, v.Change
+	fp := sto.fingerprint(v.Cfg, v.Engine, v.Topo)
+	if s.j == nil || s.engine != v.Engine || s.fp != fp {
+		return sto.compact(v, c.Index(v.Index))
 	}
-	head, pool := s.deltaFor(l.engine, st, c)
+	head, pool := s.deltaFor(v.Engine, st, c)
 	r := &s.delta
 	if head == s.head && r.empty() {
 		return nil // the disk holds this state already
@@ -155,7 +161,7 @@ func (sto *store) persistJournal(l *ledger, st policy.State, c indexChange) erro
 	s.buf = r.appendTo(s.buf[:0])
 	switch err := s.j.Append(s.buf); {
 	case errors.Is(err, checkpoint.ErrJournalFull):
-		return sto.compact(l, st, c.index(l.ctrs))
+		return sto.compact(v, c.Index(v.Index))
 	case err != nil:
 		// What reached the disk is unknown: a new journal next time.
 		s.reset()
@@ -196,10 +202,10 @@ func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, c indexChange
 		diffAssign(&r.base, st.Baseline, s.base)
 	}
 	r.mem = s.memDelta(e, st)
-	if c.all != nil {
-		diffEqual(&r.ctrs, c.all, s.ctrs)
+	if c.All != nil {
+		diffEqual(&r.ctrs, c.All, s.ctrs)
 	} else {
-		diffEdit(&r.ctrs, c.edit, s.ctrs)
+		diffEdit(&r.ctrs, c.Edit, s.ctrs)
 	}
 	return head, pool
 }
@@ -222,12 +228,12 @@ func (s *journalStore) memDelta(e *policy.Engine, st policy.State) []byte {
 
 // diffEdit appends to out the records of e that differ from disk's.
 func diffEdit(out *[]keyDelta[ctrRecord], e ctrEdit, disk map[string]ctrRecord) {
-	for _, id := range e.del {
-		if _, ok := disk[id]; ok && !slices.ContainsFunc(e.put, func(r ctrRecord) bool { return r.ID == id }) {
+	for _, id := range e.Del {
+		if _, ok := disk[id]; ok && !slices.ContainsFunc(e.Put, func(r ctrRecord) bool { return r.ID == id }) {
 			*out = append(*out, keyDelta[ctrRecord]{key: id, gone: true})
 		}
 	}
-	for _, r := range e.put {
+	for _, r := range e.Put {
 		if old, ok := disk[r.ID]; !ok || old != r {
 			*out = append(*out, keyDelta[ctrRecord]{key: r.ID, v: r})
 		}
@@ -328,16 +334,17 @@ func sortDelta[V any](d []keyDelta[V]) {
 // compact writes the snapshot of (st, ctrs), naming the journal and its
 // last record, and starts the journal again at its first slot. A journal
 // file is created first when there is none to reuse.
-func (sto *store) compact(l *ledger, st policy.State, ctrs map[string]ctrRecord) error {
+func (sto *store) compact(v ledger.Save, ctrs map[string]ctrRecord) error {
 	s := &sto.jnl
+	st := v.Next
 	s.engine = nil // until the snapshot is known to be on disk
-	fp := sto.fingerprint(l)
+	fp := sto.fingerprint(v.Cfg, v.Engine, v.Topo)
 	if s.j == nil {
 		// A journal file there may hold records the snapshot on disk
 		// needs (after a failed append): the committed state goes into a
 		// snapshot of its own before the new journal replaces that file.
 		if _, err := os.Lstat(checkpoint.JournalPath(sto.ckpt.Dir(), CheckpointName)); err == nil {
-			data, err := sto.enc.encode(fp, l.engine, l.st, l.ctrs)
+			data, err := sto.enc.encode(fp, v.Engine, v.State, v.Index)
 			if err == nil {
 				err = sto.ckpt.SaveCompact(data)
 			}
@@ -355,7 +362,7 @@ func (sto *store) compact(l *ledger, st policy.State, ctrs map[string]ctrRecord)
 		}
 		s.j = j
 	}
-	data, err := sto.enc.encode(fp, l.engine, st, ctrs)
+	data, err := sto.enc.encode(fp, v.Engine, st, ctrs)
 	if err != nil {
 		return err
 	}
@@ -370,10 +377,10 @@ func (sto *store) compact(l *ledger, st policy.State, ctrs map[string]ctrRecord)
 		return err
 	}
 	s.j.Rewind()
-	s.head, s.pool = s.headFor(l.engine, st) // s.engine is nil: every text printed
-	s.engine, s.fp, s.reusable = l.engine, fp, st.Alloc.Reusable
+	s.head, s.pool = s.headFor(v.Engine, st) // s.engine is nil: every text printed
+	s.engine, s.fp, s.reusable = v.Engine, fp, st.Alloc.Reusable
 	s.assign, s.aff, s.base = st.Alloc.Assignments, st.PodAffinity, st.Baseline
-	s.mem, s.memText = st.Memory, l.engine.MemorySnapshot(st)
+	s.mem, s.memText = st.Memory, v.Engine.MemorySnapshot(st)
 	s.ctrs = cloneRecords(ctrs)
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -42,11 +43,11 @@ func newJournalDaemon(t *testing.T, dir string, store Store, size int64) *journa
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.led.store.jnl.size = size
+	d.store.jnl.size = size
 	if err := d.restore(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.led.store.jnl.reset() })
+	t.Cleanup(func() { d.store.jnl.reset() })
 	return &journalDaemon{Daemon: d, logs: hook, rng: rand.New(rand.NewSource(int64(len(dir))))}
 }
 
@@ -55,12 +56,12 @@ func newJournalDaemon(t *testing.T, dir string, store Store, size int64) *journa
 // do.
 func (d *journalDaemon) step(t *testing.T) {
 	t.Helper()
-	d.led.mu.Lock()
-	defer d.led.mu.Unlock()
-	st, recs := d.led.st, cloneRecords(d.led.ctrs)
+	d.led.Lock()
+	defer d.led.Unlock()
+	st, recs := d.led.State(), d.led.Index()
 	if ids := sortedKeys(recs); len(ids) > 0 && d.rng.Intn(3) == 0 {
 		r := recs[ids[d.rng.Intn(len(ids))]]
-		st = d.led.engine.Remove(st, r.Pod, r.Name)
+		st = d.led.Engine().Remove(st, r.Pod, r.Name)
 		delete(recs, r.ID)
 	} else {
 		d.n++
@@ -71,7 +72,7 @@ func (d *journalDaemon) step(t *testing.T) {
 		if d.rng.Intn(3) == 0 {
 			req.QoS, req.CPURequestMilli, req.CPULimitMilli = policy.Burstable, 500, 0
 		}
-		next, dec, err := d.led.engine.Add(st, req)
+		next, dec, err := d.led.Engine().Add(st, req)
 		if err != nil {
 			return // full: a refusal changes nothing
 		}
@@ -82,7 +83,7 @@ func (d *journalDaemon) step(t *testing.T) {
 	if err := d.persist(st, recs); err != nil {
 		t.Fatal(err)
 	}
-	d.led.st, d.led.ctrs = st, recs
+	_, _ = d.led.Commit(ledger.Change{Restore: &ledger.Restore{State: st, Index: recs}})
 }
 
 func sortedKeys(m map[string]ctrRecord) []string {
@@ -102,12 +103,12 @@ func sortedKeys(m map[string]ctrRecord) []string {
 // sameState fails unless b restored exactly a's committed state.
 func sameState(t *testing.T, when string, a, b *journalDaemon) {
 	t.Helper()
-	sa, sb := a.led.engine.Snapshot(a.led.st), b.led.engine.Snapshot(b.led.st)
+	sa, sb := a.led.Engine().Snapshot(a.led.State()), b.led.Engine().Snapshot(b.led.State())
 	if !reflect.DeepEqual(sa, sb) {
 		t.Fatalf("%s: restored engine state\n %+v\nwant\n %+v", when, sb, sa)
 	}
-	if !maps.Equal(a.led.ctrs, b.led.ctrs) {
-		t.Fatalf("%s: restored containers\n %v\nwant\n %v", when, b.led.ctrs, a.led.ctrs)
+	if !maps.Equal(a.led.Index(), b.led.Index()) {
+		t.Fatalf("%s: restored containers\n %v\nwant\n %v", when, b.led.Index(), a.led.Index())
 	}
 }
 
@@ -129,7 +130,7 @@ func TestJournalRestoresEveryDecision(t *testing.T) {
 				compactions++
 			}
 		}
-		d.led.store.jnl.reset() // a kill: nothing written on the way out
+		d.store.jnl.reset() // a kill: nothing written on the way out
 		d2 := newJournalDaemon(t, dir, StoreJournal, size)
 		sameState(t, fmt.Sprintf("restart %d", round), d, d2)
 		d2.rng, d2.n = d.rng, d.n
@@ -158,7 +159,7 @@ func TestJournalAndSnapshotStoresReadEachOther(t *testing.T) {
 	if raw, _ := os.ReadFile(filepath.Join(dir, CheckpointName)); !bytes.Contains(raw, []byte(`"version": 2`)) {
 		t.Errorf("journal store's snapshot is not version 2:\n%.200s", raw)
 	}
-	d.led.store.jnl.reset()
+	d.store.jnl.reset()
 	s := newJournalDaemon(t, dir, StoreSnapshot, 0)
 	sameState(t, "journal -> snapshot", d, s)
 	s.rng, s.n = d.rng, d.n
@@ -187,10 +188,10 @@ func TestJournalTornTailDropped(t *testing.T) {
 	hdr := make([]byte, 40)
 	copy(hdr, "NCJ1")
 	binary.LittleEndian.PutUint32(hdr[4:], 300)
-	binary.LittleEndian.PutUint64(hdr[8:], d.led.store.jnl.j.Next())
+	binary.LittleEndian.PutUint64(hdr[8:], d.store.jnl.j.Next())
 	copy(hdr[20:], `{"shared":"0-3","res`)
-	writeAt(t, checkpoint.JournalPath(dir, CheckpointName), d.led.store.jnl.j, hdr)
-	d.led.store.jnl.reset()
+	writeAt(t, checkpoint.JournalPath(dir, CheckpointName), d.store.jnl.j, hdr)
+	d.store.jnl.reset()
 	d2 := newJournalDaemon(t, dir, StoreJournal, 0)
 	sameState(t, "torn tail", d, d2)
 	if !loggedAt(d2.logs, logrus.WarnLevel, "torn record") {
@@ -240,10 +241,10 @@ func TestJournalDamagedRecordSetAside(t *testing.T) {
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d.led.store.jnl.reset()
+	d.store.jnl.reset()
 	d2 := newJournalDaemon(t, dir, StoreJournal, 0)
-	if len(d2.led.ctrs) != 0 || len(d2.led.st.Alloc.Assignments) != 0 {
-		t.Errorf("state restored from a damaged journal: %d containers", len(d2.led.ctrs))
+	if d2.led.Len() != 0 || len(d2.led.State().Alloc.Assignments) != 0 {
+		t.Errorf("state restored from a damaged journal: %d containers", d2.led.Len())
 	}
 	for _, f := range []string{CheckpointName + ".corrupt-1", CheckpointName + ".journal.corrupt-1"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
@@ -256,13 +257,13 @@ func TestJournalDamagedRecordSetAside(t *testing.T) {
 	// A snapshot naming a journal that is gone is the same.
 	d2.step(t)
 	d2.step(t)
-	d2.led.store.jnl.reset()
+	d2.store.jnl.reset()
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
 	d3 := newJournalDaemon(t, dir, StoreJournal, 0)
-	if len(d3.led.ctrs) != 0 || !loggedAt(d3.logs, logrus.ErrorLevel, "corrupt") {
-		t.Errorf("missing journal: %d containers restored, error logged %v", len(d3.led.ctrs), loggedAt(d3.logs, logrus.ErrorLevel, "corrupt"))
+	if d3.led.Len() != 0 || !loggedAt(d3.logs, logrus.ErrorLevel, "corrupt") {
+		t.Errorf("missing journal: %d containers restored, error logged %v", d3.led.Len(), loggedAt(d3.logs, logrus.ErrorLevel, "corrupt"))
 	}
 }
 
@@ -276,20 +277,20 @@ func TestJournalReplacedAfterFailedAppend(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		d.step(t)
 	}
-	d.led.mu.Lock()
-	id := d.led.store.jnl.j.ID()
-	d.led.store.jnl.j.Close() // the next append fails
-	d.led.mu.Unlock()
+	d.led.Lock()
+	id := d.store.jnl.j.ID()
+	d.store.jnl.j.Close() // the next append fails
+	d.led.Unlock()
 	committed := func() *journalDaemon {
 		c := *d
 		return &c
 	}()
 	path := checkpoint.JournalPath(dir, CheckpointName)
-	d.led.mu.Lock()
-	before, recs := d.led.st, d.led.ctrs
-	next, _, err := d.led.engine.Add(before, policy.Request{Pod: "late", Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 1000, CPULimitMilli: 1000})
+	d.led.Lock()
+	before, recs := d.led.State(), d.led.Index()
+	next, _, err := d.led.Engine().Add(before, policy.Request{Pod: "late", Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 1000, CPULimitMilli: 1000})
 	if err != nil {
-		d.led.mu.Unlock()
+		d.led.Unlock()
 		t.Fatal(err)
 	}
 	if err := d.persist(next, recs); err == nil {
@@ -305,8 +306,8 @@ func TestJournalReplacedAfterFailedAppend(t *testing.T) {
 	if err := d.persist(next, recs); err == nil || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("persist with a symlink for the journal = %v", err)
 	}
-	d.led.mu.Unlock()
-	d.led.store.jnl.reset()
+	d.led.Unlock()
+	d.store.jnl.reset()
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
@@ -315,10 +316,10 @@ func TestJournalReplacedAfterFailedAppend(t *testing.T) {
 	d2.rng, d2.n = d.rng, d.n
 	d2.step(t)
 	d2.step(t)
-	if d2.led.store.jnl.j.ID() == id {
+	if d2.store.jnl.j.ID() == id {
 		t.Error("the journal was not replaced")
 	}
-	d2.led.store.jnl.reset()
+	d2.store.jnl.reset()
 	d3 := newJournalDaemon(t, dir, StoreJournal, 0)
 	sameState(t, "new journal", d2, d3)
 }
@@ -342,14 +343,14 @@ func BenchmarkPersist(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer d.led.store.jnl.reset()
-			st, recs := d.led.engine.NewState(), map[string]ctrRecord{}
+			defer d.store.jnl.reset()
+			st, recs := d.led.Engine().NewState(), map[string]ctrRecord{}
 			add := func(st policy.State, i int, excl bool) (policy.State, ctrRecord) {
 				req := policy.Request{Pod: fmt.Sprintf("pod-%d", i), Container: "c", QoS: policy.Burstable, CPURequestMilli: 100}
 				if excl {
 					req.QoS, req.CPURequestMilli, req.CPULimitMilli = policy.Guaranteed, 2000, 2000
 				}
-				next, _, err := d.led.engine.Add(st, req)
+				next, _, err := d.led.Engine().Add(st, req)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestKickLedger(t *testing.T) {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	var k kickLedger
+	var k kickCounter
 	if err := k.wait(done); err != nil {
 		t.Fatalf("no kick asked: wait = %v, want nil", err)
 	}
@@ -49,7 +50,7 @@ func TestKickLedger(t *testing.T) {
 // behind; the worker must not run a pass for that token, which no kick
 // accounts for (a waiter on the ledger would return while it ran).
 func TestLeftoverWakeUpPassesNothing(t *testing.T) {
-	u := newUpdater(newLedger(config.Config{}, nil, nil, nil), nil, cgroups.Root{}, nil)
+	u := newUpdater(ledger.New(config.Config{}, nil, nil, nil, ledger.Deps{}), nil, nil, cgroups.Root{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	passes := make(chan int, 4)

@@ -105,13 +105,13 @@ func memoryView(e *policy.Engine, st policy.State) []MemoryView {
 // memoryCollector exports the memory manager's tables per node and
 // resource, read from the ledger at every scrape (nothing under None).
 type memoryCollector struct {
-	l                        *ledger
+	view                     func() ledgerView
 	free, alloc, allocatable *prometheus.Desc
 }
 
-func newMemoryCollector(l *ledger) *memoryCollector {
+func newMemoryCollector(view func() ledgerView) *memoryCollector {
 	labels := []string{"numa_node", "resource"}
-	return &memoryCollector{l: l,
+	return &memoryCollector{view: view,
 		free: prometheus.NewDesc("nri_cpualign_memory_free_bytes",
 			"Memory manager (memory_manager_policy Static): bytes of a resource (memory, hugepages-<size>) a NUMA node has left for Guaranteed containers.", labels, nil),
 		alloc: prometheus.NewDesc("nri_cpualign_memory_allocated_bytes",
@@ -128,11 +128,11 @@ func (c *memoryCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
-	v := c.l.view()
-	if v.engine == nil {
+	v := c.view()
+	if v.Engine == nil {
 		return
 	}
-	for _, m := range memoryView(v.engine, v.st) {
+	for _, m := range memoryView(v.Engine, v.St) {
 		node := strconv.Itoa(m.NUMANode)
 		ch <- prometheus.MustNewConstMetric(c.free, prometheus.GaugeValue, float64(m.Free), node, m.Resource)
 		ch <- prometheus.MustNewConstMetric(c.alloc, prometheus.GaugeValue, float64(m.Allocated), node, m.Resource)

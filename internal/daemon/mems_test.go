@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"testing"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 )
 
 // A record from an earlier release holds an exclusive container's mems
@@ -23,11 +25,13 @@ func TestSynchronizeWidensNarrowedMems(t *testing.T) {
 		t.Fatalf("created with mems %q, want 0-1", mems)
 	}
 	l := r.d.led
-	l.mu.Lock()
-	rec := l.ctrs[c.Id]
+	l.Lock()
+	rec, _ := l.Record(c.Id)
 	rec.Mems = "0"
-	l.ctrs[c.Id] = rec
-	l.mu.Unlock()
+	if _, err := l.Commit(ledger.Change{Index: indexChange{Edit: ctrEdit{Put: []ctrRecord{rec}}}}); err != nil {
+		t.Fatal(err)
+	}
+	l.Unlock()
 	rt.SetCPUs(c, cpus, "0")
 
 	updates, err := (&plugin{r.d}).Synchronize(context.Background(), rt.Pods(), rt.Containers())
@@ -43,9 +47,10 @@ func TestSynchronizeWidensNarrowedMems(t *testing.T) {
 	if got != "0-1" {
 		t.Errorf("Synchronize's mems for the container = %q, want 0-1", got)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if m := l.ctrs[c.Id].Mems; m != "0-1" {
+	l.Lock()
+	defer l.Unlock()
+	if r, _ := l.Record(c.Id); r.Mems != "0-1" {
+		m := r.Mems
 		t.Errorf("record's mems after Synchronize = %q, want 0-1", m)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/buildinfo"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
@@ -57,12 +58,12 @@ type metrics struct {
 	resizes          *prometheus.CounterVec
 	resizedCPUs      prometheus.Gauge
 
-	// heldCPUs' last assignments map and count, and its bitmap; under
-	// ledger.mu (updateGauges).
-	heldOf      map[string]map[string]cpuset.CPUSet
-	held        int
-	heldCounted bool
-	heldBits    []uint64
+	// exclusiveCount's last assignments map and count, and its bitmap; under
+	// the ledger's lock (Gauges).
+	exclOf      map[string]map[string]cpuset.CPUSet
+	excl        int
+	exclCounted bool
+	exclBits    []uint64
 }
 
 func newMetrics() *metrics {
@@ -104,7 +105,7 @@ func newMetrics() *metrics {
 		// 10 µs to 1.3 s: a handler is ~0.1 ms; a StartContainer that
 		// waits for the cgroup writes of 500 containers some ms.
 		eventDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nri_cpualign_event_duration_seconds",
-			Help:    "Time the plugin took to answer each NRI event: how long it held up the runtime.",
+			Help:    "Time the plugin took to answer each NRI event: how long the runtime waited for it.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 18)}, []string{"event"}),
 		// The kubelet's topology_manager_admission_errors_total has no
 		// reason; an alert wants to tell a full node from a policy that
@@ -121,7 +122,7 @@ func newMetrics() *metrics {
 		Help: "In-place resizes of exclusive CPUs done, by kind (upsize, downsize); refusals count in nri_cpualign_admission_errors_total."},
 		[]string{"kind"})
 	m.resizedCPUs = prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_resized_cpus",
-		Help: "Exclusive CPUs held beyond the containers' baselines (the CPUs they were admitted with): nri_cpualign_exclusive_cpus minus this is what admissions gave."})
+		Help: "Exclusive CPUs containers have beyond their baselines (the CPUs they were admitted with): nri_cpualign_exclusive_cpus minus this is what admissions gave."})
 	m.reg.MustRegister(m.resizes, m.resizedCPUs)
 	m.buildInfo.WithLabelValues(buildinfo.MetricLabels()).Set(1)
 	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
@@ -143,17 +144,17 @@ func (m *metrics) registerConnected(connected *atomic.Bool) {
 		}))
 }
 
-// registerHeld adds nri_cpualign_held_cpus, read from l at every scrape
+// registerHeld adds nri_cpualign_held_cpus, read from the ledger's view at every scrape
 // (not at every commit: it walks the whole index).
-func (m *metrics) registerHeld(l *ledger) {
+func (m *metrics) registerHeld(view func() ledgerView) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nri_cpualign_held_cpus",
 		Help: "Exclusive CPUs held for stopped containers of live pods (crash-looping, in back-off, finished init containers, never started) that no running container uses; counted in nri_cpualign_exclusive_cpus too."},
 		func() float64 {
-			v := l.view()
-			if v.engine == nil {
+			v := view()
+			if v.Engine == nil {
 				return 0
 			}
-			return float64(heldOnlyCPUs(v.st, v.ctrs))
+			return float64(heldOnlyCPUs(v.St, v.Ctrs))
 		}))
 }
 
@@ -189,7 +190,7 @@ func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Durat
 	if dur > 0 {
 		m.admissionDuration.Observe(dur.Seconds())
 	}
-	pinning := exclusiveCPUsFor(static, req) > 0
+	pinning := policy.ExclusiveCPUs(static, req) > 0
 	if pinning {
 		m.pinningRequests.Inc()
 	}
@@ -230,11 +231,11 @@ func (m *metrics) observeDecision(dec policy.Decision, topo *topology.Topology, 
 	}
 }
 
-// updateGauges sets the pool gauges from a committed state with n
-// containers; ledger.mu is held.
-func (m *metrics) updateGauges(e *policy.Engine, st policy.State, n int) {
+// Gauges sets the pool gauges from a committed state with n
+// containers; the ledger is locked.
+func (m *metrics) Gauges(e *policy.Engine, st policy.State, n int) {
 	m.sharedCPUs.Set(float64(e.SharedPool(st).Size()))
-	m.exclusiveCPUs.Set(float64(m.heldCPUs(st.Alloc.Assignments)))
+	m.exclusiveCPUs.Set(float64(m.exclusiveCount(st.Alloc.Assignments)))
 	m.resizedCPUs.Set(float64(resizedCPUs(st)))
 	m.reservedCPUs.Set(float64(e.Reserved().Size()))
 	m.containers.Set(float64(n))
@@ -252,8 +253,8 @@ func resizedCPUs(st policy.State) int {
 	return n
 }
 
-// setPoolEmpty sets nri_cpualign_shared_pool_empty.
-func (m *metrics) setPoolEmpty(empty bool) {
+// PoolEmpty sets nri_cpualign_shared_pool_empty.
+func (m *metrics) PoolEmpty(empty bool) {
 	if empty {
 		m.poolEmpty.Set(1)
 	} else {
@@ -261,33 +262,33 @@ func (m *metrics) setPoolEmpty(empty bool) {
 	}
 }
 
-// heldCPUs is how many CPUs the assignments hold. The engine never
+// exclusiveCount is how many CPUs the assignments hold. The engine never
 // changes an assignments map in place, so the same map as last time has
 // the same count: events that leave the exclusive CPUs alone (shared-pool
 // containers) count nothing. The others count into a bitmap, one bit per
 // CPU (not a sum of sizes: an app container reusing its init container's
 // CPUs overlaps it).
-func (m *metrics) heldCPUs(assign map[string]map[string]cpuset.CPUSet) int {
-	if m.heldCounted && sameMap(assign, m.heldOf) {
-		return m.held
+func (m *metrics) exclusiveCount(assign map[string]map[string]cpuset.CPUSet) int {
+	if m.exclCounted && sameMap(assign, m.exclOf) {
+		return m.excl
 	}
-	clear(m.heldBits)
+	clear(m.exclBits)
 	n := 0
 	for _, byName := range assign {
 		for _, cpus := range byName {
 			for _, cpu := range cpus.UnsortedList() {
 				w := cpu / 64
-				if w >= len(m.heldBits) {
-					m.heldBits = append(m.heldBits, make([]uint64, w+1-len(m.heldBits))...)
+				if w >= len(m.exclBits) {
+					m.exclBits = append(m.exclBits, make([]uint64, w+1-len(m.exclBits))...)
 				}
-				if bit := uint64(1) << (cpu % 64); m.heldBits[w]&bit == 0 {
-					m.heldBits[w] |= bit
+				if bit := uint64(1) << (cpu % 64); m.exclBits[w]&bit == 0 {
+					m.exclBits[w] |= bit
 					n++
 				}
 			}
 		}
 	}
-	m.heldOf, m.held, m.heldCounted = assign, n, true
+	m.exclOf, m.excl, m.exclCounted = assign, n, true
 	return n
 }
 
@@ -345,43 +346,34 @@ type ContainerView struct {
 	Devices []DeviceView `json:"devices,omitempty"`
 }
 
-// DeviceView is one device of a container in ContainerView and the NUMA
-// nodes it gave: the runtime's path with the numbers sysfs was asked
-// about ("/dev/vfio/90 (char 242:1)"), or the device plugin's variable
-// and the address ("PCIDEVICE_INTEL_COM_SRIOV 0000:af:02.1").
-type DeviceView struct {
-	Device string `json:"device"`
-	NUMA   []int  `json:"numa"`
-}
-
 // State returns the current assignments as served on /state.
-func (d *Daemon) State() StateView { return stateView(d.led.view(), d.connected.Load()) }
+func (d *Daemon) State() StateView { return stateView(d.led.View(), d.connected.Load()) }
 
 // stateView is the /state document of a ledger view.
 func stateView(lv ledgerView, connected bool) StateView {
-	if lv.engine == nil {
-		return StateView{Policy: lv.cfg.CPUManagerPolicy, Containers: []ContainerView{}, Held: []HeldView{}}
+	if lv.Engine == nil {
+		return StateView{Policy: lv.Cfg.CPUManagerPolicy, Containers: []ContainerView{}, Held: []HeldView{}}
 	}
-	e, st, topo := lv.engine, lv.st, lv.topo
+	e, st, topo := lv.Engine, lv.St, lv.Topo
 	v := StateView{
 		Connected:    connected,
-		Synchronized: lv.syncs > 0,
-		Policy:       lv.cfg.CPUManagerPolicy,
-		Topology:     lv.cfg.TopologyManagerPolicy,
-		Scope:        lv.cfg.TopologyManagerScope,
+		Synchronized: lv.Syncs > 0,
+		Policy:       lv.Cfg.CPUManagerPolicy,
+		Topology:     lv.Cfg.TopologyManagerPolicy,
+		Scope:        lv.Cfg.TopologyManagerScope,
 		Reserved:     e.Reserved().String(),
 		Shared:       e.SharedMask(st).String(),
-		Containers:   make([]ContainerView, 0, len(lv.ctrs)),
+		Containers:   make([]ContainerView, 0, len(lv.Ctrs)),
 		Held:         []HeldView{},
 	}
-	for _, h := range heldAssignments(st, lv.ctrs) {
+	for _, h := range heldAssignments(st, lv.Ctrs) {
 		v.Held = append(v.Held, HeldView{Pod: h.PodName, PodUID: h.Pod, Container: h.Name, CPUs: h.CPUs.String(),
 			NUMA: topo.NUMANodesOf(h.CPUs), L3: topo.L3GroupsOf(h.CPUs)})
 	}
 	if u := e.StrictUncore(); u != allocator.UncoreStrictOff {
 		v.StrictUncore = u.String()
 	}
-	for _, r := range lv.ctrs {
+	for _, r := range lv.Ctrs {
 		cpus := rightCPUsIn(e, st, r)
 		var base string
 		if b, ok := e.Baseline(st, r.Pod, r.Name); ok && r.Exclusive {
@@ -390,7 +382,7 @@ func stateView(lv ledgerView, connected bool) StateView {
 		v.Containers = append(v.Containers, ContainerView{
 			ID: r.ID, Pod: r.PodName, PodUID: r.Pod, Container: r.Name, CPUs: cpus.String(), Baseline: base, Mems: r.Mems,
 			Exclusive: r.Exclusive, NUMA: topo.NUMANodesOf(cpus), L3: topo.L3GroupsOf(cpus), Since: r.Since,
-			Devices: lv.devices[r.ID],
+			Devices: lv.Devices[r.ID],
 		})
 	}
 	v.Memory = memoryView(e, st)
@@ -420,7 +412,7 @@ func (d *Daemon) Handler() http.Handler {
 	// Healthy means connected to the runtime and synchronized; between
 	// connections (runtime restarting) it answers 503.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.led.synced() || !d.connected.Load() {
+		if !d.led.Synced() || !d.connected.Load() {
 			http.Error(w, "not connected to the runtime", http.StatusServiceUnavailable)
 			return
 		}
@@ -443,3 +435,9 @@ func listen(addr string, h http.Handler) (*http.Server, error) {
 	go func() { _ = srv.Serve(l) }()
 	return srv, nil
 }
+
+// The metrics are the ledger's observer.
+var _ ledger.Observer = (*metrics)(nil)
+
+// CheckpointError counts a checkpoint write that failed.
+func (m *metrics) CheckpointError() { m.checkpointErrors.Inc() }

@@ -12,6 +12,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -91,40 +93,35 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	d := p.d
 	l, a := d.led, d.applier()
 	in := p.syncInput(pods, ctrs)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.engine == nil {
-		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.pendingErr)
+	l.Lock()
+	defer l.Unlock()
+	if l.Engine() == nil {
+		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.PendingErr())
 	}
-	in.State, in.Records, in.Static, in.Now = l.st, l.ctrs, l.static(), l.stamp()
-	in.Records = memsAtSync(l.engine, in.State, in.Records)
-	plan := planSync(l.engine, in)
+	in.State, in.Records, in.Static, in.Now = l.State(), l.Index(), l.Static(), l.Stamp()
+	in.Records = memsAtSync(l.Engine(), in.State, in.Records)
+	plan := planSync(l.Engine(), in)
 	p.logSyncEvents(plan.Events)
+	scope := l.Settings().TopologyManagerScope
 	for _, adm := range plan.Admissions {
-		d.obs.observeAdmission(adm.Request, adm.Err, 0, l.static(), l.cfg.TopologyManagerScope)
+		d.obs.observeAdmission(adm.Request, adm.Err, 0, in.Static, scope)
 	}
-	if _, err := l.commit(plan.State, indexChange{all: plan.Records}); err != nil {
+	// The runtime's view decides which containers still await their
+	// start, which are stopped, each pod's sandbox and the devices.
+	sync := &ledger.Sync{AwaitStart: plan.AwaitStart, Stopped: stoppedOf(in), Sandboxes: sandboxesOf(in), Devices: devicesOf(in, plan.Records)}
+	if _, err := l.Commit(ledger.Change{Next: &plan.State, Index: indexChange{All: plan.Records}, Sync: sync}); err != nil {
 		d.log.WithError(err).Error("synchronize: cannot write the checkpoint")
 		return nil, err
 	}
-	l.syncs++
-	// The runtime's view decides which containers still await their start.
-	clear(l.starting)
-	for _, id := range plan.AwaitStart {
-		l.awaitStart(id)
-	}
-	l.stopped = stoppedOf(in)
-	l.sandboxes = sandboxesOf(in)
-	l.devices = devicesOf(in, plan.Records)
 	updates := p.quotaAtSync(ctrs, a.synchronized(plan.Updates))
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
-		"updates": len(updates), "shared": l.engine.SharedMask(l.st).String(),
+		"updates": len(updates), "shared": l.Engine().SharedMask(l.State()).String(),
 	}).Info("synchronized with the runtime")
-	if l.syncs == 1 {
+	if l.Syncs() == 1 {
 		close(d.syncedC)
 	}
-	if l.syncs > 1 {
+	if l.Syncs() > 1 {
 		d.obs.reconnects.Inc()
 	}
 	d.connected.Store(true)
@@ -198,17 +195,6 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 	}
 }
 
-// nriUpdates are a plan's updates as the runtime takes them.
-func nriUpdates(planned []cpuUpdate) []*api.ContainerUpdate {
-	var updates []*api.ContainerUpdate
-	for _, pu := range planned {
-		u := cpusetUpdate(pu.ID, pu.CPUs, pu.Mems)
-		u.SetIgnoreFailure()
-		updates = append(updates, u)
-	}
-	return updates
-}
-
 func sameList(a, b string) bool {
 	x, err1 := cpuset.Parse(a)
 	y, err2 := cpuset.Parse(b)
@@ -227,59 +213,59 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
 	devInfo, devErr := p.deviceReader().nodes(ctr)
+	nodes := deviceNodes(devInfo, devErr, entry)
 
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.engine == nil {
-		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.pendingErr)
+	l.Lock()
+	defer l.Unlock()
+	e := l.Engine()
+	if e == nil {
+		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.PendingErr())
 	}
-	req = withDeviceHints(l.engine, req, devInfo, devErr, entry)
-	req = withMemoryReuse(l.engine, l.st, req, tracks(l.ctrs, req.Pod))
+	scope := l.Settings().TopologyManagerScope
 	start := time.Now()
-	next, dec, err := l.engine.Add(withPodReuse(l.st, l.ctrs, req, l.static()), req)
-	if err == nil {
-		err = stranding(l.engine, req, next, dec, l.sharedOthers(ctr.GetId()))
-	}
-	d.obs.observeAdmission(req, err, time.Since(start), l.static(), l.cfg.TopologyManagerScope)
-	if err != nil {
-		err = admissionError(err)
+	ad := admit(e, l.State(), admitInput{Req: req, Nodes: nodes, Static: l.Static(),
+		Tracked: func(name string) bool { return l.Tracks(req.Pod, name) }, SharedOthers: l.SharedOthers(ctr.GetId())})
+	d.obs.observeAdmission(ad.Request, ad.Err, time.Since(start), l.Static(), scope)
+	if ad.Err != nil {
+		err := admissionError(ad.Err)
 		entry.WithError(err).WithField("reason", reasonOf(err)).Warn("container rejected")
 		return nil, nil, err
 	}
-	rec := ctrRecord{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
-		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Exclusive: dec.Exclusive, Since: l.stamp()}
-	if (dec.Exclusive || dec.MemPinned) && !dec.Mems.IsEmpty() {
-		rec.Mems = dec.Mems.String()
-	}
+	dec := ad.Decision
+	rec := ad.record(ctrRecord{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
+		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()})
 	edit, superseded := withRecord(l, rec)
 	// Logged once the commit succeeded, with the state before it.
 	var supersededCPUs []string
 	for _, r := range superseded {
-		supersededCPUs = append(supersededCPUs, l.rightCPUs(r).String())
+		supersededCPUs = append(supersededCPUs, l.RightCPUs(r).String())
 	}
-	poolChanged, err := l.commit(next, indexChange{edit: edit})
-	if err == nil && pod.GetId() != "" {
-		l.sandboxes[req.Pod] = pod.GetId()
+	life := ledger.Life{AwaitStart: rec.ID}
+	if pod.GetId() != "" {
+		life.Sandbox = &ledger.PodSandbox{Pod: req.Pod, ID: pod.GetId()}
 	}
+	if len(devInfo.Devices) > 0 {
+		life.Devices = map[string][]DeviceView{rec.ID: devInfo.Devices}
+	}
+	// The containers it replaces may still exist, exited (their stop
+	// never reached the plugin): their removal is no pod's end.
+	if len(edit.Del) > 0 {
+		life.Stopped = make(map[string]podContainer, len(edit.Del))
+		for _, id := range edit.Del {
+			life.Stopped[id] = podContainer{Pod: rec.Pod, Name: rec.Name}
+		}
+	}
+	poolChanged, err := l.Commit(ledger.Change{Next: &ad.Next, Index: indexChange{Edit: edit}, Life: life})
 	if err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
 		d.obs.refusals.WithLabelValues("PersistError").Inc()
 		return nil, nil, err
 	}
-	if len(devInfo.Devices) > 0 {
-		l.devices[rec.ID] = devInfo.Devices
-	}
 	for i, r := range superseded {
 		p.logAbandoned(r, supersededCPUs[i], "created again as "+rec.ID+" before it started",
 			"container never started: its pod created it again, the new attempt takes its place and its CPUs")
 	}
-	// The containers it replaces may still exist, exited (their stop
-	// never reached the plugin): their removal is no pod's end.
-	for _, id := range edit.del {
-		l.stopped[id] = podContainer{rec.Pod, rec.Name}
-	}
-	l.awaitStart(rec.ID)
-	d.obs.observeDecision(dec, l.topo, l.engine, l.cfg.TopologyManagerScope)
+	d.obs.observeDecision(dec, l.Topology(), e, scope)
 
 	adj := adjustmentOf(dec)
 	p.exclusiveQuota(adj, rec)
@@ -299,21 +285,21 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // record; the engine already gave it the old CPUs (held since the old one
 // stopped, or never released when it did not start). An old one that never
 // started is a dead attempt (the kubelet retries a failed creation with a
-// new ID): it is returned as superseded. l.mu is held.
-func withRecord(l *ledger, rec ctrRecord) (edit ctrEdit, superseded []ctrRecord) {
-	for id, r := range l.ctrs {
+// new ID): it is returned as superseded. the ledger is locked.
+func withRecord(l *ledger.Ledger, rec ctrRecord) (edit ctrEdit, superseded []ctrRecord) {
+	for id, r := range l.Records() {
 		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
-			if l.awaitingStart(id) {
+			if l.AwaitingStart(id) {
 				superseded = append(superseded, r)
 			}
 			// A restart keeps its pod's CPUs, and so their date.
 			if r.Exclusive && rec.Exclusive && r.Since != "" {
 				rec.Since = r.Since
 			}
-			edit.del = append(edit.del, id)
+			edit.Del = append(edit.Del, id)
 		}
 	}
-	edit.put = []ctrRecord{rec}
+	edit.Put = []ctrRecord{rec}
 	return edit, superseded
 }
 
@@ -331,7 +317,7 @@ func adjustmentOf(dec policy.Decision) *api.ContainerAdjustment {
 // logDecision writes the one info line per decision.
 func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg string) {
 	d := p.d
-	topo := d.led.topo
+	topo := d.led.Topology()
 	entry.WithFields(logrus.Fields{
 		"cpus":      dec.CPUs.String(),
 		"mems":      dec.Mems.String(),
@@ -349,10 +335,10 @@ func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.C
 	defer p.d.obs.timeEvent("StartContainer")()
 	d := p.d
 	l, a := d.led, d.applier()
-	l.mu.Lock()
-	delete(l.starting, ctr.GetId())
-	l.mu.Unlock()
-	a.starting(ctr.GetId())
+	l.Lock()
+	_, _ = l.Commit(ledger.Change{Life: ledger.Life{Started: ctr.GetId()}}) // nothing durable: cannot fail
+	l.Unlock()
+	a.startBarrier(ctr.GetId())
 	return nil
 }
 
@@ -366,32 +352,27 @@ func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.C
 func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("StopContainer")()
 	d := p.d
-	d.led.mu.Lock()
-	defer d.led.mu.Unlock()
-	r, ok := d.led.ctrs[ctr.GetId()]
-	if err := p.forget(ctr.GetId(), "stopped"); err != nil || !ok {
-		return nil, err
+	d.led.Lock()
+	defer d.led.Unlock()
+	r, ok := d.led.Record(ctr.GetId())
+	if !ok {
+		return nil, nil
 	}
-	d.led.stopped[r.ID] = podContainer{r.Pod, r.Name}
-	return nil, nil
+	return nil, p.forget(r, "stopped", ledger.Life{Stopped: map[string]podContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})
 }
 
-// forget drops one container from the index; its exclusive CPUs stay
-// assigned to its pod and name. Unknown containers are no-ops
-// (idempotent). l.mu is held.
-func (p *plugin) forget(id, why string) error {
+// forget drops a known container from the index, with the lifecycle
+// facts of its event; its exclusive CPUs stay assigned to its pod and
+// name. The ledger is locked.
+func (p *plugin) forget(r ctrRecord, why string, life ledger.Life) error {
 	d := p.d
 	l := d.led
-	r, ok := l.ctrs[id]
-	if !ok {
-		return nil
-	}
-	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
-	if _, err := l.commit(l.st, indexChange{edit: ctrEdit{del: []string{id}}}); err != nil {
+	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
+	if _, err := l.Commit(ledger.Change{Index: indexChange{Edit: ctrEdit{Del: []string{r.ID}}}, Life: life}); err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; the container stays in the index")
 		return err
 	}
-	if cpus, held := l.engine.Assignment(l.st, r.Pod, r.Name); held && r.Exclusive {
+	if cpus, held := l.Engine().Assignment(l.State(), r.Pod, r.Name); held && r.Exclusive {
 		entry.WithFields(logrus.Fields{"cpus": cpus.String(), "mems": r.Mems}).
 			Info("container " + why + ": its exclusive CPUs stay held for its pod until the pod is removed")
 	}
@@ -410,21 +391,23 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	d := p.d
 	l := d.led
 	id := ctr.GetId()
-	l.mu.Lock()
-	pc, known := l.stopped[id]
-	if r, ok := l.ctrs[id]; ok {
-		pc, known = podContainer{r.Pod, r.Name}, true
-		if err := p.forget(id, "removed"); err != nil {
-			l.mu.Unlock()
+	l.Lock()
+	pc, known := l.StoppedAs(id)
+	removed := ledger.Life{Removed: id}
+	if r, ok := l.Record(id); ok {
+		pc, known = podContainer{Pod: r.Pod, Name: r.Name}, true
+		if err := p.forget(r, "removed", removed); err != nil {
+			l.Unlock()
 			return err
 		}
+	} else {
+		_, _ = l.Commit(ledger.Change{Life: removed}) // nothing durable: cannot fail
 	}
-	delete(l.stopped, id)
 	changed, err := false, error(nil)
-	if known && l.engine != nil && !l.podHasContainers(pc.Pod) && !podUnknown(l.st, pc.Pod) {
+	if known && l.Engine() != nil && !l.PodHasContainers(pc.Pod) && !podUnknown(l.State(), pc.Pod) {
 		changed, err = p.releaseAll(pc.Pod, ctr.GetName(), "its last container removed")
 	}
-	l.mu.Unlock()
+	l.Unlock()
 	if changed {
 		d.applier().kick()
 	}
@@ -455,20 +438,20 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 	d := p.d
 	l := d.led
 	key := podKey(pod)
-	l.mu.Lock()
-	if l.engine == nil {
-		l.mu.Unlock()
+	l.Lock()
+	if l.Engine() == nil {
+		l.Unlock()
 		return nil
 	}
-	if sb, ok := l.sandboxes[key]; ok && pod.GetId() != "" && sb != pod.GetId() {
-		l.mu.Unlock()
+	if sb, ok := l.Sandbox(key); ok && pod.GetId() != "" && sb != pod.GetId() {
+		l.Unlock()
 		d.log.WithFields(logrus.Fields{"pod": podName(pod), "sandbox": pod.GetId(), "current": sb}).
 			Info("an earlier sandbox of the pod " + why + ": its containers in the current sandbox keep their CPUs")
 		return nil
 	}
-	delete(l.sandboxes, key)
+	_, _ = l.Commit(ledger.Change{Life: ledger.Life{SandboxGone: key}}) // nothing durable: cannot fail
 	changed, err := p.releaseAll(key, podName(pod), "pod "+why)
-	l.mu.Unlock()
+	l.Unlock()
 	if changed {
 		d.applier().kick()
 	}
@@ -477,37 +460,33 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 
 // releaseAll forgets every container of pod (key) and releases what it
 // holds, its pod-scope affinity included; name is for the log. It
-// reports whether the shared pool changed. l.mu is held.
+// reports whether the shared pool changed. the ledger is locked.
 func (p *plugin) releaseAll(key, name, why string) (bool, error) {
 	d := p.d
 	l := d.led
-	for id, pc := range l.stopped {
-		if pc.Pod == key {
-			delete(l.stopped, id)
-		}
-	}
-	next := l.engine.RemovePod(l.st, key)
+	_, _ = l.Commit(ledger.Change{Life: ledger.Life{PodStopped: key}}) // nothing durable: cannot fail
+	next := l.Engine().RemovePod(l.State(), key)
 	var edit ctrEdit
-	for id, r := range l.ctrs {
+	for id, r := range l.Records() {
 		if r.Pod == key {
-			next = l.engine.Remove(next, r.Pod, r.Name)
-			edit.del = append(edit.del, id)
+			next = l.Engine().Remove(next, r.Pod, r.Name)
+			edit.Del = append(edit.Del, id)
 		}
 	}
-	if len(edit.del) == 0 && podUnknown(l.st, key) {
+	if len(edit.Del) == 0 && podUnknown(l.State(), key) {
 		return false, nil
 	}
 	freed := cpuset.New()
-	for _, cpus := range l.st.Alloc.Assignments[key] {
+	for _, cpus := range l.State().Alloc.Assignments[key] {
 		freed = freed.Union(cpus)
 	}
-	changed, err := l.commit(next, indexChange{edit: edit})
+	changed, err := l.Commit(ledger.Change{Next: &next, Index: indexChange{Edit: edit}})
 	if err != nil {
 		d.log.WithError(err).WithField("pod", name).Error("cannot write the checkpoint; the pod's CPUs stay assigned")
 		return false, err
 	}
 	if !freed.IsEmpty() {
-		d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.engine.SharedMask(l.st).String()}).
+		d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
 			Info(why + ": the pod's exclusive CPUs released")
 	}
 	return changed, nil
@@ -548,13 +527,13 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 			return ups, err
 		}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r, ok := l.ctrs[ctr.GetId()]
-	if !ok || l.engine == nil {
+	l.Lock()
+	defer l.Unlock()
+	r, ok := l.Record(ctr.GetId())
+	if !ok || l.Engine() == nil {
 		return nil, nil
 	}
-	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.rightCPUs(r).String(), "mems": r.Mems,
+	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
 		"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
 	return p.currentCPUSet(r), nil
 }
@@ -563,9 +542,9 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // (and, when its record names them, the cpuset.mems) it must have now;
 // none while that cpuset is empty (see emptypool.go). A shared-pool
 // container's mems are never set by the plugin, so the runtime's record
-// of them cannot be stale. l.mu is held.
+// of them cannot be stale. the ledger is locked.
 func (p *plugin) currentCPUSet(r ctrRecord) []*api.ContainerUpdate {
-	cpus := p.d.led.rightCPUs(r)
+	cpus := p.d.led.RightCPUs(r)
 	if cpus.IsEmpty() {
 		return nil
 	}

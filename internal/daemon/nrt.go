@@ -3,6 +3,8 @@ package daemon
 import (
 	"errors"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
@@ -13,7 +15,7 @@ import (
 // it on (nil otherwise): a read-only user of the ledger's view, kicked by
 // every commit. A missing node name or an unusable kubeconfig is a
 // configuration error.
-func newNRTExporter(cfg config.Config, l *ledger) (*nrtexport.Exporter, error) {
+func newNRTExporter(cfg config.Config, view func() ledgerView, log *logrus.Logger) (*nrtexport.Exporter, error) {
 	if cfg.NodeResourceTopology != config.NRTOn {
 		return nil, nil
 	}
@@ -32,30 +34,30 @@ func newNRTExporter(cfg config.Config, l *ledger) (*nrtexport.Exporter, error) {
 	if err != nil {
 		return nil, cfg.KeyError(config.KeyKubeconfig, cfg.Kubeconfig, err.Error())
 	}
-	return nrtexport.New(client, func() (nrt.Object, error) { return nrtObject(l.view(), node) },
-		l.log.WithField("component", "node-resource-topology")), nil
+	return nrtexport.New(client, func() (nrt.Object, error) { return nrtObject(view(), node) },
+		log.WithField("component", "node-resource-topology")), nil
 }
 
 // nrtObject is the node's NodeResourceTopology for a ledger view.
 func nrtObject(v ledgerView, node string) (nrt.Object, error) {
-	if v.engine == nil {
+	if v.Engine == nil {
 		return nrt.Object{}, errors.New("no valid policy configuration yet")
 	}
 	maxNodes := 0
-	if _, ok := v.cfg.TopologyManagerPolicyOptions[hints.OptMaxAllowableNUMANodes]; ok {
-		if o, err := hints.ParseOptions(v.cfg.TopologyManagerPolicyOptions); err == nil {
+	if _, ok := v.Cfg.TopologyManagerPolicyOptions[hints.OptMaxAllowableNUMANodes]; ok {
+		if o, err := hints.ParseOptions(v.Cfg.TopologyManagerPolicyOptions); err == nil {
 			maxNodes = o.MaxAllowableNUMANodes
 		}
 	}
 	return nrt.Build(nrt.Input{
 		Node:                  node,
-		Topology:              v.topo,
-		Reserved:              v.engine.Reserved(),
-		Exclusive:             nrt.ExclusiveCPUs(v.st.Alloc.Assignments),
-		TopologyManagerPolicy: v.cfg.TopologyManagerPolicy,
-		TopologyManagerScope:  v.cfg.TopologyManagerScope,
+		Topology:              v.Topo,
+		Reserved:              v.Engine.Reserved(),
+		Exclusive:             nrt.ExclusiveCPUs(v.St.Alloc.Assignments),
+		TopologyManagerPolicy: v.Cfg.TopologyManagerPolicy,
+		TopologyManagerScope:  v.Cfg.TopologyManagerScope,
 		MaxNUMANodes:          maxNodes,
-		Memory:                nrtMemory(memoryView(v.engine, v.st)),
+		Memory:                nrtMemory(memoryView(v.Engine, v.St)),
 	})
 }
 

@@ -8,8 +8,6 @@ import (
 
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
-
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -62,14 +60,11 @@ type syncInput struct {
 	Records map[string]ctrRecord // the container index before the sync
 	Pods    []syncPod
 	Ctrs    []syncCtr
-	// Static is cpu_manager_policy = static (exclusiveCPUsFor).
+	// Static is cpu_manager_policy = static (policy.ExclusiveCPUs).
 	Static bool
 	// Now is the Since of the records the sync makes (ledger.stamp).
 	Now string
 }
-
-// podContainer names an engine assignment.
-type podContainer struct{ Pod, Name string }
 
 // keptCPUs is a running exclusive container whose lost assignment is
 // rebuilt from the CPUs it runs on.
@@ -77,18 +72,6 @@ type keptCPUs struct {
 	ID   string
 	CPUs cpuset.CPUSet
 }
-
-// admission is one container admitted at sync: Err is the refusal
-// (reasonOf gives its reason word), else Decision is what it got.
-type admission struct {
-	ID       string
-	Request  policy.Request // with the device hints it was admitted with
-	Decision policy.Decision
-	Err      error
-}
-
-// cpuUpdate moves a container to CPUs (and Mems, when not "").
-type cpuUpdate struct{ ID, CPUs, Mems string }
 
 // syncEventKind is a log line the plan asks for.
 type syncEventKind int
@@ -149,7 +132,7 @@ func planSync(e *policy.Engine, in syncInput) syncPlan {
 	for _, c := range in.Ctrs {
 		if pod, ok := p.pods[c.SandboxID]; ok && c.Phase != phaseStopped {
 			p.plan.Live = append(p.plan.Live, c)
-			p.liveKey[podContainer{pod.Key, c.Name}] = true
+			p.liveKey[podContainer{Pod: pod.Key, Name: c.Name}] = true
 		}
 	}
 	p.releaseGone()
@@ -209,7 +192,7 @@ func (p *planner) releaseGone() {
 
 func (p *planner) release(pod, name string) {
 	p.plan.State = p.e.Remove(p.plan.State, pod, name)
-	p.plan.Released = append(p.plan.Released, podContainer{pod, name})
+	p.plan.Released = append(p.plan.Released, podContainer{Pod: pod, Name: name})
 }
 
 // keepLostCPUs runs before any admission: a running container whose
@@ -238,7 +221,7 @@ func (p *planner) keepLostCPUs() {
 		if r, known := p.plan.Records[c.ID]; known && !r.Exclusive {
 			continue
 		}
-		n := exclusiveCPUsFor(p.in.Static, c.Request)
+		n := policy.ExclusiveCPUs(p.in.Static, c.Request)
 		have, err := cpuset.Parse(c.CPUs)
 		if n == 0 || err != nil || have.Size() != n || !alone(sets, i, have) {
 			continue
@@ -271,7 +254,7 @@ func (p *planner) placeUnknown() {
 	// those after it in this loop are not placed yet.
 	shared := 0
 	for _, c := range p.plan.Live {
-		if exclusiveCPUsFor(p.in.Static, c.Request) == 0 {
+		if policy.ExclusiveCPUs(p.in.Static, c.Request) == 0 {
 			shared++
 		}
 	}
@@ -301,36 +284,28 @@ func (p *planner) placeUnknown() {
 	}
 }
 
-// admit runs the engine's admission for c, which sharedOthers
+// admit runs the admission (admit) for c, which sharedOthers
 // shared-pool containers run beside, and records the result.
 func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
-	req := c.Request
+	var nodes []int
 	if c.DeviceErr != nil {
 		p.event(syncEvent{Kind: evNoDeviceHint, Err: c.DeviceErr}, pod, c)
 	} else {
-		req = withNodeHints(p.e, req, c.Devices.Nodes)
+		nodes = c.Devices.Nodes
 	}
-	live := func(name string) bool { return p.liveKey[podContainer{pod.Key, name}] }
-	req = withMemoryReuse(p.e, p.plan.State, req, live)
-	st := withReuse(p.plan.State, req, p.in.Static, live)
-	next, dec, err := p.e.Add(st, req)
-	if err == nil {
-		err = stranding(p.e, req, next, dec, sharedOthers)
-	}
-	p.plan.Admissions = append(p.plan.Admissions, admission{ID: c.ID, Request: req, Decision: dec, Err: err})
-	if err != nil {
-		p.event(syncEvent{Kind: evRefused, Err: err, Devices: c.Devices}, pod, c)
+	ad := admit(p.e, p.plan.State, admitInput{Req: c.Request, Nodes: nodes, Static: p.in.Static,
+		Tracked: func(name string) bool { return p.liveKey[podContainer{Pod: pod.Key, Name: name}] }, SharedOthers: sharedOthers})
+	ad.ID = c.ID
+	p.plan.Admissions = append(p.plan.Admissions, ad)
+	if ad.Err != nil {
+		p.event(syncEvent{Kind: evRefused, Err: ad.Err, Devices: c.Devices}, pod, c)
 		p.plan.Records[r.ID] = r
 		return
 	}
-	p.plan.State = next
-	r.Exclusive = dec.Exclusive
-	if (dec.Exclusive || dec.MemPinned) && !dec.Mems.IsEmpty() {
-		r.Mems = dec.Mems.String()
-	}
-	p.plan.Records[r.ID] = r
+	p.plan.State = ad.Next
+	p.plan.Records[r.ID] = ad.record(r)
 	p.plan.Placed++
-	p.event(syncEvent{Kind: evPlaced, Decision: dec, Devices: c.Devices}, pod, c)
+	p.event(syncEvent{Kind: evPlaced, Decision: ad.Decision, Devices: c.Devices}, pod, c)
 }
 
 func (p *planner) event(ev syncEvent, pod syncPod, c syncCtr) {
@@ -359,49 +334,4 @@ func (p *planner) finish() {
 		}
 		p.plan.Updates = append(p.plan.Updates, cpuUpdate{ID: c.ID, CPUs: want.String(), Mems: r.Mems})
 	}
-}
-
-// rightCPUsIn is the cpuset a known container should have in st.
-func rightCPUsIn(e *policy.Engine, st policy.State, r ctrRecord) cpuset.CPUSet {
-	if r.Exclusive {
-		if cpus, ok := e.Assignment(st, r.Pod, r.Name); ok {
-			return cpus
-		}
-	}
-	return e.SharedCPUs(st)
-}
-
-// exclusiveCPUsFor is how many exclusive CPUs the static policy gives
-// req: a Guaranteed container with request equal to limit in whole CPUs.
-func exclusiveCPUsFor(static bool, req policy.Request) int {
-	if !static || req.QoS != policy.Guaranteed {
-		return 0
-	}
-	if req.CPURequestMilli <= 0 || req.CPURequestMilli != req.CPULimitMilli || req.CPURequestMilli%milliPerCPU != 0 {
-		return 0
-	}
-	return int(req.CPURequestMilli / milliPerCPU)
-}
-
-// withNodeHints adds the device hint provider to req: the NUMA nodes of
-// the container's devices (none: no preference).
-func withNodeHints(e *policy.Engine, req policy.Request, nodes []int) policy.Request {
-	if len(nodes) == 0 {
-		return req
-	}
-	h := make(map[string][]hints.Hint, len(req.Hints)+1)
-	maps.Copy(h, req.Hints)
-	h[deviceResource] = e.DeviceHints(nodes)
-	req.Hints = h
-	return req
-}
-
-// stranding refuses dec, an admission computed as next, when it is
-// exclusive and leaves shared-pool containers nowhere to run while
-// sharedOthers of them run.
-func stranding(e *policy.Engine, req policy.Request, next policy.State, dec policy.Decision, sharedOthers int) error {
-	if !dec.Exclusive || dec.Existing || sharedOthers == 0 || !e.SharedCPUs(next).IsEmpty() {
-		return nil
-	}
-	return &strandedError{Pod: req.Pod, Container: req.Container, CPUs: dec.CPUs.Size(), Shared: sharedOthers}
 }

@@ -208,7 +208,7 @@ func TestPlanSync(t *testing.T) {
 		want: planWant{
 			assignments: map[string]string{"p1/app": "3,7"},
 			records:     map[string]ctrRecord{"c1": sinceAt(rec("c1", "p1", "app", true, ""), epoch)},
-			released:    []podContainer{{"p9", "gone"}},
+			released:    []podContainer{{Pod: "p9", Name: "gone"}},
 			adopted:     []string{"c1"},
 			placed:      1,
 			updates:     []cpuUpdate{{ID: "c1", CPUs: "3,7"}},
@@ -305,7 +305,7 @@ func TestPlanSync(t *testing.T) {
 		want: planWant{
 			assignments: map[string]string{"p1/app": "1", "p2/x": "5"},
 			records:     map[string]ctrRecord{},
-			released:    []podContainer{{"p5", "old"}, {"p6", "gone"}},
+			released:    []podContainer{{Pod: "p5", Name: "old"}, {Pod: "p6", Name: "gone"}},
 		},
 	}, {
 		// No reserved CPUs: three cores are exclusive and a shared

@@ -32,14 +32,10 @@ import (
 // noQuota is the runtime's "no CFS quota" (OCI linux.resources.cpu.quota).
 const noQuota = -1
 
-// quotaOff reports whether exclusive containers and their pods run without
-// a CFS quota. l.mu is held.
-func (l *ledger) quotaOff() bool { return l.cfg.DisableCPUQuota }
-
 // exclusiveQuota takes the quota off a new exclusive container, in its
-// adjustment, and off its pod's cgroup. l.mu is held.
+// adjustment, and off its pod's cgroup. the ledger is locked.
 func (p *plugin) exclusiveQuota(adj *api.ContainerAdjustment, rec ctrRecord) {
-	if !rec.Exclusive || !p.d.led.quotaOff() {
+	if !rec.Exclusive || !p.d.led.QuotaOff() {
 		return
 	}
 	adj.SetLinuxCPUQuota(noQuota)
@@ -48,14 +44,14 @@ func (p *plugin) exclusiveQuota(adj *api.ContainerAdjustment, rec ctrRecord) {
 
 // quotaAtSync adds to Synchronize's updates the quota removal of every
 // running or created exclusive container the runtime reports with a quota,
-// and lifts their pods' quota. l.mu is held.
+// and lifts their pods' quota. the ledger is locked.
 func (p *plugin) quotaAtSync(ctrs []*api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
 	l := p.d.led
-	if !l.quotaOff() {
+	if !l.QuotaOff() {
 		return updates
 	}
 	for _, c := range ctrs {
-		r, ok := l.ctrs[c.GetId()]
+		r, ok := l.Record(c.GetId())
 		if !ok || !r.Exclusive || c.GetState() == api.ContainerState_CONTAINER_STOPPED {
 			continue
 		}
@@ -72,13 +68,13 @@ func (p *plugin) quotaAtSync(ctrs []*api.Container, updates []*api.ContainerUpda
 // carries the container's quota again, and the kubelet may have written
 // the pod's already (a growing limit goes to the pod first). It returns
 // updates with the container's quota removed when it is exclusive after
-// the update. l.mu is not held.
+// the update. the ledger is not locked.
 func (p *plugin) quotaAtUpdate(ctr *api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
 	l := p.d.led
-	l.mu.Lock()
-	r, ok := l.ctrs[ctr.GetId()]
-	off := l.quotaOff()
-	l.mu.Unlock()
+	l.Lock()
+	r, ok := l.Record(ctr.GetId())
+	off := l.QuotaOff()
+	l.Unlock()
 	if !ok || !r.Exclusive || !off {
 		return updates
 	}
@@ -147,18 +143,18 @@ func logPodQuota(log *logrus.Logger, rec ctrRecord, why string, res podQuotaResu
 // container where something (the kubelet's resize) wrote one again.
 func (u *updater) reconcileQuota() {
 	l := u.l
-	l.mu.Lock()
-	if !l.quotaOff() || l.syncs == 0 {
-		l.mu.Unlock()
+	l.Lock()
+	if !l.QuotaOff() || l.Syncs() == 0 {
+		l.Unlock()
 		return
 	}
 	var recs []ctrRecord
-	for _, r := range l.ctrs {
+	for _, r := range l.Records() {
 		if r.Exclusive {
 			recs = append(recs, r)
 		}
 	}
-	l.mu.Unlock()
+	l.Unlock()
 	seen := make(map[string]bool, len(recs))
 	for _, r := range recs {
 		pod, err := cgroups.PodCgroupsPath(r.CgroupsPath)

@@ -5,7 +5,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
-	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -33,46 +34,41 @@ import (
 // PostUpdateContainer keeps its CPUs assigned to the container until the
 // container goes or is resized again.
 
-// shrink is a downsize answered and not committed yet.
-type shrink struct {
-	from cpuset.CPUSet  // the container's CPUs when it was answered
-	req  policy.Request // the resized request, decided again at commit
-	to   cpuset.CPUSet  // the CPUs it was answered with
-}
-
 // resize handles an update of a known container's CPU request: the
 // exclusive resizes above; a shared-pool container staying shared keeps
-// its CPUs (nil, nil). It takes ledger.mu itself: under direct an upsize
+// its CPUs (nil, nil). It takes the ledger's lock itself: under direct an upsize
 // waits for the applier's pass after releasing it.
 func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, error) {
 	d := p.d
 	l, a := d.led, d.applier()
-	l.mu.Lock()
-	r, ok := l.ctrs[id]
-	if !ok || l.engine == nil {
-		l.mu.Unlock()
+	l.Lock()
+	r, ok := l.Record(id)
+	if !ok || l.Engine() == nil {
+		l.Unlock()
 		return nil, nil
 	}
 	req.Pod, req.Container = r.Pod, r.Name
 	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
-	next, rd, err := l.engine.Resize(l.st, req)
+	next, rd, err := l.Engine().Resize(l.State(), req)
 	if err == nil && rd.Kind == policy.ResizeUp {
-		err = stranding(l.engine, req, next, policy.Decision{Exclusive: true, CPUs: rd.CPUs}, l.sharedOthers(id))
+		err = stranding(l.Engine(), req, next, policy.Decision{Exclusive: true, CPUs: rd.CPUs}, l.SharedOthers(id))
 	}
 	if err != nil {
-		l.mu.Unlock()
+		cpus := l.RightCPUs(r)
+		l.Unlock()
 		err = admissionError(err)
 		reason := reasonOf(err)
-		entry.WithError(err).WithFields(logrus.Fields{"reason": reason, "cpus": p.heldCPUs(r).String(),
+		entry.WithError(err).WithFields(logrus.Fields{"reason": reason, "cpus": cpus.String(),
 			"request_milli": req.CPURequestMilli}).Info("resize refused: the container keeps its CPUs")
 		d.obs.refusals.WithLabelValues(reason).Inc()
 		return nil, err
 	}
 	if !r.Exclusive || rd.Kind == policy.ResizeNone {
-		l.mu.Unlock()
+		l.Unlock()
 		return nil, nil // the CPUs stay as they are
 	}
-	delete(l.shrinking, id) // a new decision replaces one not committed
+	// A new decision replaces one not committed.
+	_, _ = l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}) // nothing durable: cannot fail
 	fields := logrus.Fields{"cpus": rd.CPUs.String(), "mems": rd.Mems.String(), "baseline": rd.Baseline.String(),
 		"before": rd.Before.String(), "kind": rd.Kind}
 	var updates []*api.ContainerUpdate
@@ -80,9 +76,9 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 	case policy.ResizeUp:
 		rec := r
 		rec.Mems = rd.Mems.String()
-		poolChanged, err := l.commit(next, indexChange{edit: ctrEdit{put: []ctrRecord{rec}}})
+		poolChanged, err := l.Commit(ledger.Change{Next: &next, Index: indexChange{Edit: ctrEdit{Put: []ctrRecord{rec}}}})
 		if err != nil {
-			l.mu.Unlock()
+			l.Unlock()
 			entry.WithError(err).WithField("reason", "PersistError").Error("cannot write the checkpoint; the resize is refused and the container keeps its CPUs")
 			d.obs.refusals.WithLabelValues("PersistError").Inc()
 			return nil, err
@@ -93,34 +89,19 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		fields["added"] = rd.Added.String()
 		fields["updates"] = len(updates)
 	case policy.ResizeDown:
-		l.shrinking[id] = shrink{from: rd.Before, req: req, to: rd.CPUs}
+		_, _ = l.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]shrink{id: {From: rd.Before, Req: req, To: rd.CPUs}}}})
 		fields["released"] = rd.Released.String()
 	}
-	l.mu.Unlock()
+	l.Unlock()
 	if rd.Kind == policy.ResizeUp {
 		d.obs.resizes.WithLabelValues(policy.ResizeUp).Inc()
 		// direct: the new pool is in every shared-pool cgroup before the
 		// container may run on the added CPUs (in-answer: no-op, the
 		// updates above go first).
-		a.starting(id)
+		a.startBarrier(id)
 	}
 	entry.WithFields(fields).Info("container resized")
 	return append(updates, cpusetUpdate(id, rd.CPUs.String(), rd.Mems.String())), nil
-}
-
-// heldCPUs is the container's CPUs now (for logs). l.mu is held.
-func (p *plugin) heldCPUs(r ctrRecord) cpuset.CPUSet { return p.d.led.rightCPUs(r) }
-
-// cpusetUpdate is the update giving container id cpus and, unless it is
-// empty, mems.
-func cpusetUpdate(id, cpus, mems string) *api.ContainerUpdate {
-	u := &api.ContainerUpdate{}
-	u.SetContainerId(id)
-	u.SetLinuxCPUSetCPUs(cpus)
-	if mems != "" {
-		u.SetLinuxCPUSetMems(mems)
-	}
-	return u
 }
 
 // resized is PostUpdateContainer's part for a downsize answered by
@@ -132,38 +113,38 @@ func cpusetUpdate(id, cpus, mems string) *api.ContainerUpdate {
 func (p *plugin) resized(id string) {
 	d := p.d
 	l, a := d.led, d.applier()
-	l.mu.Lock()
-	s, ok := l.shrinking[id]
-	r, known := l.ctrs[id]
+	l.Lock()
+	s, ok := l.Shrinking(id)
+	r, known := l.Record(id)
 	if !ok || !known {
-		delete(l.shrinking, id)
-		l.mu.Unlock()
+		_, _ = l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}) // nothing durable: cannot fail
+		l.Unlock()
 		return
 	}
 	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
-	cur, _ := l.engine.Assignment(l.st, r.Pod, r.Name)
-	next, rd, err := l.engine.Resize(l.st, s.req)
-	if err == nil && (!cur.Equals(s.from) || rd.Kind != policy.ResizeDown || !rd.CPUs.Equals(s.to)) {
+	cur, _ := l.Engine().Assignment(l.State(), r.Pod, r.Name)
+	next, rd, err := l.Engine().Resize(l.State(), s.Req)
+	if err == nil && (!cur.Equals(s.From) || rd.Kind != policy.ResizeDown || !rd.CPUs.Equals(s.To)) {
 		err = errStaleShrink
 	}
 	if err != nil {
-		delete(l.shrinking, id)
-		l.mu.Unlock()
+		_, _ = l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}) // nothing durable: cannot fail
+		l.Unlock()
 		entry.WithError(err).WithField("cpus", cur.String()).Warn("downsize not committed: the container keeps its CPUs")
 		return
 	}
 	rec := r
 	rec.Mems = rd.Mems.String()
-	changed, err := l.commit(next, indexChange{edit: ctrEdit{put: []ctrRecord{rec}}})
+	// The shrink stays pending when the save fails, for a later update.
+	changed, err := l.Commit(ledger.Change{Next: &next, Index: indexChange{Edit: ctrEdit{Put: []ctrRecord{rec}}}, Life: ledger.Life{ShrinkDone: id}})
 	if err != nil {
-		l.mu.Unlock()
+		l.Unlock()
 		entry.WithError(err).WithField("reason", "PersistError").Error("cannot write the checkpoint; the CPUs given back stay assigned to the container until its next update")
 		return
 	}
-	delete(l.shrinking, id)
 	d.obs.resizes.WithLabelValues(policy.ResizeDown).Inc()
-	shared := l.engine.SharedMask(l.st).String()
-	l.mu.Unlock()
+	shared := l.Engine().SharedMask(l.State()).String()
+	l.Unlock()
 	if changed {
 		a.kick()
 	}

@@ -307,11 +307,11 @@ func TestResizePersistFailure(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		r.d.led.mu.Lock()
-		if j := r.d.led.store.jnl.j; j != nil {
+		r.d.led.Lock()
+		if j := r.d.store.jnl.j; j != nil {
 			j.Close()
 		}
-		r.d.led.mu.Unlock()
+		r.d.led.Unlock()
 	}
 	fixStore := func() {
 		if err := os.RemoveAll(path); err != nil {

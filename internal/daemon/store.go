@@ -16,29 +16,13 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
+	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
-
-// ctrRecord is what the daemon remembers about a container it has placed.
-// The engine knows containers by pod UID and name; the runtime by ID.
-type ctrRecord struct {
-	ID          string `json:"id"`
-	Pod         string `json:"pod"`      // engine pod key (pod UID)
-	PodName     string `json:"pod_name"` // namespace/name, for logs and /state
-	Name        string `json:"name"`
-	CgroupsPath string `json:"cgroups_path,omitempty"`
-	Exclusive   bool   `json:"exclusive"`
-	// Mems is the cpuset.mems the daemon set, "" when it leaves mems to
-	// the runtime (shared-pool containers, adopted assignments).
-	Mems string `json:"mems,omitempty"`
-	// Since is when the container got its CPUs (RFC 3339, UTC, seconds):
-	// its admission, or the Synchronize that placed or adopted it. Records
-	// of earlier releases have none.
-	Since string `json:"since,omitempty"`
-}
 
 // payload is the checkpoint's data.
 type payload struct {
@@ -80,13 +64,15 @@ func fingerprint(cfg config.Config, engine *policy.Engine, cpus cpuset.CPUSet) s
 
 // store owns the state on disk (docs/architecture.md): the checkpoint
 // snapshot, the journal after it (journal.go) and, on a first start, the
-// kubelet's state to import. It is used under ledger.mu only.
+// kubelet's state to import. It takes and returns values; the ledger
+// calls Save under its lock, and the daemon calls load under it.
 type store struct {
 	ckpt        *checkpoint.File
 	kubeletFile string
 	jnl         journalStore
 	enc         payloadEncoder // the snapshot's encoding of the index
 	log         *logrus.Logger
+	obs         *metrics
 	// fp is fingerprint() of fpEngine, kept per engine (configuration
 	// and topology change only together with it) since every record
 	// carries it.
@@ -94,36 +80,38 @@ type store struct {
 	fpEngine *policy.Engine
 }
 
-// fingerprint is fingerprint() of l's configuration.
-func (s *store) fingerprint(l *ledger) string {
-	if s.fpEngine != l.engine {
-		s.fp, s.fpEngine = fingerprint(l.cfg, l.engine, l.topo.CPUs()), l.engine
+var _ ledger.Store = (*store)(nil)
+
+// fingerprint is fingerprint() of a configuration, its engine and topology.
+func (s *store) fingerprint(cfg config.Config, engine *policy.Engine, topo *topology.Topology) string {
+	if s.fpEngine != engine {
+		s.fp, s.fpEngine = fingerprint(cfg, engine, topo.CPUs()), engine
 	}
 	return s.fp
 }
 
-// save makes st and the index of c durable; the ledger commits them only
-// when it succeeds (ledger.commit).
-func (s *store) save(l *ledger, st policy.State, c indexChange) error {
+// Save makes v's next state and index durable; the ledger commits them
+// only when it succeeds (ledger.Commit).
+func (s *store) Save(v ledger.Save) error {
 	if s.jnl.mode == StoreSnapshot {
-		data, err := s.enc.encode(s.fingerprint(l), l.engine, st, c.index(l.ctrs))
+		data, err := s.enc.encode(s.fingerprint(v.Cfg, v.Engine, v.Topo), v.Engine, v.Next, v.Change.Index(v.Index))
 		if err != nil {
 			return err
 		}
 		return s.ckpt.SaveCompact(data)
 	}
-	return s.persistJournal(l, st, c)
+	return s.persistJournal(v)
 }
 
-// load reads the state before the first connection into l: from the
-// checkpoint (and its journal); with none, from the kubelet's state file
-// if one was given; else empty. A corrupt checkpoint is set aside and the
-// state rebuilt from the runtime in Synchronize. Only an unreadable state
-// directory (e.g. permissions) is an error. l.mu is held.
-func (s *store) load(l *ledger) error {
-	l.restored = true
+// load reads the state before the first connection: from the checkpoint
+// (and its journal); with none, from the kubelet's state file if one was
+// given; else empty. A corrupt checkpoint is set aside and the state
+// rebuilt from the runtime in Synchronize. Only an unreadable state
+// directory (e.g. permissions) is an error. The caller commits the
+// result (ledger.Change.Restore); the ledger's lock is held.
+func (s *store) load(cfg config.Config, topo *topology.Topology, engine *policy.Engine) (ledger.Restore, error) {
 	s.jnl.reset()
-	l.st, l.ctrs = l.engine.NewState(), map[string]ctrRecord{}
+	out := ledger.Restore{State: engine.NewState(), Index: map[string]ctrRecord{}}
 	var p payload
 	err := s.ckpt.Load(&p)
 	if err == nil && p.Journal != nil {
@@ -136,14 +124,14 @@ func (s *store) load(l *ledger) error {
 			s.log.WithFields(logrus.Fields{"file": s.kubeletFile, "checkpoint": s.ckpt.Path()}).
 				Info("a checkpoint exists: the kubelet state is imported only on a first start; ignoring it")
 		}
-		fp := s.fingerprint(l)
-		st, notes, ferr := l.engine.FromSnapshot(p.Engine)
+		fp := s.fingerprint(cfg, engine, topo)
+		st, notes, ferr := engine.FromSnapshot(p.Engine)
 		if ferr != nil {
 			s.jnl.reset()
 			aside, serr := s.ckpt.SetAside()
 			s.setAsideJournal(s.log.WithError(ferr).WithFields(logrus.Fields{"file": s.ckpt.Path(), "set_aside_as": aside, "set_aside_error": serr})).
 				Error("checkpoint state is unusable; set aside, state will be rebuilt from the runtime")
-			return nil
+			return out, nil
 		}
 		if p.Fingerprint != fp {
 			s.log.WithFields(logrus.Fields{"file": s.ckpt.Path(), "checkpoint": p.Fingerprint, "now": fp}).
@@ -152,14 +140,14 @@ func (s *store) load(l *ledger) error {
 		for _, n := range notes {
 			s.log.WithField("note", n).Warn("checkpoint entry dropped or changed while reconciling")
 		}
-		l.st = st
+		out.State = st
 		for id, r := range p.Containers {
 			r.ID = id
-			l.ctrs[id] = r
+			out.Index[id] = r
 		}
-		s.log.WithFields(logrus.Fields{"file": s.ckpt.Path(), "containers": len(l.ctrs), "shared": l.engine.SharedMask(st).String()}).
+		s.log.WithFields(logrus.Fields{"file": s.ckpt.Path(), "containers": len(out.Index), "shared": engine.SharedMask(st).String()}).
 			Info("state restored from checkpoint")
-		return nil
+		return out, nil
 	case errors.As(err, &corrupt):
 		aside, serr := s.ckpt.SetAside()
 		entry := s.setAsideJournal(s.log.WithError(err).WithField("file", corrupt.Path))
@@ -169,26 +157,26 @@ func (s *store) load(l *ledger) error {
 			entry = entry.WithField("set_aside_as", aside)
 		}
 		entry.Error("checkpoint is corrupt; set aside, state will be rebuilt from the runtime")
-		l.obs.checkpointErrors.Inc()
-		return nil
+		s.obs.checkpointErrors.Inc()
+		return out, nil
 	case errors.Is(err, checkpoint.ErrNotFound):
 		if s.kubeletFile == "" {
 			s.log.WithField("file", s.ckpt.Path()).Info("no checkpoint: first start")
-			return nil
+			return out, nil
 		}
-		st, n, err := importKubeletState(l.engine, l.st, s.kubeletFile, s.log)
+		st, n, err := importKubeletState(engine, out.State, s.kubeletFile, s.log)
 		if err != nil {
-			return err
+			return out, err
 		}
-		l.st = st
+		out.State = st
 		s.log.WithFields(logrus.Fields{"file": s.kubeletFile, "assignments": n}).Info("imported the kubelet's CPU manager state")
-		if l.engine.MemoryStatic() {
-			l.st, err = importKubeletMemory(l.engine, l.st, kubeletMemoryPath(s.kubeletFile), s.log)
-			return err
+		if engine.MemoryStatic() {
+			out.State, err = importKubeletMemory(engine, out.State, kubeletMemoryPath(s.kubeletFile), s.log)
+			return out, err
 		}
-		return nil
+		return out, nil
 	default:
-		return fmt.Errorf("read checkpoint: %w", err)
+		return out, fmt.Errorf("read checkpoint: %w", err)
 	}
 }
 
@@ -296,52 +284,4 @@ func importKubeletMemory(engine *policy.Engine, st policy.State, path string, lo
 	}
 	log.WithFields(logrus.Fields{"file": path, "assignments": n}).Info("imported the kubelet's memory manager state")
 	return next, nil
-}
-
-// ctrEdit is what an event changes in the container index: records put
-// (new or replaced) and IDs removed. Events commit an edit rather than a
-// new index, so that an event's cost does not grow with the number of
-// containers (no copy of the index, and the journal compares only the
-// records edited).
-type ctrEdit struct {
-	put []ctrRecord
-	del []string
-}
-
-// applyTo applies e to m in place: the removals, then the records put.
-func (e ctrEdit) applyTo(m map[string]ctrRecord) {
-	for _, id := range e.del {
-		delete(m, id)
-	}
-	for _, r := range e.put {
-		m[r.ID] = r
-	}
-}
-
-// indexChange is the index a checkpoint write is for: a whole new one
-// (all), or the committed one with an edit.
-type indexChange struct {
-	all  map[string]ctrRecord
-	edit ctrEdit
-}
-
-// index is the whole index the change leads to from committed (a copy
-// when it is an edit: committed stays as it is until the commit).
-func (c indexChange) index(committed map[string]ctrRecord) map[string]ctrRecord {
-	if c.all != nil {
-		return c.all
-	}
-	m := cloneRecords(committed)
-	c.edit.applyTo(m)
-	return m
-}
-
-// cloneRecords copies the container index for a tentative change.
-func cloneRecords(m map[string]ctrRecord) map[string]ctrRecord {
-	// maps.Clone copies the table wholesale: several times faster than
-	// re-inserting 500 records on every event.
-	if out := maps.Clone(m); out != nil {
-		return out
-	}
-	return map[string]ctrRecord{}
 }

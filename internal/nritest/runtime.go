@@ -7,7 +7,7 @@
 // containers.
 //
 // The kubelet's cgroup values (cgroup parents by QoS class, shares and
-// quota from milli-CPUs, the pod-level sums) come from test/e2e/framework.
+// quota from milli-CPUs, the pod-level sums) come from internal/podres.
 package nritest
 
 import (
@@ -26,7 +26,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
-	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
+	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 )
 
 // Runtime is the runtime side of NRI with a store of pods and containers.
@@ -423,15 +423,15 @@ func (rt *Runtime) Next() int {
 // NewPod makes a pod the way the kubelet runs it: its cgroup parent by QoS
 // class, no pod-level resources (set Linux.Resources or
 // Linux.PodResources to send them, see PodResources).
-func NewPod(uid, name, namespace string, q framework.QOS) *api.PodSandbox {
+func NewPod(uid, name, namespace string, q podres.QOS) *api.PodSandbox {
 	return &api.PodSandbox{Id: "sb-" + uid, Uid: uid, Name: name, Namespace: namespace,
-		Linux: &api.LinuxPodSandbox{CgroupParent: framework.CgroupParent(q, uid)}}
+		Linux: &api.LinuxPodSandbox{CgroupParent: podres.CgroupParent(q, uid)}}
 }
 
 // PodResources is the kubelet's pod-level resources for a pod of the
 // given containers: the sums of their shares, quota and memory limit.
-func PodResources(ctrs ...framework.Resources) *api.LinuxResources {
-	pr := framework.PodCRI(framework.PodQOS(ctrs...), ctrs...)
+func PodResources(ctrs ...podres.Resources) *api.LinuxResources {
+	pr := podres.PodCRI(podres.PodQOS(ctrs...), ctrs...)
 	return &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: api.UInt64(uint64(pr.CpuShares)),
 		Quota: api.Int64(pr.CpuQuota), Period: api.UInt64(uint64(pr.CpuPeriod))},
 		Memory: &api.LinuxMemory{Limit: api.Int64(pr.MemoryLimitInBytes)}}
@@ -440,8 +440,8 @@ func PodResources(ctrs ...framework.Resources) *api.LinuxResources {
 // ContainerResources is what the kubelet sends for a container of r:
 // shares from the request, quota from the limit, period 100000, the memory
 // limit.
-func ContainerResources(r framework.Resources) *api.LinuxResources {
-	cr := r.CRI(framework.PodQOS(r))
+func ContainerResources(r podres.Resources) *api.LinuxResources {
+	cr := r.CRI(podres.PodQOS(r))
 	return &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: api.UInt64(uint64(cr.CpuShares)),
 		Quota: api.Int64(cr.CpuQuota), Period: api.UInt64(uint64(cr.CpuPeriod))},
 		Memory: &api.LinuxMemory{Limit: api.Int64(cr.MemoryLimitInBytes)}}
@@ -450,7 +450,7 @@ func ContainerResources(r framework.Resources) *api.LinuxResources {
 // NewContainer makes the container containerd would hand to CreateContainer
 // for r in pod: the kubelet's resources, the cgroups path under the pod's
 // cgroup parent, a unique id and creation time. It is not stored or sent.
-func (rt *Runtime) NewContainer(pod *api.PodSandbox, name string, r framework.Resources) *api.Container {
+func (rt *Runtime) NewContainer(pod *api.PodSandbox, name string, r podres.Resources) *api.Container {
 	n := rt.Next()
 	id := fmt.Sprintf("%s-%s-%d", pod.Uid, name, n)
 	return &api.Container{

@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
-	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
+	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 )
 
 // plugin is an NRI plugin whose answers the test sets; it records what the
@@ -182,19 +182,19 @@ func TestNewContainerHasTheKubeletValues(t *testing.T) {
 	rt := New(t.TempDir())
 	for _, tc := range []struct {
 		name     string
-		q        framework.QOS
-		r        framework.Resources
+		q        podres.QOS
+		r        podres.Resources
 		parent   string
 		shares   uint64
 		quota    int64
 		memLimit int64
 	}{
 		// 2 CPUs: shares 2*1024, quota 2*100000 per 100000 period.
-		{"guaranteed", framework.Guaranteed, framework.GuaranteedCPUs(2), "/kubepods/podg", 2048, 200000, 64 << 20},
+		{"guaranteed", podres.Guaranteed, podres.GuaranteedCPUs(2), "/kubepods/podg", 2048, 200000, 64 << 20},
 		// 500m request, no limit: shares 500*1024/1000 = 512, no quota.
-		{"burstable", framework.Burstable, framework.Resources{CPURequestMilli: 500}, "/kubepods/burstable/podb", 512, 0, 0},
+		{"burstable", podres.Burstable, podres.Resources{CPURequestMilli: 500}, "/kubepods/burstable/podb", 512, 0, 0},
 		// Nothing requested: the kubelet's minimum of 2 shares.
-		{"besteffort", framework.BestEffort, framework.Resources{}, "/kubepods/besteffort/podbe", 2, 0, 0},
+		{"besteffort", podres.BestEffort, podres.Resources{}, "/kubepods/besteffort/podbe", 2, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			uid := strings.TrimPrefix(tc.parent[strings.LastIndex(tc.parent, "/")+1:], "pod")
@@ -217,8 +217,8 @@ func TestNewContainerHasTheKubeletValues(t *testing.T) {
 		})
 	}
 	// Unique ids, creation times in order.
-	pod := NewPod("u", "u", "ns", framework.BestEffort)
-	a, b := rt.NewContainer(pod, "c", framework.Resources{}), rt.NewContainer(pod, "c", framework.Resources{})
+	pod := NewPod("u", "u", "ns", podres.BestEffort)
+	a, b := rt.NewContainer(pod, "c", podres.Resources{}), rt.NewContainer(pod, "c", podres.Resources{})
 	if a.Id == b.Id || a.CreatedAt >= b.CreatedAt {
 		t.Errorf("containers %s@%d and %s@%d", a.Id, a.CreatedAt, b.Id, b.CreatedAt)
 	}
@@ -231,10 +231,10 @@ func TestNewContainerHasTheKubeletValues(t *testing.T) {
 func TestSynchronizeHandsOverTheStore(t *testing.T) {
 	var errs []string
 	rt := start(t, &errs)
-	pod := NewPod("p", "p", "ns", framework.Guaranteed)
+	pod := NewPod("p", "p", "ns", podres.Guaranteed)
 	rt.RunPodAway(pod)
-	a := rt.NewContainer(pod, "a", framework.GuaranteedCPUs(2))
-	b := rt.NewContainer(pod, "b", framework.GuaranteedCPUs(1))
+	a := rt.NewContainer(pod, "a", podres.GuaranteedCPUs(2))
+	b := rt.NewContainer(pod, "b", podres.GuaranteedCPUs(1))
 	rt.CreateContainerAway(b) // stored before a, created after it
 	rt.CreateContainerAway(a)
 	rt.StopContainerAway(b)
@@ -269,8 +269,8 @@ func TestContainerLifecycle(t *testing.T) {
 	var errs []string
 	rt := start(t, &errs)
 	ctx := context.Background()
-	pod := NewPod("p", "p", "ns", framework.Guaranteed)
-	shared := rt.NewContainer(pod, "s", framework.Resources{})
+	pod := NewPod("p", "p", "ns", podres.Guaranteed)
+	shared := rt.NewContainer(pod, "s", podres.Resources{})
 	p := &plugin{}
 	connect(t, rt, p, 1)
 	if err := rt.RunPod(ctx, pod); err != nil {
@@ -287,7 +287,7 @@ func TestContainerLifecycle(t *testing.T) {
 		}
 		return nil, nil, errors.New("no room")
 	}
-	x := rt.NewContainer(pod, "x", framework.GuaranteedCPUs(2))
+	x := rt.NewContainer(pod, "x", podres.GuaranteedCPUs(2))
 	resp, err := rt.CreateContainer(ctx, pod, x)
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +310,7 @@ func TestContainerLifecycle(t *testing.T) {
 
 	// An update for the container being created is the plugin's bug; NRI
 	// itself fails the creation.
-	self := rt.NewContainer(pod, "self", framework.GuaranteedCPUs(1))
+	self := rt.NewContainer(pod, "self", podres.GuaranteedCPUs(1))
 	if _, err := rt.CreateContainer(ctx, pod, self); err == nil || !strings.Contains(err.Error(), "during creation") {
 		t.Errorf("create with an update for itself: %v", err)
 	}
@@ -319,7 +319,7 @@ func TestContainerLifecycle(t *testing.T) {
 	}
 
 	// A rejection stores nothing.
-	full := rt.NewContainer(pod, "full", framework.GuaranteedCPUs(8))
+	full := rt.NewContainer(pod, "full", podres.GuaranteedCPUs(8))
 	if _, err := rt.CreateContainer(ctx, pod, full); err == nil || !strings.Contains(err.Error(), "no room") {
 		t.Errorf("rejected create: %v", err)
 	}
@@ -368,9 +368,9 @@ func TestContainerLifecycle(t *testing.T) {
 func TestUnsolicitedUpdates(t *testing.T) {
 	var errs []string
 	rt := start(t, &errs)
-	pod := NewPod("p", "p", "ns", framework.BestEffort)
+	pod := NewPod("p", "p", "ns", podres.BestEffort)
 	rt.RunPodAway(pod)
-	a, b := rt.NewContainer(pod, "a", framework.Resources{}), rt.NewContainer(pod, "b", framework.Resources{})
+	a, b := rt.NewContainer(pod, "a", podres.Resources{}), rt.NewContainer(pod, "b", podres.Resources{})
 	rt.CreateContainerAway(a)
 	rt.CreateContainerAway(b)
 	rt.StopContainerAway(b)
@@ -404,11 +404,11 @@ func TestSnapshotsStayAsHandedOut(t *testing.T) {
 		return adjust("1-2", "0"), nil, nil
 	}}
 	s := connect(t, rt, p, 1)
-	pod := NewPod("p", "p", "ns", framework.Guaranteed)
+	pod := NewPod("p", "p", "ns", podres.Guaranteed)
 	if err := rt.RunPod(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	x := rt.NewContainer(pod, "x", framework.GuaranteedCPUs(2))
+	x := rt.NewContainer(pod, "x", podres.GuaranteedCPUs(2))
 	if _, err := rt.CreateContainer(ctx, pod, x); err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func TestRestartAndAnswerLost(t *testing.T) {
 	var errs []string
 	rt := start(t, &errs)
 	ctx := context.Background()
-	pod := NewPod("p", "p", "ns", framework.Guaranteed)
+	pod := NewPod("p", "p", "ns", podres.Guaranteed)
 	p := &plugin{onCreate: func(c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 		return adjust("2", "0"), nil, nil
 	}}
@@ -459,11 +459,11 @@ func TestRestartAndAnswerLost(t *testing.T) {
 	if err := rt.RunPod(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	x := rt.NewContainer(pod, "x", framework.GuaranteedCPUs(1))
+	x := rt.NewContainer(pod, "x", podres.GuaranteedCPUs(1))
 	if _, err := rt.CreateContainer(ctx, pod, x); err != nil {
 		t.Fatal(err)
 	}
-	lost := rt.NewContainer(pod, "lost", framework.GuaranteedCPUs(1))
+	lost := rt.NewContainer(pod, "lost", podres.GuaranteedCPUs(1))
 	if err := rt.CreateContainerAnswerLost(ctx, pod, lost); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +472,7 @@ func TestRestartAndAnswerLost(t *testing.T) {
 	}
 
 	rt.Stop()
-	y := rt.NewContainer(pod, "y", framework.GuaranteedCPUs(1))
+	y := rt.NewContainer(pod, "y", podres.GuaranteedCPUs(1))
 	rt.CreateContainerAway(y)
 	if err := rt.Start(); err != nil {
 		t.Fatal(err)
@@ -509,11 +509,11 @@ func TestCreatedUntilStarted(t *testing.T) {
 	ctx := context.Background()
 	p := &plugin{}
 	connect(t, rt, p, 1)
-	pod := NewPod("p", "p", "ns", framework.Guaranteed)
+	pod := NewPod("p", "p", "ns", podres.Guaranteed)
 	if err := rt.RunPod(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	x := rt.NewContainer(pod, "x", framework.GuaranteedCPUs(2))
+	x := rt.NewContainer(pod, "x", podres.GuaranteedCPUs(2))
 	if _, err := rt.CreateContainer(ctx, pod, x); err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +557,7 @@ func TestCreatedUntilStarted(t *testing.T) {
 
 	// Created while away, one of them started while away too.
 	rt.Stop()
-	y, z := rt.NewContainer(pod, "y", framework.Resources{}), rt.NewContainer(pod, "z", framework.Resources{})
+	y, z := rt.NewContainer(pod, "y", podres.Resources{}), rt.NewContainer(pod, "z", podres.Resources{})
 	rt.CreateContainerAwayNotStarted(y)
 	rt.CreateContainerAwayNotStarted(z)
 	rt.StartContainerAway(z)

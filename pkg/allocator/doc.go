@@ -6,9 +6,9 @@
 //
 // # Placement
 //
-// The choice follows the kubelet's observable rules
-// (../shared/kubelet-rules.md) so that a pod gets the CPUs the kubelet
-// would give it: takeByTopology is the NUMA-packed best fit (whole NUMA
+// The choice follows the kubelet's observable rules (its static policy,
+// k8s.io/kubernetes pkg/kubelet/cm/cpumanager) so that a pod gets the CPUs
+// the kubelet would give it: takeByTopology is the NUMA-packed best fit (whole NUMA
 // nodes and sockets, larger level first; with
 // prefer-align-cpus-by-uncorecache whole and then partial uncore caches;
 // whole cores unless distribute-cpus-across-cores; then single CPUs),

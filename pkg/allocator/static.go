@@ -486,15 +486,3 @@ func (s *Static) Validate(st State) error {
 	}
 	return nil
 }
-
-// ExclusiveCPUs is the number of exclusive CPUs the static policy gives a
-// container (the kubelet's guaranteedCPUs): its CPU request when the pod is
-// Guaranteed and the request is a whole number of CPUs (>= 1); 0 — the
-// shared pool — for Burstable and BestEffort pods, fractional requests and
-// containers without a CPU request.
-func ExclusiveCPUs(guaranteed bool, requestMilli int64) int {
-	if !guaranteed || requestMilli <= 0 || requestMilli%1000 != 0 {
-		return 0
-	}
-	return int(requestMilli / 1000)
-}

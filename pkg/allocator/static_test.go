@@ -9,37 +9,6 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 )
 
-// The CPU manager design's "Example pod specs and interpretation" table.
-func TestExclusiveCPUsPodTable(t *testing.T) {
-	type ctr struct {
-		name  string
-		milli int64
-		want  int // exclusive CPUs; 0 = shared pool
-	}
-	tests := []struct {
-		name       string
-		guaranteed bool
-		ctrs       []ctr
-	}{
-		{"guaranteed 0.5 is shared", true, []ctr{{"A", 500, 0}}},
-		{"guaranteed 2.0 is exclusive", true, []ctr{{"A", 2000, 2}}},
-		{"guaranteed 1.0 + 0.5: A exclusive, B shared", true, []ctr{{"A", 1000, 1}, {"B", 500, 0}}},
-		{"guaranteed 1.5 + 0.5: both shared", true, []ctr{{"A", 1500, 0}, {"B", 500, 0}}},
-		{"burstable is shared", false, []ctr{{"A", 2000, 0}}},
-		{"besteffort is shared", false, []ctr{{"A", 0, 0}}},
-		{"guaranteed without CPU is shared", true, []ctr{{"A", 0, 0}}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			for _, c := range tc.ctrs {
-				if got := ExclusiveCPUs(tc.guaranteed, c.milli); got != c.want {
-					t.Errorf("container %s (%dm): got %d exclusive CPUs, want %d", c.name, c.milli, got, c.want)
-				}
-			}
-		})
-	}
-}
-
 // "allocating two CPUs on a system that has hyper-threading turned on
 // yields both sibling threads on the same physical core" — and on a
 // non-HT system two cores of the same socket.

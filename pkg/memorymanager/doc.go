@@ -11,7 +11,13 @@
 //     system reserved (the node's reservedMemory entry), allocatable,
 //     reserved and free bytes; regular memory's allocatable also leaves out
 //     the node's hugepage pools; reservedMemory is checked as the kubelet
-//     checks it (ValidateReservations, ValidateReservedTotals);
+//     checks it per node (ValidateReservations, which NewState and the
+//     configuration's reserved_memory run). The kubelet's other check,
+//     that the nodes' sums equal what Node Allocatable holds back
+//     (ValidateReservedTotals), needs kubeReserved, systemReserved and the
+//     eviction threshold, which the plugin's configuration does not have:
+//     the daemon does not call it; it is kept, with the kubelet's error
+//     texts, for a caller that knows them;
 //   - hints (Hints, PodHints): every mask of nodes whose free memory (plus
 //     the pod's reusable init-container memory) holds each requested
 //     resource, preferred when as narrow as the narrowest mask whose

@@ -348,13 +348,23 @@ func (e *Engine) NewState() State {
 	return st
 }
 
-// isExclusive applies the static policy's rule: a container of a
-// Guaranteed pod whose CPU request is a whole number >= 1 gets exclusive
-// CPUs; everything else runs on the shared pool.
-func (e *Engine) isExclusive(req Request) bool {
-	return e.static != nil && req.QoS == Guaranteed && req.CPURequestMilli == req.CPULimitMilli &&
-		req.CPURequestMilli >= 1000 && req.CPURequestMilli%1000 == 0
+// ExclusiveCPUs is the one place the static policy's rule is written
+// (the kubelet's guaranteedCPUs): how many exclusive CPUs a container
+// gets under cpu_manager_policy static (static = true). A container of a
+// Guaranteed pod whose CPU request equals its limit and is a whole number
+// of CPUs (>= 1) gets that many; everything else (Burstable and
+// BestEffort pods, fractional requests, no CPU request, the none policy)
+// runs on the shared pool: 0.
+func ExclusiveCPUs(static bool, req Request) int {
+	if !static || req.QoS != Guaranteed || req.CPURequestMilli != req.CPULimitMilli ||
+		req.CPURequestMilli < 1000 || req.CPURequestMilli%1000 != 0 {
+		return 0
+	}
+	return int(req.CPURequestMilli / 1000)
 }
+
+// isExclusive applies ExclusiveCPUs under the engine's policy.
+func (e *Engine) isExclusive(req Request) bool { return ExclusiveCPUs(e.static != nil, req) > 0 }
 
 // CheckRequest returns the *RequestError Add would return for req, or nil.
 func (e *Engine) CheckRequest(req Request) error { return e.checkRequest(req) }

@@ -7,7 +7,7 @@
 // a package variable: tests and `nri-cpualign topology --sysfs-root` point it
 // at fixture trees written by pkg/sysfs/sysfstest.
 //
-// Discovery rules (kubelet-rules.md §1):
+// Discovery rules (the kubelet's, through cAdvisor's topology discovery):
 //   - Offline CPUs are not part of the machine; every list read is cut down
 //     to devices/system/cpu/online.
 //   - The NUMA node of a CPU is the nodeM directory whose cpulist holds it.

@@ -1,0 +1,185 @@
+package ledger
+
+import (
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
+)
+
+type fakeStore struct {
+	saves int
+	err   error
+}
+
+func (s *fakeStore) Save(Save) error {
+	s.saves++
+	return s.err
+}
+
+type fakeObs struct {
+	errs, gauges int
+	reserved     int
+	empty        []bool
+}
+
+func (o *fakeObs) CheckpointError() { o.errs++ }
+func (o *fakeObs) Gauges(e *policy.Engine, _ policy.State, _ int) {
+	o.gauges++
+	o.reserved = e.Reserved().Size()
+}
+func (o *fakeObs) PoolEmpty(empty bool) { o.empty = append(o.empty, empty) }
+
+type fixture struct {
+	l       *Ledger
+	store   *fakeStore
+	obs     *fakeObs
+	changed int
+	cfg     config.Config
+}
+
+// engineFor builds the engine of doc on ht-1s-4c (CPUs 0-7, cores {n, n+4}).
+func engineFor(t *testing.T, doc string) (config.Config, *policy.Engine) {
+	t.Helper()
+	cfg, err := config.Load([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := cfg.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := policy.New(sysfstest.Load(t, "ht-1s-4c"), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, e
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	cfg, e := engineFor(t, "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,4\"\n")
+	f := &fixture{store: &fakeStore{}, obs: &fakeObs{}, cfg: cfg}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	f.l = New(cfg, e.Topology(), e, nil, Deps{Store: f.store, Obs: f.obs, Log: log, Changed: func() { f.changed++ }})
+	return f
+}
+
+func admit(t *testing.T, l *Ledger, pod, name string, cpus int) (policy.State, Record) {
+	t.Helper()
+	milli := int64(cpus) * 1000
+	next, dec, err := l.Engine().Add(l.State(), policy.Request{Pod: pod, Container: name, QoS: policy.Guaranteed,
+		CPURequestMilli: milli, CPULimitMilli: milli})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return next, Record{ID: pod + "/" + name, Pod: pod, Name: name, Exclusive: dec.Exclusive}
+}
+
+// A commit is saved first; a failed save changes nothing and is counted.
+func TestCommitFailedSaveChangesNothing(t *testing.T) {
+	f := newFixture(t)
+	l := f.l
+	l.Lock()
+	defer l.Unlock()
+	next, rec := admit(t, l, "p", "c", 2)
+	f.store.err = errors.New("disk full")
+	_, err := l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}}, Life: Life{AwaitStart: rec.ID}})
+	if err == nil || f.obs.errs != 1 {
+		t.Fatalf("commit with a failing store: err %v, checkpoint errors %d", err, f.obs.errs)
+	}
+	if l.Len() != 0 || l.Gen() != 0 || l.AwaitingStart(rec.ID) || f.changed != 0 {
+		t.Errorf("a failed save changed the ledger: %d records, gen %d, awaiting %v, changed %d", l.Len(), l.Gen(), l.AwaitingStart(rec.ID), f.changed)
+	}
+	f.store.err = nil
+	poolChanged, err := l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}}, Life: Life{AwaitStart: rec.ID}})
+	if err != nil || !poolChanged {
+		t.Fatalf("commit: pool changed %v, err %v", poolChanged, err)
+	}
+	if l.Len() != 1 || l.Gen() != 1 || !l.AwaitingStart(rec.ID) || f.changed != 1 || f.obs.gauges != 1 {
+		t.Errorf("after commit: %d records, gen %d, awaiting %v, changed %d, gauges %d", l.Len(), l.Gen(), l.AwaitingStart(rec.ID), f.changed, f.obs.gauges)
+	}
+}
+
+// Lifecycle facts alone are not saved and do not bump the generation (the
+// applier compares generations: a StartContainer must not look like a
+// new state).
+func TestCommitLifeOnly(t *testing.T) {
+	f := newFixture(t)
+	l := f.l
+	l.Lock()
+	defer l.Unlock()
+	if _, err := l.Commit(Change{Life: Life{AwaitStart: "a", Stopped: map[string]PodContainer{"b": {Pod: "p", Name: "c"}},
+		Sandbox: &PodSandbox{Pod: "p", ID: "s1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if f.store.saves != 0 || l.Gen() != 0 || f.changed != 0 {
+		t.Errorf("lifecycle facts saved %d times, gen %d, changed %d", f.store.saves, l.Gen(), f.changed)
+	}
+	if !l.AwaitingStart("a") || !l.PodHasContainers("p") {
+		t.Error("lifecycle facts not applied")
+	}
+	if sb, _ := l.Sandbox("p"); sb != "s1" {
+		t.Errorf("sandbox %q", sb)
+	}
+	_, _ = l.Commit(Change{Life: Life{Started: "a", Removed: "b", SandboxGone: "p"}})
+	if _, ok := l.Sandbox("p"); l.AwaitingStart("a") || l.PodHasContainers("p") || ok {
+		t.Error("lifecycle facts not forgotten")
+	}
+}
+
+// Reconfigure and Restore are commits like any other: the generation,
+// the gauges, the pool check and Deps.Changed follow them at once.
+func TestReconfigureAndRestoreNotify(t *testing.T) {
+	f := newFixture(t)
+	l := f.l
+	l.Lock()
+	defer l.Unlock()
+	if _, err := l.Commit(Change{Restore: &Restore{State: l.Engine().NewState()}}); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Restored() || l.Gen() != 1 || f.changed != 1 || f.obs.gauges != 1 || f.store.saves != 0 {
+		t.Errorf("restore: restored %v, gen %d, changed %d, gauges %d, saves %d", l.Restored(), l.Gen(), f.changed, f.obs.gauges, f.store.saves)
+	}
+	cfg, e := engineFor(t, "cpu_manager_policy = \"static\"\nreserved_cpu_count = 0\n")
+	if _, err := l.Commit(Change{Reconfigure: &Reconfigure{Cfg: cfg, Topo: e.Topology(), Engine: e, State: e.NewState()}}); err != nil {
+		t.Fatal(err)
+	}
+	if l.Engine() != e || l.Gen() != 2 || f.changed != 2 || f.obs.gauges != 2 || f.obs.reserved != 0 {
+		t.Errorf("reconfigure: new engine %v, gen %d, changed %d, gauges %d, reserved gauge %d", l.Engine() == e, l.Gen(), f.changed, f.obs.gauges, f.obs.reserved)
+	}
+	// Every CPU exclusive with none reserved: the pool check reports it.
+	next, rec := admit(t, l, "p", "c", 8)
+	if _, err := l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.obs.empty) != 1 || !f.obs.empty[0] {
+		t.Errorf("pool emptiness reports %v, want [true]", f.obs.empty)
+	}
+}
+
+// Removing a container from the index forgets its lifecycle facts but
+// its stop.
+func TestIndexRemovalForgetsLifecycle(t *testing.T) {
+	f := newFixture(t)
+	l := f.l
+	l.Lock()
+	defer l.Unlock()
+	next, rec := admit(t, l, "p", "c", 2)
+	_, _ = l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}},
+		Life: Life{AwaitStart: rec.ID, Devices: map[string][]DeviceView{rec.ID: {{Device: "d", NUMA: []int{0}}}},
+			Shrink: map[string]Shrink{rec.ID: {}}}})
+	_, _ = l.Commit(Change{Index: IndexChange{Edit: Edit{Del: []string{rec.ID}}}, Life: Life{Stopped: map[string]PodContainer{rec.ID: {Pod: "p", Name: "c"}}}})
+	if _, ok := l.Shrinking(rec.ID); l.AwaitingStart(rec.ID) || ok || len(l.life.devices) != 0 {
+		t.Error("a container left the index with its lifecycle facts")
+	}
+	if _, ok := l.StoppedAs(rec.ID); !ok {
+		t.Error("the stop of a container leaving the index was lost")
+	}
+}

@@ -1,0 +1,186 @@
+package ledger
+
+import (
+	"iter"
+	"maps"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
+)
+
+// Lock takes the ledger's lock: an event holds it from its plan to its
+// Commit, and every query method below but View, Config and Synced is
+// called under it.
+func (l *Ledger) Lock() { l.mu.Lock() }
+
+// Unlock releases the ledger's lock.
+func (l *Ledger) Unlock() { l.mu.Unlock() }
+
+// Engine is the policy engine, nil until configured.
+func (l *Ledger) Engine() *policy.Engine { return l.conf.engine }
+
+// PendingErr is why the engine is nil.
+func (l *Ledger) PendingErr() error { return l.conf.pendingErr }
+
+// Settings is the effective configuration (Config without the lock).
+func (l *Ledger) Settings() config.Config { return l.conf.cfg }
+
+// Topology is the machine.
+func (l *Ledger) Topology() *topology.Topology { return l.conf.topo }
+
+// State is the committed engine state. It is a value whose maps the
+// engine never edits in place: it stays valid after Unlock.
+func (l *Ledger) State() policy.State { return l.dur.st }
+
+// Gen is the generation: bumped by every commit that changed the state.
+func (l *Ledger) Gen() uint64 { return l.dur.gen }
+
+// Syncs counts the completed Synchronize calls.
+func (l *Ledger) Syncs() int { return l.life.syncs }
+
+// Restored reports whether the state on disk has been read.
+func (l *Ledger) Restored() bool { return l.dur.restored }
+
+// Record is the index's record of container id.
+func (l *Ledger) Record(id string) (Record, bool) {
+	r, ok := l.dur.ctrs[id]
+	return r, ok
+}
+
+// Records iterates over the index, by container ID, in no order.
+func (l *Ledger) Records() iter.Seq2[string, Record] { return maps.All(l.dur.ctrs) }
+
+// Len is the number of containers in the index.
+func (l *Ledger) Len() int { return len(l.dur.ctrs) }
+
+// Index is a copy of the container index.
+func (l *Ledger) Index() map[string]Record { return CloneRecords(l.dur.ctrs) }
+
+// RightCPUs is the cpuset a known container should have now: a downsize
+// answered and not committed yet narrows it already.
+func (l *Ledger) RightCPUs(r Record) cpuset.CPUSet {
+	cpus := RightCPUs(l.conf.engine, l.dur.st, r)
+	if s, ok := l.life.shrinking[r.ID]; ok && r.Exclusive && cpus.Equals(s.From) {
+		return s.To
+	}
+	return cpus
+}
+
+// Static reports cpu_manager_policy = static.
+func (l *Ledger) Static() bool { return l.conf.cfg.CPUManagerPolicy == policy.CPUPolicyStatic }
+
+// QuotaOff reports disable_cpu_quota: exclusive containers run without a
+// CFS quota.
+func (l *Ledger) QuotaOff() bool { return l.conf.cfg.DisableCPUQuota }
+
+// SharedOthers counts the shared-pool containers of the index but skip.
+func (l *Ledger) SharedOthers(skip string) int {
+	n := 0
+	for id, r := range l.dur.ctrs {
+		if id != skip && !r.Exclusive {
+			n++
+		}
+	}
+	return n
+}
+
+// Tracks reports whether the index holds a container of pod by name.
+func (l *Ledger) Tracks(pod, name string) bool {
+	for _, r := range l.dur.ctrs {
+		if r.Pod == pod && r.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// AwaitingStart reports whether the container was placed and has not
+// started yet.
+func (l *Ledger) AwaitingStart(id string) bool {
+	_, ok := l.life.awaiting[id]
+	return ok
+}
+
+// StoppedAs is the pod and name of a stopped container not removed yet.
+func (l *Ledger) StoppedAs(id string) (PodContainer, bool) {
+	pc, ok := l.life.stopped[id]
+	return pc, ok
+}
+
+// PodHasContainers reports whether a container of pod is known, tracked
+// or stopped and not removed.
+func (l *Ledger) PodHasContainers(pod string) bool {
+	for _, r := range l.dur.ctrs {
+		if r.Pod == pod {
+			return true
+		}
+	}
+	for _, pc := range l.life.stopped {
+		if pc.Pod == pod {
+			return true
+		}
+	}
+	return false
+}
+
+// Sandbox is the pod's sandbox of its newest container.
+func (l *Ledger) Sandbox(pod string) (string, bool) {
+	sb, ok := l.life.sandboxes[pod]
+	return sb, ok
+}
+
+// Shrinking is the container's downsize answered and not committed.
+func (l *Ledger) Shrinking(id string) (Shrink, bool) {
+	s, ok := l.life.shrinking[id]
+	return s, ok
+}
+
+// Stamp is the Since of a record made now.
+func (l *Ledger) Stamp() string { return StampOf(l.deps.Now()) }
+
+// View is what observers read (/state, metrics, the NodeResourceTopology
+// export): consistent values taken under the lock, none of which the
+// ledger changes in place afterwards (the engine state is a value whose
+// maps are replaced, never edited, and Ctrs and Devices are copies).
+type View struct {
+	Cfg    config.Config
+	Topo   *topology.Topology
+	Engine *policy.Engine
+	St     policy.State
+	Ctrs   []Record
+	Syncs  int
+	// Devices are the devices of the containers in Ctrs.
+	Devices map[string][]DeviceView
+}
+
+// View returns the ledger's current values; it takes the lock.
+func (l *Ledger) View() View {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v := View{Cfg: l.conf.cfg, Topo: l.conf.topo, Engine: l.conf.engine, St: l.dur.st, Syncs: l.life.syncs}
+	if l.conf.engine != nil {
+		v.Ctrs = make([]Record, 0, len(l.dur.ctrs))
+		for _, r := range l.dur.ctrs {
+			v.Ctrs = append(v.Ctrs, r)
+		}
+		v.Devices = maps.Clone(l.life.devices)
+	}
+	return v
+}
+
+// Config is the effective configuration; it takes the lock.
+func (l *Ledger) Config() config.Config {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conf.cfg
+}
+
+// Synced reports whether a Synchronize has completed; it takes the lock.
+func (l *Ledger) Synced() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.life.syncs > 0
+}

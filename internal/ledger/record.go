@@ -1,0 +1,116 @@
+package ledger
+
+import (
+	"maps"
+	"time"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
+
+// Record is what the daemon remembers about a container it has placed.
+// The engine knows containers by pod UID and name; the runtime by ID. Its
+// JSON is the checkpoint's index entry.
+type Record struct {
+	ID          string `json:"id"`
+	Pod         string `json:"pod"`      // engine pod key (pod UID)
+	PodName     string `json:"pod_name"` // namespace/name, for logs and /state
+	Name        string `json:"name"`
+	CgroupsPath string `json:"cgroups_path,omitempty"`
+	Exclusive   bool   `json:"exclusive"`
+	// Mems is the cpuset.mems the daemon set, "" when it leaves mems to
+	// the runtime (shared-pool containers, adopted assignments).
+	Mems string `json:"mems,omitempty"`
+	// Since is when the container got its CPUs (RFC 3339, UTC, seconds):
+	// its admission, or the Synchronize that placed or adopted it. Records
+	// of earlier releases have none.
+	Since string `json:"since,omitempty"`
+}
+
+// PodContainer names an engine assignment.
+type PodContainer struct{ Pod, Name string }
+
+// DeviceView is one device of a container and the NUMA nodes it gave:
+// the runtime's path with the numbers sysfs was asked about
+// ("/dev/vfio/90 (char 242:1)"), or the device plugin's variable and the
+// address ("PCIDEVICE_INTEL_COM_SRIOV 0000:af:02.1"). /state serves it.
+type DeviceView struct {
+	Device string `json:"device"`
+	NUMA   []int  `json:"numa"`
+}
+
+// Shrink is a downsize answered and not committed yet (the daemon's
+// resize.go).
+type Shrink struct {
+	From cpuset.CPUSet  // the container's CPUs when it was answered
+	Req  policy.Request // the resized request, decided again at commit
+	To   cpuset.CPUSet  // the CPUs it was answered with
+}
+
+// Edit is what an event changes in the container index: records put
+// (new or replaced) and IDs removed. Events commit an edit rather than a
+// new index, so that an event's cost does not grow with the number of
+// containers (no copy of the index, and the journal compares only the
+// records edited).
+type Edit struct {
+	Put []Record
+	Del []string
+}
+
+// ApplyTo applies e to m in place: the removals, then the records put.
+func (e Edit) ApplyTo(m map[string]Record) {
+	for _, id := range e.Del {
+		delete(m, id)
+	}
+	for _, r := range e.Put {
+		m[r.ID] = r
+	}
+}
+
+// IndexChange is the index a change leads to: a whole new one (All), or
+// the committed one with an Edit. The zero value changes nothing.
+type IndexChange struct {
+	All  map[string]Record
+	Edit Edit
+}
+
+// empty reports whether c changes nothing.
+func (c IndexChange) empty() bool {
+	return c.All == nil && len(c.Edit.Put) == 0 && len(c.Edit.Del) == 0
+}
+
+// Index is the whole index c leads to from committed (a copy when it is
+// an edit: committed stays as it is until the commit).
+func (c IndexChange) Index(committed map[string]Record) map[string]Record {
+	if c.All != nil {
+		return c.All
+	}
+	m := CloneRecords(committed)
+	c.Edit.ApplyTo(m)
+	return m
+}
+
+// CloneRecords copies a container index.
+func CloneRecords(m map[string]Record) map[string]Record {
+	// maps.Clone copies the table wholesale: several times faster than
+	// re-inserting 500 records on every event.
+	if out := maps.Clone(m); out != nil {
+		return out
+	}
+	return map[string]Record{}
+}
+
+// RightCPUs is the cpuset a known container should have in st: its
+// exclusive assignment, else the shared pool.
+func RightCPUs(e *policy.Engine, st policy.State, r Record) cpuset.CPUSet {
+	if r.Exclusive {
+		if cpus, ok := e.Assignment(st, r.Pod, r.Name); ok {
+			return cpus
+		}
+	}
+	return e.SharedCPUs(st)
+}
+
+// StampOf formats t as Record.Since.
+func StampOf(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
