@@ -196,8 +196,8 @@ func (s *store) load(l *ledger) error {
 // static policy: entries (pod UID -> container name -> cpuset) become
 // engine assignments, matched to running containers by pod UID and name in
 // Synchronize. The file is read by kubeletstate.ParseCPU (V2/V3 of kubelet
-// 1.36, V4 of 1.37, whose data checksum is verified); every entry is
-// checked by the engine, and an entry the
+// 1.36, V4 of 1.37; checksums verified as the kubelet verifies them); every
+// entry is checked by the engine, and an entry the
 // engine refuses (reserved, offline or overlapping CPUs) is skipped with a
 // warning. A policyName other than "static" has nothing to adopt.
 func importKubeletState(engine *policy.Engine, st policy.State, path string, log *logrus.Logger) (policy.State, int, error) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // CPUState is what the import needs of a cpu_manager_state file.
@@ -40,24 +41,29 @@ type cpuFile struct {
 	DataChecksum *uint64                    `json:"dataChecksum"`
 }
 
-// ParseCPU parses a cpu_manager_state file. In V4 the "data" string is
-// authoritative, as for the kubelet, and its "dataChecksum" is verified the
-// way the kubelet verifies it (checksum.New of the string: FNV-32a over
-// dump.ForHash's "(string)" followed by the string's bytes). The legacy
-// "checksum" of V2/V3 (FNV over go-spew's dump of the kubelet's Go struct)
-// is not verified: the import checks every entry against the machine
-// instead. Errors name the field at fault; nothing here panics.
+// ParseCPU parses a cpu_manager_state file and verifies its checksum as the
+// kubelet does. In V4 the "data" string is authoritative and its
+// "dataChecksum" is checksum.New of the string: FNV-32a over dump.ForHash's
+// "(string)" followed by the string's bytes. In V2 "checksum" is FNV-32a
+// over dump.ForHash of the kubelet's struct (see legacyForm); 0 is
+// accepted, as by the kubelet. A V3 file with pod-level podEntries is not
+// verified: their values are the kubelet's PodEntry structs, which the
+// import does not model. Errors name the field at fault; nothing here
+// panics.
 func ParseCPU(raw []byte) (CPUState, error) {
 	var outer cpuFile
 	if err := json.Unmarshal(raw, &outer); err != nil {
 		return CPUState{}, fmt.Errorf("not a cpu_manager_state file: %w", err)
 	}
 	if outer.Data == nil && outer.DataChecksum == nil {
-		v := 2
 		if outer.PodEntries != nil {
-			v = 3
+			return outer.state(3), nil
 		}
-		return outer.state(v), nil
+		if outer.Checksum != 0 && !outer.legacyChecksumOK() {
+			return CPUState{}, fmt.Errorf(`"checksum" %d does not match the state (it hashes to %d): checkpoint is corrupted`,
+				outer.Checksum, fnv32a(outer.legacyForm(formV2)))
+		}
+		return outer.state(2), nil
 	}
 	if outer.Data == nil {
 		return CPUState{}, fmt.Errorf(`"dataChecksum" without "data"`)
@@ -86,12 +92,76 @@ func (f *cpuFile) state(v int) CPUState {
 // StringChecksum is the kubelet's checksum.New of a string value: FNV-32a
 // over "(string)" and the string, which is how k8s.io/utils/dump.ForHash
 // prints a string.
-func StringChecksum(s string) uint32 {
+func StringChecksum(s string) uint32 { return fnv32a("(string)" + s) }
+
+func fnv32a(s string) uint32 {
 	const offset, prime = 2166136261, 16777619
 	h := uint32(offset)
-	for _, c := range []byte("(string)" + s) {
-		h ^= uint32(c)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
 		h *= prime
 	}
 	return h
+}
+
+// The struct layouts a V2 file's checksum may have been computed over.
+const (
+	formV2 = iota // CPUManagerCheckpointV2, as every 1.36 kubelet writes it
+	formV3        // CPUManagerCheckpoint (V3) with no pod entries: omitted in JSON, hashed empty
+	formV1        // CPUManagerCheckpointV1: a flat entries map, only when there are none
+)
+
+// legacyChecksumOK reports whether the V2 checksum matches one of the
+// layouts the kubelet's reader tries.
+func (f *cpuFile) legacyChecksumOK() bool {
+	forms := []int{formV2, formV3}
+	if len(f.Entries) == 0 {
+		forms = append(forms, formV1)
+	}
+	for _, form := range forms {
+		if uint64(fnv32a(f.legacyForm(form))) == f.Checksum {
+			return true
+		}
+	}
+	return false
+}
+
+// legacyForm prints the kubelet's checkpoint struct as its checksum reads
+// it: go-spew's "%#v" as k8s.io/utils/dump.ForHash configures it (sorted
+// map keys; types on struct fields only; strings unquoted), with Checksum
+// 0 and the type named CPUManagerCheckpoint whatever its version (the
+// kubelet replaces the versioned name before hashing).
+func (f *cpuFile) legacyForm(form int) string {
+	var b strings.Builder
+	b.WriteString("(*state.CPUManagerCheckpoint){PolicyName:(string)")
+	b.WriteString(f.PolicyName)
+	b.WriteString(" DefaultCPUSet:(string)")
+	b.WriteString(f.DefaultCPUSet)
+	if form == formV1 {
+		b.WriteString(" Entries:(map[string]string)map[]")
+	} else {
+		b.WriteString(" Entries:(map[string]map[string]string)map[")
+		for i, pod := range slices.Sorted(maps.Keys(f.Entries)) {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(pod)
+			b.WriteString(":map[")
+			for j, name := range slices.Sorted(maps.Keys(f.Entries[pod])) {
+				if j > 0 {
+					b.WriteByte(' ')
+				}
+				b.WriteString(name)
+				b.WriteByte(':')
+				b.WriteString(f.Entries[pod][name])
+			}
+			b.WriteByte(']')
+		}
+		b.WriteByte(']')
+	}
+	if form == formV3 {
+		b.WriteString(" PodEntries:(state.PodCPUAssignments)map[]")
+	}
+	b.WriteString(" Checksum:(checksum.Checksum)0}")
+	return b.String()
 }
