@@ -267,7 +267,7 @@ func TestKubeletStateImport(t *testing.T) {
 	doc := `{"policyName":"static","defaultCpuSet":"0,4","entries":{
 		"uid-g1":{"c2":"1-2,5-6"},
 		"uid-gone":{"x":"3,7"},
-		"uid-bad":{"y":"0"}},"checksum":1234}`
+		"uid-bad":{"y":"0"}},"checksum":0}`
 	if err := os.WriteFile(kubelet, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubeletstate"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
@@ -91,8 +92,7 @@ func FuzzKubeletState(f *testing.F) {
 			}
 			return
 		}
-		var ks kubeletState
-		_ = json.Unmarshal(data, &ks)
+		ks, _ := kubeletstate.ParseCPU(data)
 		entries := 0
 		for _, m := range ks.Entries {
 			entries += len(m)

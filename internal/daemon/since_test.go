@@ -78,7 +78,7 @@ func TestSinceOfAnImportedContainer(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
 	kubelet := filepath.Join(t.TempDir(), "cpu_manager_state")
-	doc := `{"policyName":"static","defaultCpuSet":"0,3-4,7","entries":{"uid-g1":{"c2":"1-2,5-6"}},"checksum":1}`
+	doc := `{"policyName":"static","defaultCpuSet":"0,3-4,7","entries":{"uid-g1":{"c2":"1-2,5-6"}},"checksum":0}`
 	if err := os.WriteFile(kubelet, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package daemon
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,6 +18,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubeletstate"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
@@ -180,19 +180,12 @@ func (s *store) load(cfg config.Config, topo *topology.Topology, engine *policy.
 	}
 }
 
-// kubeletState is the kubelet's cpu_manager_state file (checkpoint V2).
-type kubeletState struct {
-	PolicyName    string                       `json:"policyName"`
-	DefaultCPUSet string                       `json:"defaultCpuSet"`
-	Entries       map[string]map[string]string `json:"entries"`
-	Checksum      uint64                       `json:"checksum"`
-}
-
 // importKubeletState adopts the exclusive assignments of the kubelet's
 // static policy: entries (pod UID -> container name -> cpuset) become
 // engine assignments, matched to running containers by pod UID and name in
-// Synchronize. The kubelet's checksum (FNV over a Go-specific dump) is not
-// verified; every entry is checked by the engine instead, and an entry the
+// Synchronize. The file is read by kubeletstate.ParseCPU (V2/V3 of kubelet
+// 1.36, V4 of 1.37; checksums verified as the kubelet verifies them); every
+// entry is checked by the engine, and an entry the
 // engine refuses (reserved, offline or overlapping CPUs) is skipped with a
 // warning. A policyName other than "static" has nothing to adopt.
 func importKubeletState(engine *policy.Engine, st policy.State, path string, log *logrus.Logger) (policy.State, int, error) {
@@ -206,9 +199,12 @@ func importKubeletState(engine *policy.Engine, st policy.State, path string, log
 	if err != nil {
 		return st, 0, fmt.Errorf("import kubelet state: %w", err)
 	}
-	var ks kubeletState
-	if err := json.Unmarshal(raw, &ks); err != nil {
-		return st, 0, fmt.Errorf("import kubelet state %s: not a cpu_manager_state file: %w", path, err)
+	ks, err := kubeletstate.ParseCPU(raw)
+	if err != nil {
+		return st, 0, fmt.Errorf("import kubelet state %s: %w", path, err)
+	}
+	if len(ks.PodLevelPods) > 0 {
+		log.WithFields(logrus.Fields{"file": path, "pods": ks.PodLevelPods}).Warn("kubelet state has pod-level CPU sets (podEntries); only their containers' entries are imported")
 	}
 	if ks.PolicyName != "static" {
 		log.WithFields(logrus.Fields{"file": path, "policyName": ks.PolicyName}).Info("kubelet state has no static assignments to import")

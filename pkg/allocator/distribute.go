@@ -7,13 +7,15 @@ import "math"
 // in groups of groupSize CPUs, over the fewest NUMA nodes that can hold it,
 // the remainder striped to the subset that leaves the free CPUs best
 // balanced. Falls back to packed when no combination works. Returns nil
-// when the request cannot be met.
-func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread bool) bitset {
+// when the request cannot be met. bySocket is align-by-socket, which since
+// kubelet v1.37 prefers NUMA combinations within one socket and caps each
+// node's share at its free CPUs in whole groups.
+func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread, bySocket bool) bitset {
 	if n%groupSize != 0 {
 		return m.takePacked(avail, n, spread, false)
 	}
 	a := m.newAccumulator(avail, n)
-	ok, fallback := a.distributed(groupSize, spread)
+	ok, fallback := a.distributed(groupSize, spread, bySocket)
 	got := a.finish(ok)
 	if fallback {
 		return m.takePacked(avail, n, spread, false)
@@ -23,7 +25,7 @@ func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread bool) b
 
 // distributed runs the distributed fit: ok when the need was met, fallback
 // when no NUMA combination works and the packed fit should be used.
-func (a *accumulator) distributed(groupSize int, spread bool) (ok, fallback bool) {
+func (a *accumulator) distributed(groupSize int, spread, bySocket bool) (ok, fallback bool) {
 	m, n := a.m, a.need
 	if a.satisfied() {
 		return true, false
@@ -50,8 +52,11 @@ func (a *accumulator) distributed(groupSize int, spread bool) (ok, fallback bool
 		}
 		bestBalance := math.MaxFloat64
 		var bestCombo, bestRemainder []int
+		bestInOneSocket := false
 		iterateCombinations(numas, k, func(combo []int) bool {
-			if bestBalance == 0 {
+			// A perfect balance ends the search, under align-by-socket
+			// only once it is within one socket.
+			if bestBalance == 0 && (!bySocket || bestInOneSocket) {
 				return false
 			}
 			total, groups := 0, 0
@@ -62,7 +67,7 @@ func (a *accumulator) distributed(groupSize int, spread bool) (ok, fallback bool
 			if total < n || groups*groupSize < n {
 				return true
 			}
-			distribution := (n / len(combo) / groupSize) * groupSize
+			distribution := a.share(combo, n, groupSize, bySocket)
 			for _, g := range combo {
 				if a.numaFree[g] < distribution {
 					return true
@@ -108,17 +113,35 @@ func (a *accumulator) distributed(groupSize int, spread bool) (ok, fallback bool
 					return true
 				})
 			}
-			if bestLocal < bestBalance {
+			if remainder > 0 && bestLocalRemainder == nil {
+				// No subset takes the remainder. Without align-by-socket
+				// such a combo never wins (its balance is +Inf); with it
+				// the socket preference could pick it and the kubelet
+				// would then loop forever handing out the remainder.
+				return true
+			}
+			better := bestLocal < bestBalance
+			inOneSocket := false
+			if bySocket {
+				// Any combination within one socket beats any that
+				// crosses sockets; balance decides within each kind.
+				inOneSocket = m.numasInOneSocket(combo)
+				if inOneSocket != bestInOneSocket {
+					better = inOneSocket
+				}
+			}
+			if better {
 				bestBalance = bestLocal
 				bestRemainder = bestLocalRemainder
 				bestCombo = append([]int(nil), combo...)
+				bestInOneSocket = inOneSocket
 			}
 			return true
 		})
 		if bestCombo == nil {
 			continue
 		}
-		distribution := (n / len(bestCombo) / groupSize) * groupSize
+		distribution := a.share(bestCombo, n, groupSize, bySocket)
 		for _, g := range bestCombo {
 			got := m.takePacked(a.free.and(m.numas.mask[g]), distribution, spread, false)
 			if got == nil {
@@ -154,6 +177,37 @@ func (a *accumulator) distributed(groupSize int, spread bool) (ok, fallback bool
 		return true, false
 	}
 	return false, true
+}
+
+// share is the CPUs each node of combo gets before the remainder: an even
+// split of n in whole groups; under align-by-socket (kubelet v1.37) capped
+// at the free CPUs, in whole groups, of the combo's emptiest node, so a
+// socket's nodes can share a request one of them could not hold evenly.
+func (a *accumulator) share(combo []int, n, groupSize int, bySocket bool) int {
+	d := (n / len(combo) / groupSize) * groupSize
+	if bySocket {
+		for _, g := range combo {
+			d = min(d, a.numaFree[g]/groupSize*groupSize)
+		}
+	}
+	return d
+}
+
+// numasInOneSocket reports whether every CPU of the NUMA nodes (group
+// indexes) is in one socket: the kubelet's AreNUMANodesInSameSocket.
+func (m *machine) numasInOneSocket(nodes []int) bool {
+	sock := -1
+	for _, g := range nodes {
+		for _, p := range m.numas.cpus[g] {
+			switch s := m.sockOf[p]; {
+			case sock < 0:
+				sock = s
+			case s != sock:
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // maxCombinations bounds the NUMA node combinations one distributed

@@ -19,6 +19,24 @@
 // a hint takes min(n, aligned) CPUs from the hinted NUMA nodes (their
 // sockets under align-by-socket) and the rest from everything else.
 //
+// # Kubelet versions followed
+//
+// Every rule follows kubelet v1.36.3 (the suites' reference), except two
+// that follow v1.37.2, where the kubelet changed them:
+//   - The existing-assignment return comes before the full-pcpus-only
+//     checks (Allocate): a restored container keeps its CPUs even when
+//     too few whole cores are free, or its count is not a multiple of the
+//     SMT level. v1.36 refused it with SMTAlignmentError.
+//   - distribute-cpus-across-numa with align-by-socket (takeDistributed):
+//     among the NUMA combinations of one size, any within one socket
+//     beats any that crosses sockets (balance decides within each kind),
+//     and each node's even share is capped at its free CPUs in whole
+//     groups, so a socket's nodes can split a request one of them could
+//     not hold evenly. v1.36 ignored align-by-socket there.
+//
+// Everything else the kubelet's v1.36.3 tests pin passes its v1.37.2
+// tables too (replayed for issue 34).
+//
 // A Static precomputes every grouping once; a decision works on bitsets
 // over the online CPUs, so its cost is linear in the CPUs. The shared pool
 // in State is a cpumask.Mask (a word copy away from those bitsets): as a
@@ -41,8 +59,10 @@
 //     kubelet would take it twice. The partial uncore walk keeps the
 //     kubelet's repeated visits, which are harmless.
 //   - distribute-cpus-across-numa skips a remainder subset that cannot take
-//     the remainder in whole groups (the kubelet loops forever there), and
-//     falls back to packed when one size has more than 100000 NUMA node
+//     the remainder in whole groups (kubelet v1.36 loops forever there),
+//     skips, under align-by-socket, a one-socket combination that no subset
+//     can take the remainder of (v1.37 would choose it for its socket and
+//     then loop forever handing the remainder out), and falls back to packed when one size has more than 100000 NUMA node
 //     combinations (dozens of NUMA nodes; never with 16 or fewer).
 //   - CPU hint generation states no preference (nil) on machines with more
 //     than 16 NUMA nodes with CPUs. The kubelet enumerates every NUMA mask
@@ -98,7 +118,6 @@
 // Off, it changes nothing.
 //
 // Everything else, including what looks accidental (the partial uncore
-// step's exact-match and need%2 quirks, full-pcpus-only checks running
-// before the existing-assignment return, the reuse set of only the most
+// step's exact-match and need%2 quirks, the reuse set of only the most
 // recently allocated pod), is reproduced.
 package allocator

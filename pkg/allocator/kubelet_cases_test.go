@@ -128,7 +128,7 @@ func TestKubeletTakeByTopologyCases(t *testing.T) {
 			case "uncore":
 				got = m.takePacked(avail, c.n, false, true)
 			case "distributed":
-				got = m.takeDistributed(avail, c.n, c.group, false)
+				got = m.takeDistributed(avail, c.n, c.group, false, false)
 			}
 			if c.fail {
 				if got != nil {

@@ -63,7 +63,7 @@ func takeByTopology(m *machine, o Options, avail bitset, n int) bitset {
 		if o.FullPCPUsOnly {
 			group = m.cpusPerCore
 		}
-		return m.takeDistributed(avail, n, group, o.DistributeCPUsAcrossCores)
+		return m.takeDistributed(avail, n, group, o.DistributeCPUsAcrossCores, o.AlignBySocket)
 	}
 	return m.takePacked(avail, n, o.DistributeCPUsAcrossCores, o.PreferAlignByUncoreCache)
 }
@@ -151,8 +151,8 @@ func (s *Static) reusable(st State, pod string) bitset {
 }
 
 // Allocate gives req.CPUs exclusive CPUs to a container, as the kubelet's
-// static policy does: full-pcpus-only checks first, then an existing
-// assignment is returned as is, then CPUs are taken from the hinted NUMA
+// static policy (v1.37) does: an existing assignment is returned as is,
+// then full-pcpus-only is checked, then CPUs are taken from the hinted NUMA
 // nodes (affinity; 0 = any) with takeByTopology and the rest from all
 // assignable CPUs. The pod's reusable init-container CPUs count as
 // assignable. A request of 0 CPUs is a shared-pool container: no CPUs, no
@@ -161,6 +161,14 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 	n := req.CPUs
 	if n < 1 {
 		return st, cpuset.New(), nil
+	}
+	// Since kubelet v1.37 a restored assignment is kept before the SMT
+	// checks: after a restart the CPUs it holds are no longer free, so
+	// counting them as missing would refuse a container already running.
+	if cur, ok := st.Assignments[req.Pod][req.Container]; ok {
+		next := st
+		next.ReusablePod, next.Reusable = updateReuse(st, req, cur)
+		return next, cur, nil
 	}
 	m := s.m
 	var def bitset
@@ -174,12 +182,6 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore, AvailablePhysicalCPUs: availPhys, CausedByPhysicalCPUs: true}
 		}
 	}
-	if cur, ok := st.Assignments[req.Pod][req.Container]; ok {
-		next := st
-		next.ReusablePod, next.Reusable = updateReuse(st, req, cur)
-		return next, cur, nil
-	}
-
 	if def == nil {
 		def = m.maskBits(st.Default)
 	}

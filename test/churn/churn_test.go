@@ -453,10 +453,8 @@ func (c *churn) mustFail(pod, name string, n int) string {
 	e, st := c.d.EngineState()
 	if _, ok := e.Assignment(st, pod, name); ok {
 		// A restart after a lost stop event: the existing assignment is
-		// returned, after the full-pcpus-only checks (the kubelet's order).
-		if e.Config().CPUOptions["full-pcpus-only"] == "true" && n%c.topo.CPUsPerCore() != 0 {
-			return fmt.Sprintf("%d CPUs not whole cores of %d under full-pcpus-only", n, c.topo.CPUsPerCore())
-		}
+		// returned before the full-pcpus-only checks (kubelet v1.37's
+		// order; v1.36 checked first).
 		return ""
 	}
 	// Taken: what other pods hold, and what the pod's live containers
@@ -720,11 +718,11 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 		if n == 0 {
 			c.fail("CreateContainer %s/%s of the shared pool rejected: %v", p.Uid, name, err)
 		}
-		// The next container of an exited one's pod and name is refused
-		// only where full-pcpus-only counts the free cores before
-		// returning the existing assignment (kubelet-rules §6); the CPUs
-		// stay held.
-		if wasHeld && c.cfg.CPUManagerPolicyOptions["full-pcpus-only"] != "true" {
+		// The next container of an exited one's pod and name gets the
+		// CPUs held for that name: kubelet v1.37 returns them before the
+		// full-pcpus-only checks (v1.36, kubelet-rules §6, could refuse
+		// it there), so no option refuses it.
+		if wasHeld {
 			c.fail("CreateContainer %s/%s refused; the pod holds %s for that name: %v", p.Uid, name, heldCPUs, err)
 		}
 		c.ops["create-rejected"]++
