@@ -108,8 +108,7 @@ if [ "$VM_SUITES" = subset ]; then
 	for b in e2e kubelet; do
 		log "  test/$b: $("$RUN/$b.test" -ginkgo.dry-run -ginkgo.no-color "${filter[@]}" "$@" 2>/dev/null | grep -Eo 'Ran [0-9]+ of [0-9]+ Specs' || echo '?')"
 		"$RUN/$b.test" -ginkgo.dry-run -ginkgo.v -ginkgo.no-color "${filter[@]}" "$@" 2>/dev/null |
-			grep -E '^[A-Za-z].*' | grep -vE '^(Running Suite|Random Seed|Will run|Ran [0-9]|PASS|SUCCESS|ok|Ginkgo ran|Test Suite)' |
-			sed 's/^/      /' >&2 || true
+			grep -E "^[^ ].*\\[([^]]*, )?$VM_LABEL(, [^]]*)?\\]\$" | sed 's/^/      /' >&2 || true
 	done
 else
 	log "VM_SUITES=full: both suites whole"

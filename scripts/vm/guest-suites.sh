@@ -12,15 +12,21 @@
 #
 # Reads $PAYLOAD/vm.env: VM_RUNTIMES, VM_SUITES_RUN (e2e kubelet),
 # VM_E2E_ARGS and VM_KUBELET_ARGS (the test binaries' ginkgo arguments).
-set -uo pipefail
+set -euo pipefail
 PAYLOAD=/mnt/payload
 REPO=$PAYLOAD/repo
 # shellcheck source=/dev/null
 source "$PAYLOAD/vm.env"
-export E2E_CACHE=$PAYLOAD/cache E2E_SKIP_APT=1 E2E_CGROUP_DRIVER=systemd
+# The e2e cache as the setup scripts know it, filled from the payload: the
+# binary directories linked (read-only), the image archives copied (a
+# guest whose busybox differs from the host's makes its own beside them).
+export E2E_CACHE=/var/cache/nri-e2e E2E_SKIP_APT=1 E2E_CGROUP_DRIVER=systemd
+mkdir -p "$E2E_CACHE/bin" "$E2E_CACHE/images"
+for d in "$PAYLOAD"/cache/bin/*; do ln -sfn "$d" "$E2E_CACHE/bin/"; done
+cp "$PAYLOAD"/cache/images/*.tar "$E2E_CACHE/images/"
 # CRI-O from the payload (scripts/setup-crio.sh takes CRIO_BIN); the shared
 # CI setup is a cgroupfs one, so it is not looked for here.
-export CRIO_BIN=$E2E_CACHE/crio/crio PINNS_BIN=$E2E_CACHE/crio/pinns SHARED_E2E=/nonexistent
+export CRIO_BIN=$PAYLOAD/cache/crio/crio PINNS_BIN=$PAYLOAD/cache/crio/pinns SHARED_E2E=/nonexistent
 # shellcheck source=scripts/lib-e2e.sh
 source "$REPO/scripts/lib-e2e.sh"
 # shellcheck source=scripts/lib-kube.sh
@@ -48,11 +54,10 @@ systemctl set-property --runtime system.slice "AllowedCPUs=0-$(($(nproc) - 1))" 
 status=0
 summary=()
 run() { # NAME CMD...: one suite run, its result into status and summary
-	local name=$1 t0=$SECONDS rc
+	local name=$1 t0=$SECONDS rc=0
 	shift
 	log "=== $name"
-	"$@"
-	rc=$?
+	"$@" || rc=$?
 	summary+=("$name: exit $rc in $((SECONDS - t0))s")
 	[ "$rc" = 0 ] || status=$rc
 }
@@ -88,7 +93,7 @@ for rt in $VM_RUNTIMES; do
 		kill_pids_of_bin "$PIDFILE" "$E2E_KUBE_BIN/kubelet"
 		kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
 	done
-	cp "$(dirname "$envfile")"/*.log "$WORK/" 2>/dev/null
+	cp "$(dirname "$envfile")"/*.log "$WORK/" 2>/dev/null || true
 	runtime_teardown "$rt"
 done
 

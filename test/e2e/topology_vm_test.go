@@ -3,10 +3,6 @@
 package e2e
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,52 +12,11 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
-// The machine of the VM test node (scripts/e2e-vm.sh), as its guest kernel
-// shows it in sysfs: 8 CPUs in 2 sockets x 2 cores x 2 threads, sibling
-// pairs 0-1 2-3 4-5 6-7, one L3 per socket (0-3, 4-7), NUMA node0 = 0-3 and
-// node1 = 4-7 at distance 20. Two CPUs and the fake sysfs trees of the
-// in-process fixtures cannot check what these specs check: the placement
-// on a real kernel's topology, through the real runtime, into real cgroups
-// and the container's own affinity. The expected CPUs are worked out by
-// hand from that topology with the suite's reserved CPU 0 (Reserved()):
-// it takes CPU 0 out of core 0-1, so the free whole cores are 2-3, 4-5 and
-// 6-7, node0 has 3 free CPUs (1-3) and node1 has 4 (4-7).
-var vmSiblings = []string{"0-1", "0-1", "2-3", "2-3", "4-5", "4-5", "6-7", "6-7"}
-
 // vmTopologyMismatch says how this machine differs from the VM's ("" when
-// it is that machine), read from sysfs on its own.
+// it is that machine, with the suite's reserved CPU 0).
 func vmTopologyMismatch() string {
-	if !Host.CPUs.Equals(cpuset.New(0, 1, 2, 3, 4, 5, 6, 7)) {
-		return fmt.Sprintf("this machine has CPUs %s, the VM test node 0-7", Host.CPUs)
-	}
-	read := func(p string) string {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return "unreadable"
-		}
-		return strings.TrimSpace(string(b))
-	}
-	cpu := "/sys/devices/system/cpu"
-	for c, want := range vmSiblings {
-		if got := read(fmt.Sprintf("%s/cpu%d/topology/thread_siblings_list", cpu, c)); got != want {
-			return fmt.Sprintf("CPU %d's SMT siblings are %s, on the VM test node %s", c, got, want)
-		}
-		l3 := "0-3"
-		if c >= 4 {
-			l3 = "4-7"
-		}
-		if got := read(fmt.Sprintf("%s/cpu%d/cache/index3/shared_cpu_list", cpu, c)); got != l3 {
-			return fmt.Sprintf("CPU %d shares its L3 (cache/index3) with %s, on the VM test node %s", c, got, l3)
-		}
-	}
-	node := "/sys/devices/system/node"
-	for n, want := range map[int]string{0: "0-3", 1: "4-7"} {
-		if got := read(filepath.Join(node, fmt.Sprintf("node%d/cpulist", n))); got != want {
-			return fmt.Sprintf("NUMA node %d has CPUs %s, on the VM test node %s", n, got, want)
-		}
-	}
-	if got := read(filepath.Join(node, "node0/distance")); got != "10 20" {
-		return fmt.Sprintf("NUMA node 0's distances are %q, on the VM test node \"10 20\"", got)
+	if why := framework.VMNodeMismatch(Host, "/sys"); why != "" {
+		return why
 	}
 	if !Reserved().Equals(cpuset.New(0)) {
 		return "the suite reserves " + Reserved().String() + ", the expectations assume CPU 0"
@@ -69,6 +24,18 @@ func vmTopologyMismatch() string {
 	return ""
 }
 
+// The machine of the VM test node (scripts/e2e-vm.sh), as its guest kernel
+// shows it in sysfs: 8 CPUs in 2 sockets x 2 cores x 2 threads, sibling
+// pairs 0-1 2-3 4-5 6-7, one L3 per socket (0-3, 4-7), NUMA node0 = 0-3 and
+// node1 = 4-7 at distance 20. Two CPUs and the fake sysfs trees of the
+// in-process fixtures cannot check what these specs check: the placement
+// on a real kernel's topology, through the real runtime, into real cgroups
+// and the container's own affinity (framework.VMNodeMismatch reads the
+// machine; elsewhere the specs skip, saying how it differs). The expected
+// CPUs are worked out by hand from that topology with the suite's reserved
+// CPU 0 (Reserved()): it takes CPU 0 out of core 0-1, so the free whole
+// cores are 2-3, 4-5 and 6-7, node0 has 3 free CPUs (1-3) and node1 has 4
+// (4-7).
 var _ = Describe("placement on the VM test node's 2-socket SMT NUMA machine on a real "+RuntimeName, Label("vm"), Serial, func() {
 	BeforeEach(func() {
 		RequireRuntime()
