@@ -4,6 +4,7 @@ package kubelet
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -392,6 +393,11 @@ type KubeletConfig struct {
 	// CPUManagerPolicy is "none" (the plugin's setting) or "static" (the
 	// migration spec's starting point, with CPU 0 reserved).
 	CPUManagerPolicy string
+	// CPUManagerPolicyOptions and TopologyManagerPolicy (default none):
+	// the kubelet's own static policy as the reference the plugin is
+	// compared with.
+	CPUManagerPolicyOptions map[string]string
+	TopologyManagerPolicy   string
 }
 
 // Kubelet is one standalone kubelet: its config, static pod directory, root
@@ -443,7 +449,7 @@ func (k *Kubelet) Configure(cfg KubeletConfig) {
 		"cgroupDriver: " + string(Driver),
 		"failSwapOn: false",
 		"cpuManagerPolicy: " + policy,
-		"topologyManagerPolicy: none",
+		"topologyManagerPolicy: " + cmp.Or(cfg.TopologyManagerPolicy, "none"),
 		"memoryManagerPolicy: None",
 		"address: 127.0.0.1",
 		"healthzBindAddress: 127.0.0.1",
@@ -477,6 +483,17 @@ func (k *Kubelet) Configure(cfg KubeletConfig) {
 		// The static policy needs a CPU reservation; reservedSystemCPUs
 		// names it (the plugin's reserved_system_cpus, as the README asks).
 		lines = append(lines, `reservedSystemCPUs: "`+Reserved().String()+`"`)
+	}
+	if len(cfg.CPUManagerPolicyOptions) > 0 {
+		lines = append(lines, "cpuManagerPolicyOptions:")
+		keys := make([]string, 0, len(cfg.CPUManagerPolicyOptions))
+		for k := range cfg.CPUManagerPolicyOptions {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			lines = append(lines, fmt.Sprintf("  %s: %q", k, cfg.CPUManagerPolicyOptions[k]))
+		}
 	}
 	Expect(os.WriteFile(k.ConfigPath, []byte(strings.Join(lines, "\n")+"\n"), 0o644)).To(Succeed())
 }
