@@ -137,7 +137,7 @@ if [[ " $VM_RUNTIMES " == *" crio "* ]]; then
 fi
 # The repository's scripts and the suites' directories (the test binaries
 # run in their package directory and read files of the repository).
-(cd "$REPO_ROOT" && git ls-files -z 2>/dev/null || find . -path ./.git -prune -o -type f -print0) |
+(cd "$REPO_ROOT" && git ls-files -z --cached --others --exclude-standard 2>/dev/null || find . -path ./.git -prune -o -type f -print0) |
 	(cd "$REPO_ROOT" && grep -zv '^bin/' | xargs -0 cp --parents -t "$P/repo")
 install -m 755 "$REPO_ROOT/scripts/vm/guest-suites.sh" "$P/run.sh"
 {
