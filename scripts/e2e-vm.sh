@@ -190,8 +190,10 @@ done
 end=$(grep -a '^NRI-VM-END' "$RUN/serial.out" | tail -n 1 || true)
 [ -n "$end" ] || { tail -n 30 "$RUN/console.log" >&2; die "QEMU exited before the guest finished (qemu log: $(cat "$RUN/qemu.log")); console above"; }
 log "guest finished after $((SECONDS - t))s: $end"
-# The guest powers off by itself; give it a minute, then the trap kills QEMU.
-for _ in $(seq 60); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 1; done
+# The guest synced the results disk before its last line and powers off by
+# itself, which can take a minute (udev workers); QEMU gets 10 s, then the
+# trap stops it: nothing of the guest is kept but the results disk.
+for _ in $(seq 20); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.5; done
 wait "$TAIL_PID" 2>/dev/null || true
 mkdir -p "$RUN/results"
 tar -C "$RUN/results" -xf "$RUN/results.img" 2>/dev/null || log "no results archive on the results disk"
