@@ -29,7 +29,8 @@
 # What runs: VM_SUITES=subset (the default, what make test runs) runs the
 # specs labelled "vm" (ginkgo label) of both suites on both runtimes; the
 # list is printed before the boot. VM_SUITES=full runs both suites whole.
-# VM_RUNTIMES ("containerd crio"), VM_TIMEOUT (seconds for the guest, 3600),
+# VM_RUNTIMES ("containerd crio"), VM_TESTS ("e2e kubelet": the suites,
+# test/e2e and test/kubelet; without kubelet no kubelet is built), VM_TIMEOUT (seconds for the guest, 3600),
 # VM_KEEP=1 keeps the run dir (serial output, console, results) also when
 # it passed. Extra arguments go to both test binaries (after the label
 # filter), e.g. scripts/e2e-vm.sh -ginkgo.focus=NUMA.
@@ -51,6 +52,7 @@ check_prereqs
 VM_LABEL=vm
 VM_SUITES=${VM_SUITES:-subset}
 VM_RUNTIMES=${VM_RUNTIMES:-containerd crio}
+VM_TESTS=${VM_TESTS:-e2e kubelet}
 VM_TIMEOUT=${VM_TIMEOUT:-3600}
 case $VM_SUITES in
 subset) filter=(-ginkgo.label-filter="$VM_LABEL") ;;
@@ -59,6 +61,9 @@ full) filter=() ;;
 esac
 for rt in $VM_RUNTIMES; do
 	case $rt in containerd | crio) ;; *) die "VM_RUNTIMES: unknown runtime $rt (containerd, crio)" ;; esac
+done
+for s in $VM_TESTS; do
+	case $s in e2e | kubelet) ;; *) die "VM_TESTS: unknown suite $s (e2e, kubelet)" ;; esac
 done
 
 T0=$SECONDS
@@ -97,15 +102,17 @@ log "guest image ready in $((SECONDS - t))s: $IMAGE"
 t=$SECONDS
 build_plugin
 log "building the test binaries"
-(cd "$REPO_ROOT" && go test -tags e2e -c -o "$RUN/e2e.test" ./test/e2e && go test -tags e2e -c -o "$RUN/kubelet.test" ./test/kubelet) ||
-	die "building the test binaries failed"
-eval "$(bash "$SETUP_SCRIPT" --artifacts 9>&-)" || die "building containerd and runc failed"
-setup_kube kubelet
+for s in $VM_TESTS; do
+	(cd "$REPO_ROOT" && go test -tags e2e -c -o "$RUN/$s.test" "./test/$s") || die "building test/$s failed"
+done
+artifacts=$(bash "$SETUP_SCRIPT" --artifacts 9>&-) || die "building containerd and runc failed"
+eval "$artifacts"
+[[ " $VM_TESTS " != *" kubelet "* ]] || setup_kube kubelet
 CTRD_BIN=$(dirname "$E2E_RUNC")
 
 if [ "$VM_SUITES" = subset ]; then
 	log "VM_SUITES=subset: the specs labelled \"$VM_LABEL\" (VM_SUITES=full runs both suites whole):"
-	for b in e2e kubelet; do
+	for b in $VM_TESTS; do
 		log "  test/$b: $("$RUN/$b.test" -ginkgo.dry-run -ginkgo.no-color "${filter[@]}" "$@" 2>/dev/null | grep -Eo 'Ran [0-9]+ of [0-9]+ Specs' || echo '?')"
 		"$RUN/$b.test" -ginkgo.dry-run -ginkgo.v -ginkgo.no-color "${filter[@]}" "$@" 2>/dev/null |
 			grep -E "^[^ ].*\\[([^]]*, )?$VM_LABEL(, [^]]*)?\\]\$" | sed 's/^/      /' >&2 || true
@@ -117,10 +124,10 @@ fi
 # ------------------------------------------------------------ 3. payload
 P=$RUN/payload
 mkdir -p "$P/bin" "$P/cache/bin/$(basename "$CTRD_BIN")" "$P/cache/bin/kube" "$P/cache/images" "$P/cache/crio" "$P/repo"
-cp "$PLUGIN_BIN" "$RUN/e2e.test" "$RUN/kubelet.test" "$P/bin/"
+cp "$PLUGIN_BIN" "$RUN"/*.test "$P/bin/"
 cp "$CTRD_BIN"/{containerd,ctr,containerd-shim-runc-v2,runc} "$P/cache/bin/$(basename "$CTRD_BIN")/"
 cp "$E2E_TEST_IMAGE_ARCHIVE" "$E2E_PAUSE_IMAGE_ARCHIVE" "$P/cache/images/"
-cp "$E2E_KUBE_BIN/kubelet" "$P/cache/bin/kube/"
+[ -z "${E2E_KUBE_BIN:-}" ] || cp "$E2E_KUBE_BIN/kubelet" "$P/cache/bin/kube/"
 if [[ " $VM_RUNTIMES " == *" crio "* ]]; then
 	# CRI-O as the host passes get it (lib-e2e.sh): the shared CI setup's
 	# build, else a crio in PATH.
@@ -142,7 +149,7 @@ fi
 install -m 755 "$REPO_ROOT/scripts/vm/guest-suites.sh" "$P/run.sh"
 {
 	echo "VM_RUNTIMES='$VM_RUNTIMES'"
-	echo "VM_SUITES_RUN='e2e kubelet'"
+	echo "VM_SUITES_RUN='$VM_TESTS'"
 	VM_E2E_ARGS=("${filter[@]}" "$@")
 	VM_KUBELET_ARGS=("${filter[@]}" "$@")
 	declare -p VM_E2E_ARGS VM_KUBELET_ARGS
