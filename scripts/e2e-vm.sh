@@ -111,7 +111,7 @@ eval "$artifacts"
 CTRD_BIN=$(dirname "$E2E_RUNC")
 
 if [ "$VM_SUITES" = subset ]; then
-	log "VM_SUITES=subset: the specs labelled \"$VM_LABEL\" (VM_SUITES=full runs both suites whole):"
+	log "VM_SUITES=subset: the specs labelled \"$VM_LABEL\", on each of $VM_RUNTIMES (VM_SUITES=full runs both suites whole):"
 	for b in $VM_TESTS; do
 		log "  test/$b: $("$RUN/$b.test" -ginkgo.dry-run -ginkgo.no-color "${filter[@]}" "$@" 2>/dev/null | grep -Eo 'Ran [0-9]+ of [0-9]+ Specs' || echo '?')"
 		"$RUN/$b.test" -ginkgo.dry-run -ginkgo.v -ginkgo.no-color "${filter[@]}" "$@" 2>/dev/null |
