@@ -44,11 +44,13 @@ source "$(dirname "$0")/lib-e2e.sh"
 source "$(dirname "$0")/lib-kube.sh"
 check_prereqs
 
-# The subset make test runs, kept here and in the specs' labels: the
-# topology specs only this VM's machine allows (Label "vm" in
-# test/e2e/topology_vm_test.go), the static-policy lifecycle on the real
-# runtime (test/e2e/cpualign_test.go) and the kubelet's placement specs
-# (test/kubelet/placement_test.go).
+# The subset make test runs is the specs with the ginkgo label "vm": the
+# topology specs only this VM's machine allows (test/e2e/topology_vm_test.go),
+# the kubelet with the plugin (test/kubelet/placement_test.go) and the
+# kubelet's own static policy on the same pods as the reference
+# (test/kubelet/topology_vm_test.go). About 6 minutes per runtime here; the
+# rest of the suites (VM_SUITES=full) would not fit in CI's 90 minutes
+# beside the host passes.
 VM_LABEL=vm
 VM_SUITES=${VM_SUITES:-subset}
 VM_RUNTIMES=${VM_RUNTIMES:-containerd crio}
