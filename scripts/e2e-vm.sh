@@ -134,6 +134,8 @@ if [[ " $VM_RUNTIMES " == *" crio "* ]]; then
 	# CRI-O as the host passes get it (lib-e2e.sh): the shared CI setup's
 	# build, else a crio in PATH.
 	if [ -f "$SHARED_E2E/crio/crio.xz" ]; then
+		want_cmd xz xz-utils
+		install_wanted
 		for b in crio pinns; do xz -dc "$SHARED_E2E/crio/$b.xz" >"$P/cache/crio/$b"; done
 	elif crio=$(command -v "${CRIO_BIN:-crio}"); then
 		cp "$crio" "$P/cache/crio/crio"
