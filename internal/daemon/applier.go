@@ -19,7 +19,8 @@ import (
 )
 
 // applier is how the shared pool reaches the shared-pool containers'
-// cgroups (docs/architecture.md), chosen once by newApplier: through the
+// cgroups (docs/architecture.md), chosen by newApplier (and once more by
+// seeDriver, from the first container's cgroups path): through the
 // runtime (inAnswer) or written by the plugin (direct, direct.go). It
 // owns the update worker, its kicks and the reconcile loop.
 type applier interface {
@@ -55,55 +56,48 @@ type applier interface {
 	kickLedger() *kickLedger
 	// cgroupRoot is the cgroup root it reads and writes.
 	cgroupRoot() cgroups.Root
+	// liftPodQuota removes the CFS quota of the pod holding the
+	// container at ctrPath (systemd.go).
+	liftPodQuota(ctrPath string) podQuotaResult
 }
 
-// newApplier chooses how the shared pool is applied, the one place the
-// mode is decided. Under the default "direct" a node where systemd
-// manages the container cgroups (cgroups.SystemdManaged) falls back to
-// "in-answer" with an info line: the OCI runtime's systemd driver sets
-// the scope's AllowedCPUs, which systemd keeps; a plain write is undone
-// at its next re-apply. "direct" in so many words is kept there, with a
-// warning. A cgroup_root whose cpuset
-// hierarchy cannot be written (a read-only mount) falls back to
-// "in-answer" with a warning, so that a deployment mounting the cgroups
-// read-only keeps working; a configuration that asks for "direct" in so
-// many words is refused instead. cfg.SharedPoolUpdates is set to the mode
-// chosen.
-func newApplier(cfg *config.Config, l *ledger, conn *connection, log *logrus.Logger) (applier, error) {
+// newApplier chooses how the shared pool is applied at start-up; the
+// first container's cgroups path may change it once (seeDriver). Under
+// the default "direct" a cgroup_root whose cpuset hierarchy cannot be
+// written (a read-only mount) falls back to "in-answer" with a warning,
+// so that a deployment mounting the cgroups read-only keeps working; a
+// configuration that asks for "direct" in so many words is refused
+// instead. Where systemd runs the cgroup v2 hierarchy (the runtime's
+// systemd driver makes every container a systemd scope), "direct" goes
+// through systemd's D-Bus API, and without a reachable systemd falls back
+// to "in-answer" (onSystemd, systemd.go). cfg.SharedPoolUpdates is set
+// to the mode chosen.
+func newApplier(cfg *config.Config, l *ledger, conn *connection, sd *sysLink, log *logrus.Logger) (applier, error) {
 	root := cgroups.New(cfg.CgroupRoot)
-	if cfg.SharedPoolUpdates == config.SharedUpdatesDirect {
-		err := root.Writable()
-		if err == nil && root.SystemdManaged() {
-			if cfg.Line(config.KeySharedPoolUpdates) > 0 {
-				log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot}).
-					Warn("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and writes a scope's AllowedCPUs " +
-						"back when it re-applies the unit (daemon-reload): until the reconcile loop restores them, shared-pool containers " +
-						"may run on exclusive CPUs; leave shared_pool_updates unset to have the runtime apply the pool through systemd")
-				return newDirect(newUpdater(l, conn, root, log)), nil
-			}
-			log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "using": config.SharedUpdatesInAnswer}).
-				Info("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and would undo cpusets the plugin writes: " +
-					"the runtime applies the shared pool instead, through systemd (each exclusive admission then waits for one OCI runtime " +
-					"update per shared-pool container)")
-			cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
-			return newInAnswer(newUpdater(l, conn, root, log)), nil
-		}
-		if err == nil {
-			return newDirect(newUpdater(l, conn, root, log)), nil
-		}
-		if cfg.Line(config.KeySharedPoolUpdates) > 0 {
-			return nil, cfg.KeyError(config.KeySharedPoolUpdates, cfg.SharedPoolUpdates,
-				fmt.Sprintf("the plugin writes the shared-pool containers' cgroups itself and cannot write %s (%v): "+
-					"mount the host's cgroups read-write at cgroup_root, or set shared_pool_updates = %q",
-					root.CpusetRoot(), err, config.SharedUpdatesInAnswer))
-		}
-		log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "error": err.Error(),
-			"using": config.SharedUpdatesInAnswer}).
-			Warn("cannot write the cgroups for the default shared_pool_updates = \"direct\"; the runtime applies the shared pool instead " +
-				"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
-		cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+	u := newUpdater(l, conn, root, log)
+	u.sd = sd
+	if cfg.SharedPoolUpdates != config.SharedUpdatesDirect {
+		return newInAnswer(u), nil
 	}
-	return newInAnswer(newUpdater(l, conn, root, log)), nil
+	err := root.Writable()
+	if err == nil && root.SystemdManaged() {
+		return onSystemd(cfg, u, "systemd runs the cgroup hierarchy", log), nil
+	}
+	if err == nil {
+		return newDirect(u), nil
+	}
+	if cfg.Line(config.KeySharedPoolUpdates) > 0 {
+		return nil, cfg.KeyError(config.KeySharedPoolUpdates, cfg.SharedPoolUpdates,
+			fmt.Sprintf("the plugin writes the shared-pool containers' cgroups itself and cannot write %s (%v): "+
+				"mount the host's cgroups read-write at cgroup_root, or set shared_pool_updates = %q",
+				root.CpusetRoot(), err, config.SharedUpdatesInAnswer))
+	}
+	log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "error": err.Error(),
+		"using": config.SharedUpdatesInAnswer}).
+		Warn("cannot write the cgroups for the default shared_pool_updates = \"direct\"; the runtime applies the shared pool instead " +
+			"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
+	cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
+	return newInAnswer(u), nil
 }
 
 // updater is what both appliers share: the worker's wake-ups, the kick
@@ -112,6 +106,7 @@ type updater struct {
 	l     *ledger
 	conn  *connection
 	cg    cgroups.Root
+	sd    *sysLink // nil: systemd is never asked (tests)
 	log   *logrus.Logger
 	kickC chan struct{}
 	kicks kickLedger
@@ -343,6 +338,9 @@ func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, 
 // runtime).
 type inAnswer struct {
 	*updater
+	// systemdFallback: chosen because systemd manages the cgroups but
+	// cannot be reached (seeDriver may go back to direct).
+	systemdFallback bool
 	// repairMu guards repairs, the exclusive containers found wrong after
 	// an update that the next push restores; a leaf.
 	repairMu sync.Mutex

@@ -42,6 +42,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
+	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -75,6 +76,7 @@ type options struct {
 	fromRuntime bool
 	now         func() time.Time
 	store       Store
+	sdDial      func(ctx context.Context) (systemd.Manager, error)
 }
 
 // WithTopology uses topo instead of reading sysfs_root.
@@ -123,6 +125,12 @@ type Daemon struct {
 	runWG       *sync.WaitGroup
 	unlockState func() error
 	workerOn    bool
+	// workerCancel stops the running applier's worker (swapApplier).
+	workerCancel context.CancelFunc
+	// sd reaches systemd for the appliers; driverSeen: a container's
+	// cgroups path has decided the mode (seeDriver). Under led.mu.
+	sd         *sysLink
+	driverSeen bool
 
 	// nrt publishes the NodeResourceTopology (nil when off); started with
 	// the worker.
@@ -188,9 +196,13 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		l.now = time.Now
 	}
 	d.led = l
+	if o.sdDial == nil {
+		o.sdDial = dialSystemd
+	}
+	d.sd = newSysLink(o.sdDial)
 	d.obs.registerHeld(l)
 	d.obs.reg.MustRegister(newMemoryCollector(l))
-	app, err := newApplier(&l.cfg, l, &d.conn, o.log)
+	app, err := newApplier(&l.cfg, l, &d.conn, d.sd, o.log)
 	if err != nil {
 		return nil, err
 	}
@@ -320,12 +332,7 @@ func (d *Daemon) startLocked() error {
 	ctx, wg := d.runCtx, d.runWG
 	if !d.workerOn {
 		d.workerOn = true
-		app := d.applier()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			app.run(ctx)
-		}()
+		d.startWorker(d.applier())
 		if exp := d.nrt; exp != nil {
 			wg.Add(1)
 			go func() {
@@ -519,7 +526,7 @@ func (d *Daemon) configure(doc string) error {
 	if l.engine == nil {
 		// First configuration (pre-registered plugin): the applier is
 		// chosen now, and everything starts.
-		app, err := newApplier(&next, l, &d.conn, d.log)
+		app, err := newApplier(&next, l, &d.conn, d.sd, d.log)
 		if err != nil {
 			return fmt.Errorf("configuration from the runtime: %w", err)
 		}

@@ -96,10 +96,17 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	if l.engine == nil {
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.pendingErr)
 	}
+	paths := make([]string, 0, len(in.Ctrs))
+	for _, c := range in.Ctrs {
+		paths = append(paths, c.CgroupsPath)
+	}
+	d.seeDriver(paths...)
+	a = d.applier()
 	in.State, in.Records, in.Static, in.Now = l.st, l.ctrs, l.static(), l.stamp()
 	in.Records = memsAtSync(l.engine, in.State, in.Records)
 	plan := planSync(l.engine, in)
 	p.logSyncEvents(plan.Events)
+	p.logMoved(in, plan)
 	for _, adm := range plan.Admissions {
 		d.obs.observeAdmission(adm.Request, adm.Err, 0, l.static(), l.cfg.TopologyManagerScope)
 	}
@@ -198,6 +205,27 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 	}
 }
 
+// logMoved logs each container the plugin knew that Synchronize finds
+// off its placement: one whose answer the runtime never applied (it gave
+// up waiting, ran the container with the kubelet's cpuset, and dropped the
+// plugin), or one changed behind the plugin's back while it was away.
+func (p *plugin) logMoved(in syncInput, plan syncPlan) {
+	found := make(map[string]syncCtr, len(plan.Live))
+	for _, c := range plan.Live {
+		found[c.ID] = c
+	}
+	for _, u := range plan.Updates {
+		r, known := in.Records[u.ID]
+		c, live := found[u.ID]
+		if !known || !live || c.Phase != phaseRunning {
+			continue
+		}
+		p.d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "exclusive": plan.Records[u.ID].Exclusive,
+			"found_cpus": c.CPUs, "cpus": u.CPUs}).
+			Info("synchronize: container running off its placement (an answer the runtime never applied, or a change while the plugin was away); moving it")
+	}
+}
+
 // nriUpdates are a plan's updates as the runtime takes them.
 func nriUpdates(planned []cpuUpdate) []*api.ContainerUpdate {
 	var updates []*api.ContainerUpdate
@@ -233,6 +261,8 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if l.engine == nil {
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.pendingErr)
 	}
+	d.seeDriver(ctr.GetLinux().GetCgroupsPath())
+	a = d.applier()
 	req = withDeviceHints(l.engine, req, devInfo, devErr, entry)
 	req = withMemoryReuse(l.engine, l.st, req, tracks(l.ctrs, req.Pod))
 	start := time.Now()
@@ -345,15 +375,46 @@ func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg strin
 // runtimes send it only after the OCI runtime created the container. It
 // no longer awaits its start, and the applier holds the start until the
 // container's CPUs are its own (direct's start barrier).
-func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("StartContainer")()
 	d := p.d
-	l, a := d.led, d.applier()
+	l := d.led
 	l.mu.Lock()
 	delete(l.starting, ctr.GetId())
+	p.unplaced(pod, ctr)
+	a := d.applier()
 	l.mu.Unlock()
 	a.starting(ctr.GetId())
 	return nil
+}
+
+// unplaced takes in a container that starts although the plugin never
+// placed it: the runtime gave up waiting for the CreateContainer answer
+// (its NRI request timeout; it then drops the plugin, and the container
+// was created after the reconnection's Synchronize listed the runtime's
+// containers) and created it with the cpuset the kubelet asked for,
+// every CPU, exclusive ones included. It joins the shared pool, where a
+// running container the plugin cannot admit goes at Synchronize too: the
+// applier puts it there now (direct: the start check writes its cgroup;
+// in-answer: the worker pushes the pool). l.mu is held.
+func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) {
+	d := p.d
+	l := d.led
+	id := ctr.GetId()
+	if _, ok := l.ctrs[id]; ok || l.engine == nil || l.syncs == 0 {
+		return
+	}
+	rec := ctrRecord{ID: id, Pod: podKey(pod), PodName: podName(pod), Name: ctr.GetName(),
+		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.stamp()}
+	entry := d.log.WithFields(logrus.Fields{"pod": rec.PodName, "container": rec.Name, "id": id,
+		"found_cpus": ctr.GetLinux().GetResources().GetCpu().GetCpus(), "cpus": l.engine.SharedMask(l.st).String()})
+	if _, err := l.commit(l.st, indexChange{edit: ctrEdit{put: []ctrRecord{rec}}}); err != nil {
+		entry.WithError(err).Error("cannot write the checkpoint; a container the plugin never placed stays where the runtime put it until the reconcile loop")
+		return
+	}
+	entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
+	d.seeDriver(rec.CgroupsPath)
+	d.applier().kick()
 }
 
 // StopContainer forgets the container but not its CPUs: as under the
