@@ -14,7 +14,8 @@
 // the container index under one mutex; every NRI event takes it, computes
 // the next state with the engine, and commits it (ledger.commit) only
 // after the store made it durable; the runtime gets its answer after
-// that. The applier, chosen once at start-up, brings the shared-pool
+// that. The applier, chosen at start-up (and settled by the first
+// container's cgroups path), brings the shared-pool
 // containers along: in the answer or from its worker through the runtime
 // (in-answer; never stub.UpdateContainers inside a handler, which
 // deadlocks the runtime), or by writing their cgroups (direct).
