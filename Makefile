@@ -27,8 +27,11 @@ build:
 ## test: everything — gofmt, tidy modules, vet, staticcheck, unit tests with
 ## -race (the churn test's 9000 operations included), brief fuzzing of every
 ## target, the Helm chart's checks, the e2e suite, the real-kubelet suite and
-## the DaemonSet on a real control plane (each on containerd and CRI-O)
-test: fmt-check tidy-check vet staticcheck unit fuzz-short chart-check e2e e2e-kubelet e2e-cluster
+## the DaemonSet on a real control plane (each on containerd and CRI-O), and
+## the VM pass: the subset labelled "vm" of the e2e and kubelet suites on a
+## production-shaped node (cgroup v2, systemd driver, 2-socket SMT NUMA) in
+## QEMU (make e2e-vm)
+test: fmt-check tidy-check vet staticcheck unit fuzz-short chart-check e2e e2e-kubelet e2e-cluster e2e-vm
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -104,6 +107,19 @@ e2e-kubelet:
 .PHONY: e2e-cluster
 e2e-cluster:
 	bash scripts/e2e-cluster.sh
+
+## e2e-vm: the e2e and kubelet suites in a QEMU VM of the production shape:
+## Debian 12 with systemd, cgroup v2, containerd (SystemdCgroup = true) and
+## CRI-O (cgroup_manager = "systemd") with NRI, a kubelet with cgroupDriver:
+## systemd, 8 vCPUs in 2 sockets x 2 cores x 2 threads with 2 NUMA nodes.
+## Builds and caches the guest image (scripts/vm/build-image.sh), installs
+## QEMU and mmdebstrap when missing; root, flock. VM_SUITES=subset (default:
+## the specs labelled "vm", listed when it starts) or full; VM_RUNTIMES.
+.PHONY: e2e-vm
+e2e-vm:
+	VM_SUITES=$(VM_SUITES) bash scripts/e2e-vm.sh
+
+VM_SUITES ?= subset
 
 ## demo: containerd + nri-cpualign + three demo pods, left running; demo-down stops it all
 .PHONY: demo demo-down

@@ -52,6 +52,8 @@ HUGETLB_MOUNTED=0
 
 hugetlb_mount() {
 	mountpoint -q "$HUGETLB_MNT" 2>/dev/null && return 0
+	# cgroup v2: the controller is in the unified tree.
+	[ -e /sys/fs/cgroup/cgroup.controllers ] && return 0
 	# Enabled (4th column); the hierarchy id may be set from an earlier
 	# mount, as the kernel keeps an unmounted v1 hierarchy around.
 	awk '$1 == "hugetlb" && $4 == 1 {found = 1} END {exit !found}' /proc/cgroups || return 0

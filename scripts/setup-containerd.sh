@@ -29,7 +29,10 @@
 # E2E_RUN (/run/nri-e2e), CONTAINERD_VERSION, RUNC_VERSION, E2E_LOG_LEVEL
 # (info), E2E_NRI_REGISTRATION_TIMEOUT (5s), E2E_NRI_REQUEST_TIMEOUT (2s),
 # RESTRICT_OOM (true|false, detected), E2E_START_TIMEOUT (60 s),
-# E2E_SKIP_APT=1 (fail instead of installing packages).
+# E2E_CGROUP_DRIVER (cgroupfs, or systemd: runc's systemd driver,
+# SystemdCgroup = true, as on a kubeadm node), E2E_SKIP_APT=1 (fail instead
+# of installing packages). Go and the build packages are needed only for
+# what is not in the cache yet (the VM test node gets a filled cache).
 set -euo pipefail
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 # shellcheck source=scripts/lib-setup.sh
@@ -43,6 +46,12 @@ E2E_RUN=${E2E_RUN:-/run/nri-e2e}
 E2E_LOG_LEVEL=${E2E_LOG_LEVEL:-info}
 E2E_NRI_REGISTRATION_TIMEOUT=${E2E_NRI_REGISTRATION_TIMEOUT:-5s}
 E2E_NRI_REQUEST_TIMEOUT=${E2E_NRI_REQUEST_TIMEOUT:-2s}
+E2E_CGROUP_DRIVER=${E2E_CGROUP_DRIVER:-cgroupfs}
+case $E2E_CGROUP_DRIVER in
+cgroupfs) SYSTEMD_CGROUP=false ;;
+systemd) SYSTEMD_CGROUP=true ;;
+*) echo "E2E_CGROUP_DRIVER=$E2E_CGROUP_DRIVER: want cgroupfs or systemd" >&2; exit 1 ;;
+esac
 
 ARTIFACTS_ONLY=0
 case ${1:-} in
@@ -65,18 +74,26 @@ TEST_IMAGE=localhost/nri-e2e/busybox:latest
 PAUSE_IMAGE=localhost/nri-e2e/pause:latest
 
 need_root
-command -v go >/dev/null || die "go not found (install Go 1.26 in /usr/local/go, see the README)"
 START=$SECONDS
+
+# The cache layout's image archives (see below), named by busybox's hash.
+busybox_id=$(sha256sum /bin/busybox 2>/dev/null | cut -c1-12) || busybox_id=none
 
 # ------------------------------------------------------------ packages
 # The images hold a static busybox (they have no libc); runc's seccomp
-# support is cgo against libseccomp.
-want_pkg busybox-static
-want_file /usr/include/seccomp.h libseccomp-dev
-want_cmd pkg-config pkg-config
-want_cmd gcc gcc
+# support is cgo against libseccomp. Only what a missing build needs.
+need_build=0
+for f in containerd ctr containerd-shim-runc-v2 runc; do [ -x "$BIN/$f" ] || need_build=1; done
+if [ "$need_build" = 1 ]; then
+	command -v go >/dev/null || die "go not found (install Go 1.26 in /usr/local/go, see the README)"
+	want_file /usr/include/seccomp.h libseccomp-dev
+	want_cmd pkg-config pkg-config
+	want_cmd gcc gcc
+fi
+[ -s "$IMAGES/busybox-$busybox_id.tar" ] && [ -s "$IMAGES/pause-$busybox_id.tar" ] || want_pkg busybox-static
 want_cmd findmnt util-linux
 install_wanted
+busybox_id=$(sha256sum /bin/busybox | cut -c1-12)
 
 # ------------------------------------------------------------ binaries
 # go_install DEST ARGS...: go install into a scratch directory next to DEST,
@@ -125,7 +142,7 @@ add_blob() {
 # the same busybox always gives the same digests.
 make_image() {
 	local archive=$1 name=$2 entrypoint=$3 cmd=$4 work root applet layer config manifest arch
-	arch=$(go env GOARCH)
+	arch=$(go env GOARCH 2>/dev/null || dpkg --print-architecture)
 	work=$(mktemp -d)
 	root=$work/rootfs
 	mkdir -p "$work/blobs/sha256" "$root/bin" "$root/etc" "$root/dev" "$root/proc" "$root/sys" \
@@ -157,7 +174,6 @@ make_image() {
 }
 
 mkdir -p "$IMAGES"
-busybox_id=$(sha256sum /bin/busybox | cut -c1-12)
 TEST_ARCHIVE=$IMAGES/busybox-$busybox_id.tar
 PAUSE_ARCHIVE=$IMAGES/pause-$busybox_id.tar
 if ! [ -s "$TEST_ARCHIVE" ]; then
@@ -242,7 +258,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
           BinaryName = "$BIN/runc"
           Root = "$E2E_RUN/runc"
-          SystemdCgroup = false
+          SystemdCgroup = $SYSTEMD_CGROUP
     [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = ["$E2E_RUN/cni/bin"]
       conf_dir = "$E2E_RUN/cni/net.d"

@@ -9,7 +9,7 @@
 # It installs conmon, skopeo and curl when missing, takes runc and the two
 # busybox image archives from setup-containerd.sh --artifacts (built on
 # first use), imports the images into CRI-O's storage with skopeo, writes a
-# crio.conf (cgroupfs, runc, no infra container, NRI on) and starts crio.
+# crio.conf (cgroupfs or systemd, runc, no infra container, NRI on) and starts crio.
 #
 # stdout: `export NAME=value` lines, also written to $CRIO_RUN/env:
 # CRI_RUNTIME_ENDPOINT, NRI_SOCKET, E2E_RUNTIME=crio, E2E_TEST_IMAGE,
@@ -20,7 +20,8 @@
 # /usr/libexec/crio), E2E_CACHE (/var/cache/nri-e2e), CRIO_ROOT
 # (/var/lib/crio-e2e), CRIO_RUN (/run/crio-e2e), CRIO_LOG_LEVEL (info),
 # E2E_NRI_REGISTRATION_TIMEOUT (5s), E2E_NRI_REQUEST_TIMEOUT (2s),
-# E2E_SKIP_APT=1.
+# E2E_CGROUP_DRIVER (cgroupfs, or systemd: cgroup_manager = "systemd", as on
+# a kubeadm node), E2E_SKIP_APT=1.
 set -euo pipefail
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 HERE=$(dirname "$SELF")
@@ -39,6 +40,11 @@ CONFIG=$CRIO_RUN/crio.conf
 PIDFILE=$CRIO_RUN/crio.pid
 LOGFILE=$CRIO_RUN/crio.log
 STORE="overlay@$CRIO_ROOT/storage+$CRIO_RUN/storage"
+E2E_CGROUP_DRIVER=${E2E_CGROUP_DRIVER:-cgroupfs}
+case $E2E_CGROUP_DRIVER in
+cgroupfs | systemd) ;;
+*) echo "E2E_CGROUP_DRIVER=$E2E_CGROUP_DRIVER: want cgroupfs or systemd" >&2; exit 1 ;;
+esac
 
 need_root
 START=$SECONDS
@@ -88,7 +94,7 @@ stream_port = "0"
 
 [crio.runtime]
 default_runtime = "runc"
-cgroup_manager = "cgroupfs"
+cgroup_manager = "$E2E_CGROUP_DRIVER"
 conmon = "$conmon"
 conmon_cgroup = "pod"
 selinux = false

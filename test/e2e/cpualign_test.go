@@ -21,7 +21,10 @@ import (
 // reserved, every other CPU can be given out exclusively. The specs build on
 // each other (Ordered): one plugin deployment, its state dir and the shared
 // pods live through all of them, as on a node.
-var _ = Describe("static policy on a real "+RuntimeName, Ordered, Serial, func() {
+//
+// Label "vm": part of the subset make test runs in the VM test node
+// (scripts/e2e-vm.sh).
+var _ = Describe("static policy on a real "+RuntimeName, Label("vm"), Ordered, Serial, func() {
 	var (
 		plugin *Plugin
 		pods   = &Pods{}

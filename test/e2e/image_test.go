@@ -232,7 +232,7 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 			Annotations:  annotations,
 			LogDirectory: logDir,
 			Linux: &cri.LinuxPodSandboxConfig{
-				CgroupParent: framework.CgroupParent(q, uid),
+				CgroupParent: CRI.PodCgroupParent(q, uid),
 				Resources:    framework.PodCRI(q, res),
 				SecurityContext: &cri.LinuxSandboxSecurityContext{
 					NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE, Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD},
@@ -241,7 +241,7 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 		}
 		sb, err := CRI.RT.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: podCfg})
 		Expect(err).NotTo(HaveOccurred())
-		pod := &framework.Pod{ID: sb.PodSandboxId, QOS: q, Config: podCfg}
+		pod := &framework.Pod{ID: sb.PodSandboxId, QOS: q, Config: podCfg, Driver: CRI.CgroupDriver}
 		DeferCleanup(func(ctx SpecContext) {
 			Expect(CRI.RemovePod(ctx, pod.ID, pod.CgroupParent())).To(Succeed())
 			// The plugin must be gone before the next spec starts its own.

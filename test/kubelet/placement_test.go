@@ -19,7 +19,8 @@ import (
 // first CPU and hands out the others. On this project's 2-CPU machine that
 // is CPU 0 reserved, CPU 1 exclusive; the expectations below are written for
 // any size from the host's CPUs.
-var _ = Describe("a real kubelet with the plugin", Ordered, Serial, func() {
+// Label "vm": part of the subset make test runs in the VM test node (scripts/e2e-vm.sh).
+var _ = Describe("a real kubelet with the plugin", Label("vm"), Ordered, Serial, func() {
 	var (
 		plugin  *Plugin
 		kubelet *Kubelet

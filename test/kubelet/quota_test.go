@@ -108,15 +108,31 @@ func quotaCgroup(pod corev1.Pod, name string) string {
 	return ContainerCgroup(Default, pod, st.ContainerID)
 }
 
+// cpuFile reads a cpu controller file by its cgroup v1 name; on cgroup v2
+// cpu.cfs_quota_us is the first field of cpu.max ("max" read as -1).
 func cpuFile(g Gomega, cgroup, file string) string {
 	GinkgoHelper()
+	if framework.Unified && file == "cpu.cfs_quota_us" {
+		v, err := framework.CgroupFile("cpu", cgroup, "cpu.max")
+		g.Expect(err).NotTo(HaveOccurred())
+		quota, _, _ := strings.Cut(v, " ")
+		if quota == "max" {
+			return "-1"
+		}
+		return quota
+	}
 	v, err := framework.CgroupFile("cpu", cgroup, file)
 	g.Expect(err).NotTo(HaveOccurred())
 	return v
 }
 
+// cpuacctFile reads a cpuacct file by its cgroup v1 name; on cgroup v2
+// cpuacct.usage (ns) comes from cpu.stat's usage_usec.
 func cpuacctFile(g Gomega, cgroup, file string) string {
 	GinkgoHelper()
+	if framework.Unified && file == "cpuacct.usage" {
+		return strconv.FormatInt(cpuStat(g, cgroup)["usage_usec"]*1000, 10)
+	}
 	v, err := framework.CgroupFile("cpuacct", cgroup, file)
 	g.Expect(err).NotTo(HaveOccurred())
 	return v

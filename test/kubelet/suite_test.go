@@ -4,6 +4,7 @@ package kubelet
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -39,6 +40,10 @@ var (
 	WorkDir string
 	// envMissing says why the suite cannot run here ("" = it can).
 	envMissing string
+	// Driver is the runtime's cgroup driver (asked through CRI
+	// RuntimeConfig): the kubelet is configured with the same one, and the
+	// suite looks for pod and container cgroups where it puts them.
+	Driver framework.CgroupDriver
 )
 
 // env is what scripts/e2e-kubelet.sh exports: one runtime's setup
@@ -99,6 +104,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}
 	Host, err = framework.ReadHost("/sys")
 	Expect(err).NotTo(HaveOccurred())
+	cri, err := framework.Dial(ctx, strings.TrimPrefix(Env.Endpoint, "unix://"), Env.TestImage)
+	Expect(err).NotTo(HaveOccurred())
+	Driver = cri.RuntimeCgroupDriver(ctx)
+	Expect(cri.Close()).To(Succeed())
 	WorkDir = os.Getenv("E2E_WORK_DIR")
 	if WorkDir == "" {
 		WorkDir = GinkgoT().TempDir()
@@ -121,8 +130,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		DeferCleanup(stop)
 		GinkgoWriter.Printf("this machine cannot lower oom_score_adj (no CAP_SYS_RESOURCE): the e2e-oomclamp NRI plugin turns CRI-O's negative scores into 0\n")
 	}
-	GinkgoWriter.Printf("runtime %s (%s, NRI %s), kubelet %s, %d CPUs %s, plugin %s, work dir %s\n",
-		Env.Runtime, Env.Endpoint, Env.NRISocket, Env.Kubelet, Host.CPUs.Size(), Host.CPUs, PluginBin, WorkDir)
+	GinkgoWriter.Printf("runtime %s (%s, NRI %s, cgroup driver %s, cgroup v2 %v), kubelet %s, %d CPUs %s, plugin %s, work dir %s\n",
+		Env.Runtime, Env.Endpoint, Env.NRISocket, Driver, framework.Unified, Env.Kubelet, Host.CPUs.Size(), Host.CPUs, PluginBin, WorkDir)
 }, NodeTimeout(5*time.Minute))
 
 // canLowerOOMScore reports whether a process here may lower its
@@ -132,8 +141,12 @@ func canLowerOOMScore(ctx context.Context) bool {
 }
 
 // hugetlbUnmounted reports whether the kernel has the hugetlb controller
-// (enabled in /proc/cgroups) without a v1 hierarchy mounted for it.
+// (enabled in /proc/cgroups) without a v1 hierarchy mounted for it. On
+// cgroup v2 it is in the unified tree.
 func hugetlbUnmounted() bool {
+	if framework.Unified {
+		return false
+	}
 	b, err := os.ReadFile("/proc/cgroups")
 	if err != nil {
 		return false
@@ -380,6 +393,11 @@ type KubeletConfig struct {
 	// CPUManagerPolicy is "none" (the plugin's setting) or "static" (the
 	// migration spec's starting point, with CPU 0 reserved).
 	CPUManagerPolicy string
+	// CPUManagerPolicyOptions and TopologyManagerPolicy (default none):
+	// the kubelet's own static policy as the reference the plugin is
+	// compared with.
+	CPUManagerPolicyOptions map[string]string
+	TopologyManagerPolicy   string
 }
 
 // Kubelet is one standalone kubelet: its config, static pod directory, root
@@ -428,11 +446,10 @@ func (k *Kubelet) Configure(cfg KubeletConfig) {
 		// The kubelet also watches the directory (inotify); this is its
 		// periodic fallback.
 		"fileCheckFrequency: 1s",
-		"cgroupDriver: cgroupfs",
+		"cgroupDriver: " + string(Driver),
 		"failSwapOn: false",
-		"failCgroupV1: false",
 		"cpuManagerPolicy: " + policy,
-		"topologyManagerPolicy: none",
+		"topologyManagerPolicy: " + cmp.Or(cfg.TopologyManagerPolicy, "none"),
 		"memoryManagerPolicy: None",
 		"address: 127.0.0.1",
 		"healthzBindAddress: 127.0.0.1",
@@ -457,10 +474,26 @@ func (k *Kubelet) Configure(cfg KubeletConfig) {
 		"serializeImagePulls: false",
 		"localStorageCapacityIsolation: false",
 	}
+	if !framework.Unified {
+		// Since 1.35 the kubelet refuses cgroup v1 unless told otherwise;
+		// on cgroup v2 the default is left as it is.
+		lines = append(lines, "failCgroupV1: false")
+	}
 	if policy == "static" {
 		// The static policy needs a CPU reservation; reservedSystemCPUs
 		// names it (the plugin's reserved_system_cpus, as the README asks).
 		lines = append(lines, `reservedSystemCPUs: "`+Reserved().String()+`"`)
+	}
+	if len(cfg.CPUManagerPolicyOptions) > 0 {
+		lines = append(lines, "cpuManagerPolicyOptions:")
+		keys := make([]string, 0, len(cfg.CPUManagerPolicyOptions))
+		for k := range cfg.CPUManagerPolicyOptions {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			lines = append(lines, fmt.Sprintf("  %s: %q", k, cfg.CPUManagerPolicyOptions[k]))
+		}
 	}
 	Expect(os.WriteFile(k.ConfigPath, []byte(strings.Join(lines, "\n")+"\n"), 0o644)).To(Succeed())
 }
@@ -627,15 +660,31 @@ func (k *Kubelet) DeleteAll(ctx context.Context) {
 	}
 }
 
-// PodCgroupDirs lists the cgroup directories of pod uid in every v1
-// hierarchy (cgroupfs layout: kubepods[/burstable|/besteffort]/pod<uid>).
+// PodCgroupDirs lists the cgroup directories of pod uid, whatever its QoS
+// class, in every v1 hierarchy or in the v2 tree: the cgroupfs layout
+// kubepods[/burstable|/besteffort]/pod<uid>, or the systemd one
+// kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid>.slice.
 func PodCgroupDirs(uid string) []string {
 	var out []string
-	for _, qos := range []string{"", "burstable/", "besteffort/"} {
-		m, _ := filepath.Glob(filepath.Join(framework.CgroupRoot, "*", "kubepods", qos+"pod"+uid))
+	for _, qos := range []framework.QOS{framework.Guaranteed, framework.Burstable, framework.BestEffort} {
+		path := podCgroupPath(qos, uid)
+		pattern := filepath.Join(framework.CgroupRoot, "*") + path
+		if framework.Unified {
+			pattern = filepath.Join(framework.CgroupRoot, path)
+		}
+		m, _ := filepath.Glob(pattern)
 		out = append(out, m...)
 	}
 	return out
+}
+
+// podCgroupPath is the cgroup path the kubelet gives a pod of class q with
+// the suite's cgroup driver.
+func podCgroupPath(q framework.QOS, uid string) string {
+	if Driver == framework.Systemd {
+		return framework.SlicePath(framework.PodSlice(q, uid))
+	}
+	return framework.CgroupParent(q, uid)
 }
 
 // ---------------------------------------------------------------- containers
@@ -665,34 +714,42 @@ func ContainerCPUs(g Gomega, pod corev1.Pod, name string) cpuset.CPUSet {
 	return cg.CPUs
 }
 
-// ContainerCgroup is the cgroup path (below a hierarchy's mount) of the
-// container with the kubelet's containerID ("containerd://<id>" or
-// "cri-o://<id>") in pod: <pod cgroup>/<id> (containerd) or
-// <pod cgroup>/crio-<id> (CRI-O).
+// ContainerCgroup is the cgroup path (below a hierarchy's mount, or in the
+// v2 tree) of the container with the kubelet's containerID
+// ("containerd://<id>" or "cri-o://<id>") in pod: <pod cgroup>/<id>
+// (containerd) or <pod cgroup>/crio-<id> (CRI-O) with the cgroupfs driver,
+// <pod slice>/cri-containerd-<id>.scope or <pod slice>/crio-<id>.scope with
+// the systemd one.
 func ContainerCgroup(g Gomega, pod corev1.Pod, containerID string) string {
 	GinkgoHelper()
 	_, id, ok := strings.Cut(containerID, "://")
 	g.Expect(ok).To(BeTrue(), "container id %q", containerID)
 	parent := PodCgroup(pod)
-	for _, name := range []string{id, "crio-" + id} {
+	for _, rt := range []string{framework.Containerd, framework.CRIO} {
+		name := framework.ContainerCgroupName(rt, Driver, id)
+		if name == "" {
+			name = id
+		}
 		p := filepath.Join(parent, name)
-		if _, err := os.Stat(filepath.Join(framework.CgroupRoot, "cpuset", p)); err == nil {
+		if _, err := os.Stat(framework.CgroupDir("cpuset", p)); err == nil {
 			return p
 		}
 	}
-	g.Expect(fmt.Errorf("no cgroup for container %s under cpuset%s", id, parent)).NotTo(HaveOccurred())
+	g.Expect(fmt.Errorf("no cgroup for container %s under %s", id, framework.CgroupDir("cpuset", parent))).NotTo(HaveOccurred())
 	return ""
 }
 
-// PodCgroup is the kubelet's cgroupfs parent of pod, by its QoS class.
+// PodCgroup is the kubelet's cgroup of pod, by its QoS class and the
+// suite's cgroup driver.
 func PodCgroup(pod corev1.Pod) string {
+	q := framework.Guaranteed
 	switch pod.Status.QOSClass {
 	case "Burstable":
-		return "/kubepods/burstable/pod" + string(pod.UID)
+		q = framework.Burstable
 	case "BestEffort":
-		return "/kubepods/besteffort/pod" + string(pod.UID)
+		q = framework.BestEffort
 	}
-	return "/kubepods/pod" + string(pod.UID)
+	return podCgroupPath(q, string(pod.UID))
 }
 
 // CPUsAllowed reads Cpus_allowed_list of process pid.

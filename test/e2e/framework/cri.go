@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -24,6 +25,9 @@ type Client struct {
 	// Runtime is Containerd (also when empty) or CRIO: it decides the
 	// container cgroup names.
 	Runtime string
+	// CgroupDriver is the runtime's (Cgroupfs when empty): it decides the
+	// pod cgroup parent the client sends and the cgroup paths it expects.
+	CgroupDriver CgroupDriver
 	// NodeMemory is the node's memory in bytes, for the kubelet's
 	// Burstable oom_score_adj.
 	NodeMemory int64
@@ -53,7 +57,20 @@ func DialEnv(ctx context.Context, e Env) (*Client, error) {
 		return nil, err
 	}
 	c.Runtime = e.Runtime
+	c.CgroupDriver = c.RuntimeCgroupDriver(ctx)
 	return c, nil
+}
+
+// RuntimeCgroupDriver asks the runtime which cgroup driver it uses (CRI
+// RuntimeConfig, what the kubelet asks since 1.28): Systemd for containerd
+// with SystemdCgroup = true or CRI-O with cgroup_manager = "systemd",
+// Cgroupfs otherwise, also when the runtime does not answer the call.
+func (c *Client) RuntimeCgroupDriver(ctx context.Context) CgroupDriver {
+	r, err := c.RT.RuntimeConfig(ctx, &cri.RuntimeConfigRequest{})
+	if err == nil && r.GetLinux().GetCgroupDriver() == cri.CgroupDriver_SYSTEMD {
+		return Systemd
+	}
+	return Cgroupfs
 }
 
 // Close closes the connection.
@@ -74,10 +91,26 @@ type Pod struct {
 	ID     string
 	QOS    QOS
 	Config *cri.PodSandboxConfig
+	// Driver is the cgroup driver its cgroup parent is written for.
+	Driver CgroupDriver
 }
 
-// CgroupParent is the pod's cgroup (relative to a v1 hierarchy's root).
+// CgroupParent is the pod's cgroup parent as sent to the runtime: a path
+// (cgroupfs driver) or a slice name (systemd driver).
 func (p *Pod) CgroupParent() string { return p.Config.GetLinux().GetCgroupParent() }
+
+// CgroupPath is the pod's cgroup relative to a hierarchy's root (v1) or to
+// the unified tree's (v2).
+func (p *Pod) CgroupPath() string { return SlicePath(p.CgroupParent()) }
+
+// PodCgroupParent is what the kubelet sends as the cgroup parent of a pod
+// of QoS class q with the client's cgroup driver.
+func (c *Client) PodCgroupParent(q QOS, uid string) string {
+	if c.CgroupDriver == Systemd {
+		return PodSlice(q, uid)
+	}
+	return CgroupParent(q, uid)
+}
 
 // RunPod runs a pod sandbox with host networking (no CNI here), its own PID
 // namespace per container, and the kubelet's cgroup parent and pod-level
@@ -100,7 +133,7 @@ func (c *Client) RunPod(ctx context.Context, s PodSpec) (*Pod, error) {
 		Labels:      labels,
 		Annotations: map[string]string{},
 		Linux: &cri.LinuxPodSandboxConfig{
-			CgroupParent: CgroupParent(q, s.UID),
+			CgroupParent: c.PodCgroupParent(q, s.UID),
 			Resources:    PodCRI(q, s.Containers...),
 			SecurityContext: &cri.LinuxSandboxSecurityContext{
 				// No hostname with host networking: runc refuses it without a UTS namespace.
@@ -116,7 +149,7 @@ func (c *Client) RunPod(ctx context.Context, s PodSpec) (*Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("RunPodSandbox %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	return &Pod{ID: r.PodSandboxId, QOS: q, Config: cfg}, nil
+	return &Pod{ID: r.PodSandboxId, QOS: q, Config: cfg, Driver: c.CgroupDriver}, nil
 }
 
 // RemovePod stops the pod's containers (2 s grace, as the kubelet stops
@@ -153,14 +186,26 @@ func (c *Client) RemovePod(ctx context.Context, id, cgroupParent string) error {
 	return errors.Join(errs...)
 }
 
-// RemovePodCgroups removes the pod cgroup directory in every v1 hierarchy,
-// with the empty cgroups left inside it (e.g. CRI-O's conmon cgroups).
-// Missing directories are fine; a cgroup that still has processes is an error.
+// RemovePodCgroups removes the pod cgroup directory in every v1 hierarchy
+// (or the v2 tree), with the empty cgroups left inside it (e.g. CRI-O's
+// conmon cgroups). A pod slice of the systemd driver is stopped through
+// systemd first, as the kubelet does. Missing directories are fine; a
+// cgroup that still has processes is an error.
 func RemovePodCgroups(cgroupParent string) error {
-	if !strings.HasPrefix(cgroupParent, "/kubepods/") {
+	isSlice := strings.HasPrefix(cgroupParent, "kubepods-") && strings.HasSuffix(cgroupParent, ".slice")
+	if !strings.HasPrefix(cgroupParent, "/kubepods/") && !isSlice {
 		return fmt.Errorf("refusing to remove cgroup %q outside /kubepods", cgroupParent)
 	}
-	dirs, err := filepath.Glob(filepath.Join(CgroupRoot, "*") + cgroupParent)
+	if isSlice {
+		// An unknown or already stopped unit is fine.
+		_ = exec.Command("systemctl", "stop", "--quiet", cgroupParent).Run()
+	}
+	path := SlicePath(cgroupParent)
+	pattern := filepath.Join(CgroupRoot, "*") + path
+	if Unified {
+		pattern = filepath.Join(CgroupRoot, path)
+	}
+	dirs, err := filepath.Glob(pattern)
 	if err != nil {
 		return err
 	}
@@ -207,24 +252,38 @@ type Container struct {
 	CgroupName string
 }
 
-// CgroupsPath is the container's cgroup (relative to a v1 hierarchy's root),
-// as the runtime names it with the cgroupfs driver.
+// CgroupsPath is the container's cgroup (relative to a v1 hierarchy's root,
+// or the v2 tree's), as the runtime names it.
 func (ct *Container) CgroupsPath() string {
 	leaf := ct.CgroupName
 	if leaf == "" {
 		leaf = ct.ID
 	}
-	return ct.Pod.CgroupParent() + "/" + leaf
+	return ct.Pod.CgroupPath() + "/" + leaf
 }
 
 // NewContainer describes a container created in p under id, with the
-// runtime's cgroup name.
+// runtime's cgroup name: <id> (containerd) or crio-<id> (CRI-O) with the
+// cgroupfs driver, the systemd scopes cri-containerd-<id>.scope and
+// crio-<id>.scope with the systemd driver.
 func (c *Client) NewContainer(id, name string, p *Pod) *Container {
 	ct := &Container{ID: id, Name: name, Pod: p}
-	if c.Runtime == CRIO {
-		ct.CgroupName = "crio-" + id
-	}
+	ct.CgroupName = ContainerCgroupName(c.Runtime, p.Driver, id)
 	return ct
+}
+
+// ContainerCgroupName is the cgroup directory name runtime gives container
+// id under its pod's cgroup with driver ("" = the id itself).
+func ContainerCgroupName(runtime string, driver CgroupDriver, id string) string {
+	switch {
+	case driver == Systemd && runtime == CRIO:
+		return "crio-" + id + ".scope"
+	case driver == Systemd:
+		return "cri-containerd-" + id + ".scope"
+	case runtime == CRIO:
+		return "crio-" + id
+	}
+	return ""
 }
 
 // ImageSpec is the image spec of a container running image: CRI-O wants
