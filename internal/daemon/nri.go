@@ -89,7 +89,7 @@ func (p *plugin) Shutdown(context.Context) {
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("Synchronize")()
 	d := p.d
-	l, a := d.led, d.applier()
+	l := d.led
 	in := p.syncInput(pods, ctrs)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -101,7 +101,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		paths = append(paths, c.CgroupsPath)
 	}
 	d.seeDriver(paths...)
-	a = d.applier()
+	a := d.applier() // after seeDriver, which may replace it
 	in.State, in.Records, in.Static, in.Now = l.st, l.ctrs, l.static(), l.stamp()
 	in.Records = memsAtSync(l.engine, in.State, in.Records)
 	plan := planSync(l.engine, in)
@@ -251,7 +251,7 @@ func sameList(a, b string) bool {
 func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("CreateContainer")()
 	d := p.d
-	l, a := d.led, d.applier()
+	l := d.led
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
 	devInfo, devErr := p.deviceReader().nodes(ctr)
@@ -262,7 +262,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.pendingErr)
 	}
 	d.seeDriver(ctr.GetLinux().GetCgroupsPath())
-	a = d.applier()
+	a := d.applier() // after seeDriver, which may replace it
 	req = withDeviceHints(l.engine, req, devInfo, devErr, entry)
 	req = withMemoryReuse(l.engine, l.st, req, tracks(l.ctrs, req.Pod))
 	start := time.Now()
