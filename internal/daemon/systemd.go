@@ -46,13 +46,19 @@ func dialSystemd(ctx context.Context) (systemd.Manager, error) {
 }
 
 // sysLink is the daemon's way to systemd, dialed when first needed: a
-// node without systemd never dials. A failed dial is tried again at the
-// next need (the bus may come up). Its mutex is a leaf.
+// node without systemd never dials. A failed dial is tried again at a
+// need sdRedial later (the bus may come up), not at every write of a
+// pass. Its mutex is a leaf.
 type sysLink struct {
-	dial func(ctx context.Context) (systemd.Manager, error)
-	mu   sync.Mutex
-	mgr  systemd.Manager
+	dial     func(ctx context.Context) (systemd.Manager, error)
+	mu       sync.Mutex
+	mgr      systemd.Manager
+	err      error // the last dial's
+	failedAt time.Time
 }
+
+// sdRedial is how long a failed dial stands for the next ones.
+const sdRedial = 10 * time.Second
 
 func newSysLink(dial func(ctx context.Context) (systemd.Manager, error)) *sysLink {
 	return &sysLink{dial: dial}
@@ -67,10 +73,14 @@ func (s *sysLink) get() (systemd.Manager, error) {
 	if s.mgr != nil {
 		return s.mgr, nil
 	}
+	if s.err != nil && time.Since(s.failedAt) < sdRedial {
+		return nil, s.err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), sdTimeout)
 	defer cancel()
 	m, err := s.dial(ctx)
 	if err != nil {
+		s.err, s.failedAt = err, time.Now()
 		return nil, err
 	}
 	s.mgr = m
