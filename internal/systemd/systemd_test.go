@@ -2,6 +2,7 @@ package systemd
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -77,6 +78,56 @@ func TestCPUSetProperties(t *testing.T) {
 		if _, err := CPUSetProperties(bad[0], bad[1]); err == nil {
 			t.Errorf("CPUSetProperties(%q, %q) accepted", bad[0], bad[1])
 		}
+	}
+}
+
+// TestSetUnitPropertiesSignature: the arguments go on the wire as
+// systemd's SetUnitProperties(in s name, in b runtime, in a(sv)
+// properties) declares them, and the encoded message decodes back to the
+// same bytes.
+func TestSetUnitPropertiesSignature(t *testing.T) {
+	props, err := CPUSetProperties("0-1,6", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	props = append(props, NoQuotaProperty())
+	if sig := dbus.SignatureOf("crio-x.scope", true, props).String(); sig != "sba(sv)" {
+		t.Errorf("signature %s, want sba(sv)", sig)
+	}
+	msg := &dbus.Message{Type: dbus.TypeMethodCall, Headers: map[dbus.HeaderField]dbus.Variant{
+		dbus.FieldPath:        dbus.MakeVariant(dbus.ObjectPath("/org/freedesktop/systemd1")),
+		dbus.FieldInterface:   dbus.MakeVariant("org.freedesktop.systemd1.Manager"),
+		dbus.FieldMember:      dbus.MakeVariant("SetUnitProperties"),
+		dbus.FieldDestination: dbus.MakeVariant("org.freedesktop.systemd1"),
+		dbus.FieldSignature:   dbus.MakeVariant(dbus.SignatureOf("crio-x.scope", true, props)),
+	}, Body: []any{"crio-x.scope", true, props}}
+	var buf bytes.Buffer
+	if err := msg.EncodeTo(&buf, binary.LittleEndian); err != nil {
+		t.Fatal(err)
+	}
+	back, err := dbus.DecodeMessage(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		name    string
+		runtime bool
+		got     []struct {
+			Name  string
+			Value dbus.Variant
+		}
+	)
+	if err := dbus.Store(back.Body, &name, &runtime, &got); err != nil {
+		t.Fatal(err)
+	}
+	if name != "crio-x.scope" || !runtime || len(got) != 3 {
+		t.Fatalf("decoded %q %v %v", name, runtime, got)
+	}
+	if b, _ := got[0].Value.Value().([]byte); got[0].Name != "AllowedCPUs" || !bytes.Equal(b, []byte{0x43}) {
+		t.Errorf("%s = % x, want AllowedCPUs 43 (CPUs 0, 1, 6)", got[0].Name, b)
+	}
+	if v := got[2].Value.Value(); got[2].Name != "CPUQuotaPerSecUSec" || v != uint64(math.MaxUint64) {
+		t.Errorf("%s = %v", got[2].Name, v)
 	}
 }
 
