@@ -6,16 +6,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
 // unifiedRoot is a fake cgroup v2 root holding dirs.
@@ -98,9 +103,9 @@ func (f *fakeSystemd) got() []string {
 
 // sdDials are the ways to systemd a test gives the daemon: a working
 // fake, or none (no bus socket), counting the dials.
-func sdDial(f *fakeSystemd, dials *int) func(context.Context) (systemd.Manager, error) {
+func sdDial(f *fakeSystemd, dials *atomic.Int32) func(context.Context) (systemd.Manager, error) {
 	return func(context.Context) (systemd.Manager, error) {
-		*dials++
+		dials.Add(1)
 		if f == nil {
 			return nil, errors.New("dial unix /run/dbus/system_bus_socket: connect: no such file or directory")
 		}
@@ -142,7 +147,7 @@ func TestModeOnSystemd(t *testing.T) {
 			if tc.bus {
 				fake = &fakeSystemd{version: 252}
 			}
-			dials := 0
+			var dials atomic.Int32
 			log, hook := logtest.NewNullLogger()
 			d, err := New(cfg, WithTopology(topo), WithLogger(log), WithSystemd(sdDial(fake, &dials)))
 			if err != nil {
@@ -151,8 +156,8 @@ func TestModeOnSystemd(t *testing.T) {
 			if got, mode := d.Config().SharedPoolUpdates, d.applier().mode(); got != tc.want || mode != tc.want {
 				t.Errorf("shared_pool_updates %q, applier %q; want %q", got, mode, tc.want)
 			}
-			if dials != tc.dials {
-				t.Errorf("dialed systemd %d times, want %d", dials, tc.dials)
+			if int(dials.Load()) != tc.dials {
+				t.Errorf("dialed systemd %d times, want %d", dials.Load(), tc.dials)
 			}
 			var lines []*logrus.Entry
 			for _, lv := range []logrus.Level{logrus.InfoLevel, logrus.WarnLevel} {
@@ -215,7 +220,7 @@ func TestSeeDriver(t *testing.T) {
 			if tc.bus {
 				fake = &fakeSystemd{version: 252}
 			}
-			dials := 0
+			var dials atomic.Int32
 			log, hook := logtest.NewNullLogger()
 			d, err := New(cfg, WithTopology(topo), WithLogger(log), WithSystemd(sdDial(fake, &dials)))
 			if err != nil {
@@ -337,7 +342,7 @@ func TestWriteThroughSystemd(t *testing.T) {
 
 	// No systemd at all: the files.
 	u.cg = cgroups.New(root)
-	u.sd = newSysLink(sdDial(nil, new(int)))
+	u.sd = newSysLink(sdDial(nil, new(atomic.Int32)))
 	if err := u.writeCPUSet(path, "6", ""); err != nil {
 		t.Errorf("without systemd: %v", err)
 	}
@@ -375,5 +380,102 @@ func TestLiftQuotaThroughSystemd(t *testing.T) {
 	fake.lifted["kubepods-pod1.slice"] = false
 	if res := u.liftPodQuota(path); res.err != nil || !res.lifted {
 		t.Errorf("lift after systemd's quota came back: %+v", res)
+	}
+}
+
+// TestDirectThroughSystemd: on the systemd driver (containers are scopes
+// in a cgroup v2 tree) the plugin started where the root showed no
+// systemd; the first container's scope makes it reach systemd, and
+// "direct" goes on through it. A new exclusive container's start returns
+// only once systemd was asked for the shrunk pool of the shared scope
+// (while its file still held the old one) and the file holds it; the pod
+// slice's quota is lifted in systemd; a removed pod's CPUs come back the
+// same way. The runtime is never asked to update anything.
+func TestDirectThroughSystemd(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t, nritest.WithSystemdCgroups())
+	if err := os.MkdirAll(rt.CgroupRoot(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rt.CgroupRoot(), "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	scopes := map[string]*api.Container{}
+	var scopesMu sync.Mutex
+	fake := &fakeSystemd{version: 252}
+	fake.file = func(unit string) string {
+		scopesMu.Lock()
+		c := scopes[unit]
+		scopesMu.Unlock()
+		if c == nil {
+			return "?"
+		}
+		b, _ := os.ReadFile(rt.cgroupFile(c))
+		return strings.TrimSpace(string(b))
+	}
+	var dials atomic.Int32
+	log, hook := hookedLogger(t)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo, WithLogger(log), WithSystemd(sdDial(fake, &dials)))
+	if mode := r.d.applier().mode(); mode != config.SharedUpdatesDirect || dials.Load() != 0 {
+		t.Fatalf("start-up: %s, %d dials; want direct and none (no systemd in sight)", mode, dials.Load())
+	}
+	ctx := context.Background()
+	slicePod := func(uid, qos string) *api.PodSandbox {
+		pod := rt.addPod(podSpec{uid: uid, name: uid, qos: qos})
+		pod.Linux.CgroupParent = framework.PodSlice(framework.QOS(qos), uid)
+		return pod
+	}
+	create := func(pod *api.PodSandbox, name string, req, lim int64) *api.Container {
+		t.Helper()
+		c, ups, err := rt.create(pod, name, req, lim)
+		if err != nil || len(ups) != 0 {
+			t.Fatalf("create %s: %v, updates %q", name, err, rt.describe(ups))
+		}
+		scopesMu.Lock()
+		scopes["cri-containerd-"+c.Id+".scope"] = c
+		scopesMu.Unlock()
+		if err := rt.StartContainer(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	be1 := create(slicePod("be", "besteffort"), "be1", 0, 0)
+	if !strings.Contains(be1.Linux.CgroupsPath, ":cri-containerd:") {
+		t.Fatalf("cgroups path %q is not the systemd driver's", be1.Linux.CgroupsPath)
+	}
+	if mode := r.d.applier().mode(); mode != config.SharedUpdatesDirect || dials.Load() != 1 {
+		t.Fatalf("after the first scope: %s, %d dials; want direct through systemd", mode, dials.Load())
+	}
+	if !logged(hook, logrus.InfoLevel, "through systemd's D-Bus API") {
+		t.Error("no line saying the plugin goes through systemd")
+	}
+	be1Unit := "cri-containerd-" + be1.Id + ".scope"
+
+	g1 := slicePod("g1", "guaranteed")
+	create(g1, "c2", 2000, 2000)
+	// No settle: the start of c2 returned, so be1 is off core 1 already.
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Errorf("be1's scope %q once c2 started, want 0,2-4,6-7", got)
+	}
+	want := "SetCPUSet " + be1Unit + " cpus=0,2-4,6-7 mems= file=0-7"
+	if calls := fake.got(); !slices.Contains(calls, want) {
+		t.Errorf("systemd calls %q lack %q", calls, want)
+	}
+	if calls := fake.got(); !slices.Contains(calls, "LiftQuota kubepods-podg1.slice") {
+		t.Errorf("systemd calls %q: the exclusive pod's slice quota was not lifted", calls)
+	}
+
+	rt.removePod(g1)
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0-7" {
+		t.Errorf("be1's scope %q once g1 was removed, want 0-7", got)
+	}
+	want = "SetCPUSet " + be1Unit + " cpus=0-7 mems= file=0,2-4,6-7"
+	if calls := fake.got(); !slices.Contains(calls, want) {
+		t.Errorf("systemd calls %q lack %q", calls, want)
+	}
+	if n := len(rt.Unsolicited()); n != 0 {
+		t.Errorf("%d updates pushed to the runtime, want none", n)
 	}
 }
