@@ -14,6 +14,8 @@
 # VM_E2E_ARGS and VM_KUBELET_ARGS (the test binaries' ginkgo arguments).
 set -euo pipefail
 PAYLOAD=/mnt/payload
+# A systemd unit runs this without a login environment.
+export HOME=${HOME:-/root} PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 REPO=$PAYLOAD/repo
 # shellcheck source=/dev/null
 source "$PAYLOAD/vm.env"
