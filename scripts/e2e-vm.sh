@@ -82,7 +82,7 @@ cleanup() {
 		kill -KILL "$QEMU_PID" 2>/dev/null || true
 		wait "$QEMU_PID" 2>/dev/null || true
 	fi
-	[ -n "${TAIL_PID:-}" ] && kill "$TAIL_PID" 2>/dev/null
+	if [ -n "${TAIL_PID:-}" ]; then kill "$TAIL_PID" 2>/dev/null || true; fi
 	rm -rf "$RUN/payload" "$RUN/payload.img" "$RUN/root.qcow2"
 	if [ "$status" = 0 ] && [ "${VM_KEEP:-0}" != 1 ]; then
 		rm -rf "$RUN"

@@ -150,3 +150,34 @@ func TestReadHostFixture(t *testing.T) {
 		t.Errorf("L3 groups %v, want [7 2]", got)
 	}
 }
+
+func TestSystemdCgroupNames(t *testing.T) {
+	for _, c := range []struct {
+		q    QOS
+		uid  string
+		want string
+	}{
+		{Guaranteed, "a-b-1", "/kubepods.slice/kubepods-poda_b_1.slice"},
+		{Burstable, "u", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podu.slice"},
+		{BestEffort, "u", "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu.slice"},
+	} {
+		if got := SlicePath(PodSlice(c.q, c.uid)); got != c.want {
+			t.Errorf("SlicePath(PodSlice(%s, %s)) = %s, want %s", c.q, c.uid, got, c.want)
+		}
+	}
+	if got := SlicePath("/kubepods/podu"); got != "/kubepods/podu" {
+		t.Errorf("a cgroupfs path changed: %s", got)
+	}
+	for _, c := range []struct {
+		runtime string
+		driver  CgroupDriver
+		want    string
+	}{
+		{Containerd, Cgroupfs, ""}, {CRIO, Cgroupfs, "crio-x"},
+		{Containerd, Systemd, "cri-containerd-x.scope"}, {CRIO, Systemd, "crio-x.scope"},
+	} {
+		if got := ContainerCgroupName(c.runtime, c.driver, "x"); got != c.want {
+			t.Errorf("ContainerCgroupName(%s, %s) = %q, want %q", c.runtime, c.driver, got, c.want)
+		}
+	}
+}
