@@ -137,11 +137,13 @@ var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver nod
 		expectAll(ctx, "after daemon-reexec", pool)
 
 		By("removing the exclusive pod gives its CPUs back to the shared containers")
-		pods.Remove(ctx, pinned.Pod)
-		pinned = nil
+		// From the removal's start: the pod's stop frees its CPUs before
+		// the removal returns.
 		mu.Lock()
 		exclNow = cpuset.New()
 		mu.Unlock()
+		pods.Remove(ctx, pinned.Pod)
+		pinned = nil
 		Eventually(func(g Gomega) {
 			for _, ct := range shared {
 				g.Expect(CPUsOfG(g, ctx, ct)).To(EqualCPUs(Host.CPUs), "shared container %s", ct.Name)
