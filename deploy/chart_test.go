@@ -283,6 +283,25 @@ func TestChartHostPaths(t *testing.T) {
 	}
 }
 
+// TestChartSystemBus: hostPaths.systemBusDir moves the system bus mount
+// and its address; "" mounts nothing (the plugin then says at start-up
+// that the runtime applies the shared pool).
+func TestChartSystemBus(t *testing.T) {
+	m := loadChart(t, "--set", "hostPaths.systemBusDir=/var/run/dbus")
+	checkSystemBus(t, m.daemonSets[0], "/var/run/dbus")
+	m = loadChart(t, "--set", "hostPaths.systemBusDir=")
+	ds := m.daemonSets[0]
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == "system-bus" {
+			t.Errorf("systemBusDir \"\" still mounts %+v", v.VolumeSource)
+		}
+	}
+	c := container(t, ds)
+	if got := envOf(&c, "DBUS_SYSTEM_BUS_ADDRESS"); got != "" {
+		t.Errorf("systemBusDir \"\" still sets DBUS_SYSTEM_BUS_ADDRESS=%s", got)
+	}
+}
+
 // TestChartProbesFollowMetricsAddress: the probes ask /healthz where
 // metrics_address listens, and an address the probes cannot use fails the
 // rendering with a message naming the value.

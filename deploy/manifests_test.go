@@ -656,6 +656,12 @@ func checkMountsMatchConfig(t *testing.T, m manifests) {
 		t.Error("sysfs_root /sys: the runtime's own /sys/fs/cgroup mount (the container's cgroup namespace) would shadow the host's cgroups")
 	}
 
+	// The system bus: its host directory, writable, at the same path,
+	// and the address naming the socket in it (systemd's D-Bus API on a
+	// systemd cgroup driver node; the image has no /var/run, godbus's
+	// default).
+	checkSystemBus(t, ds, "/run/dbus")
+
 	// State directory: writable, on the host, at the same path.
 	v, vm = volumeFor(t, ds, cfg.StateDir)
 	if hp := hostPath(v); hp != config.DefaultStateDir || vm.ReadOnly {
@@ -684,6 +690,35 @@ func checkMountsMatchConfig(t *testing.T, m manifests) {
 			t.Errorf("metrics listen on %s only, but the %s probe goes to %q", host, kind, probe.HTTPGet.Host)
 		}
 	}
+}
+
+// checkSystemBus checks that the pod mounts the host's system bus
+// directory dir writable at the same path and points the plugin's D-Bus
+// client at the socket in it.
+func checkSystemBus(t *testing.T, ds *appsv1.DaemonSet, dir string) {
+	t.Helper()
+	v, vm := volumeFor(t, ds, dir)
+	if v.HostPath == nil || v.HostPath.Path != dir || vm.ReadOnly {
+		t.Errorf("system bus %s: volume %+v (read-only %v), want a writable mount of the host's %s", dir, v.VolumeSource, vm.ReadOnly, dir)
+	}
+	if v.HostPath != nil && (v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate) {
+		t.Errorf("system bus %s: hostPath type %v, want DirectoryOrCreate (a node without dbus must still run the plugin)", dir, v.HostPath.Type)
+	}
+	want := "unix:path=" + dir + "/system_bus_socket"
+	c := container(t, ds)
+	if got := envOf(&c, "DBUS_SYSTEM_BUS_ADDRESS"); got != want {
+		t.Errorf("DBUS_SYSTEM_BUS_ADDRESS %q, want %q", got, want)
+	}
+}
+
+// envOf is the value of the container's environment variable name.
+func envOf(c *corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
 }
 
 // TestImageName checks that the DaemonSet runs the image `make image`

@@ -85,19 +85,29 @@ func ScopeUnit(cgroupsPath string) (unit string, ok bool) {
 	return unit, ok
 }
 
-// SystemdManaged reports whether systemd manages the containers' cpusets
-// under this root: a cgroup v2 hierarchy holding the kubelet's systemd
-// driver slice, kubepods.slice. systemd keeps each container scope's
-// AllowedCPUs and AllowedMemoryNodes and writes them again whenever it
-// re-applies the unit (a daemon-reload, a property change), undoing a
-// cpuset the plugin wrote itself. Under cgroup v1 systemd does not manage
-// the cpuset controller.
+// SystemdManaged reports whether systemd runs this cgroup v2 hierarchy:
+// its own init.scope (PID 1's) is at the root, or, on the host's own
+// root, /run/systemd/system exists (sd_booted(3)). It does not depend on
+// the kubelet: its kubepods.slice may not exist yet when the plugin
+// starts. Where systemd runs the hierarchy, the runtime's systemd cgroup
+// driver makes every container a scope whose AllowedCPUs and
+// AllowedMemoryNodes systemd keeps and writes again whenever it
+// re-applies the unit (daemon-reload), undoing a cpuset written only into
+// the files; a container's cgroupsPath in the form "slice:prefix:name"
+// says for sure that its runtime uses that driver. Under cgroup v1
+// systemd does not manage the cpuset controller.
 func (r Root) SystemdManaged() bool {
 	if !r.unified {
 		return false
 	}
-	fi, err := os.Stat(filepath.Join(r.root, "kubepods.slice"))
-	return err == nil && fi.IsDir()
+	isDir := func(p string) bool {
+		fi, err := os.Stat(p)
+		return err == nil && fi.IsDir()
+	}
+	if isDir(filepath.Join(r.root, "init.scope")) || isDir(filepath.Join(r.root, "kubepods.slice")) {
+		return true
+	}
+	return filepath.Clean(r.root) == "/sys/fs/cgroup" && isDir("/run/systemd/system")
 }
 
 // ExpandSlice turns a systemd slice name into its path:

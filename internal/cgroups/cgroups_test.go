@@ -103,8 +103,9 @@ func TestScopeUnit(t *testing.T) {
 	}
 }
 
-// TestSystemdManaged: only a cgroup v2 root holding kubepods.slice (the
-// kubelet's systemd driver) is managed by systemd.
+// TestSystemdManaged: a cgroup v2 root holding systemd's init.scope is
+// systemd's, before the kubelet made its slice too; one holding only the
+// kubelet's systemd slice as well; cgroup v1 never.
 func TestSystemdManaged(t *testing.T) {
 	mk := func(t *testing.T, unified bool, dirs ...string) Root {
 		root := t.TempDir()
@@ -127,8 +128,9 @@ func TestSystemdManaged(t *testing.T) {
 		want    bool
 	}{
 		{"v2 systemd driver", true, []string{"kubepods.slice/kubepods-burstable.slice", "system.slice"}, true},
-		{"v2 cgroupfs driver", true, []string{"kubepods/burstable", "system.slice"}, false},
-		{"v2 before the kubelet", true, []string{"system.slice"}, false},
+		{"v2 systemd, no kubelet yet", true, []string{"init.scope", "system.slice"}, true},
+		{"v2 without systemd", true, []string{"kubepods/burstable"}, false},
+		{"v2 slice without init.scope", true, []string{"system.slice"}, false},
 		{"v1 systemd driver", false, []string{"cpuset/kubepods.slice", "kubepods.slice"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,12 +139,14 @@ func TestSystemdManaged(t *testing.T) {
 			}
 		})
 	}
-	// A file of that name is not the slice.
+	// Files of those names are not systemd's cgroups.
 	r := mk(t, true)
-	if err := os.WriteFile(filepath.Join(r.root, "kubepods.slice"), nil, 0o644); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"kubepods.slice", "init.scope"} {
+		if err := os.WriteFile(filepath.Join(r.root, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if r.SystemdManaged() {
-		t.Error("a file named kubepods.slice detected as the systemd driver's slice")
+		t.Error("files named kubepods.slice and init.scope detected as systemd's cgroups")
 	}
 }

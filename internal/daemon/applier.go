@@ -15,14 +15,16 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
-
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
 // applier is how the shared pool reaches the shared-pool containers'
-// cgroups (docs/architecture.md), chosen once by newApplier: through the
+// cgroups (docs/architecture.md), of the mode chooseMode decides (at
+// start-up, and once more from the first container's cgroups path,
+// seeDriver): through the
 // runtime (inAnswer) or written by the plugin (direct, direct.go). It
 // owns the update worker, its kicks and the reconcile loop.
 type applier interface {
@@ -58,61 +60,109 @@ type applier interface {
 	kickCount() *kickCounter
 	// cgroupRoot is the cgroup root it reads and writes.
 	cgroupRoot() cgroups.Root
+	// liftPodQuota removes the CFS quota of the pod holding the
+	// container at ctrPath, through the cpusetWriter (systemd.go).
+	liftPodQuota(ctrPath string) podQuotaResult
+	// base is the updater it runs on (seeDriver's swap keeps it).
+	base() *updater
 }
 
 // chooseMode decides how the shared pool is applied, the one place the
-// mode is decided; cfg.SharedPoolUpdates is set to the mode chosen. Under
-// the default "direct" a node where systemd manages the container cgroups
-// (cgroups.SystemdManaged) falls back to "in-answer" with an info line:
-// the OCI runtime's systemd driver sets the scope's AllowedCPUs, which
-// systemd keeps; a plain write is undone at its next re-apply. "direct"
-// in so many words is kept there, with a warning. A cgroup_root whose
-// cpuset hierarchy cannot be written (a read-only mount) falls back to
-// "in-answer" with a warning, so that a deployment mounting the cgroups
-// read-only keeps working; a configuration that asks for "direct" in so
-// many words is refused instead.
-func chooseMode(cfg *config.Config, root cgroups.Root, log *logrus.Logger) error {
+// mode is decided; cfg.SharedPoolUpdates is set to the mode chosen, and
+// the decision is logged with its reason. It decides at start-up from
+// the cgroup root (ctrPath ""), and once more from the first container's
+// cgroups path, the sure sign of the runtime's cgroup driver, where that
+// path says otherwise than the root did (seeDriver).
+//
+//   - "in-answer" asked for is kept.
+//   - A cgroup_root whose cpuset hierarchy cannot be written (a read-only
+//     mount): under the default "direct", "in-answer" with a warning, so
+//     that a deployment mounting the cgroups read-only keeps working;
+//     "direct" in so many words is refused.
+//   - systemd manages the container cgroups (cgroup v2 with systemd under
+//     the root, cgroups.SystemdManaged, or a container cgroups path in the
+//     systemd driver's form "slice:prefix:name"): systemd keeps each
+//     scope's AllowedCPUs and writes them back when it re-applies the
+//     unit (daemon-reload). "direct" goes through systemd's D-Bus API
+//     first (cpusetWriter, systemd.go) when systemd answers; when it does
+//     not (no bus socket mounted), the default falls back to "in-answer",
+//     whose OCI runtime goes through systemd, and "direct" in so many
+//     words is kept with a warning.
+//   - Otherwise "direct"; where the root showed systemd but the first
+//     container's path is a cgroupfs one, with an info line saying so.
+func chooseMode(cfg *config.Config, root cgroups.Root, sd *sysLink, ctrPath string, log *logrus.Logger) error {
 	if cfg.SharedPoolUpdates != config.SharedUpdatesDirect {
 		return nil
 	}
+	fields := logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot}
+	asked := cfg.Line(config.KeySharedPoolUpdates) > 0
 	err := root.Writable()
-	if err == nil && root.SystemdManaged() {
-		if cfg.Line(config.KeySharedPoolUpdates) > 0 {
-			log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot}).
-				Warn("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and writes a scope's AllowedCPUs " +
-					"back when it re-applies the unit (daemon-reload): until the reconcile loop restores them, shared-pool containers " +
-					"may run on exclusive CPUs; leave shared_pool_updates unset to have the runtime apply the pool through systemd")
-			return nil
+	if err != nil {
+		if asked {
+			return cfg.KeyError(config.KeySharedPoolUpdates, cfg.SharedPoolUpdates,
+				fmt.Sprintf("the plugin writes the shared-pool containers' cgroups itself and cannot write %s (%v): "+
+					"mount the host's cgroups read-write at cgroup_root, or set shared_pool_updates = %q",
+					root.CpusetRoot(), err, config.SharedUpdatesInAnswer))
 		}
-		log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "using": config.SharedUpdatesInAnswer}).
-			Info("systemd manages the container cgroups here (cgroup v2, systemd cgroup driver) and would undo cpusets the plugin writes: " +
-				"the runtime applies the shared pool instead, through systemd (each exclusive admission then waits for one OCI runtime " +
-				"update per shared-pool container)")
+		fields["error"], fields["using"] = err.Error(), config.SharedUpdatesInAnswer
+		log.WithFields(fields).
+			Warn("cannot write the cgroups for the default shared_pool_updates = \"direct\"; the runtime applies the shared pool instead " +
+				"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
 		cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
 		return nil
 	}
-	if err == nil {
+	onSystemd, evidence := root.SystemdManaged(), "systemd runs the cgroup hierarchy"
+	if ctrPath != "" && root.Unified() {
+		scope, isScope := systemd.ScopeUnit(ctrPath)
+		if !isScope && onSystemd {
+			fields["cgroups_path"], fields["using"] = ctrPath, config.SharedUpdatesDirect
+			log.WithFields(fields).Info("the runtime uses the cgroupfs driver (container cgroups are no systemd scopes): " +
+				"the plugin writes the shared pool into the cgroups itself")
+		}
+		onSystemd, evidence = isScope, "container cgroup "+scope
+	}
+	if !onSystemd {
 		return nil
 	}
-	if cfg.Line(config.KeySharedPoolUpdates) > 0 {
-		return cfg.KeyError(config.KeySharedPoolUpdates, cfg.SharedPoolUpdates,
-			fmt.Sprintf("the plugin writes the shared-pool containers' cgroups itself and cannot write %s (%v): "+
-				"mount the host's cgroups read-write at cgroup_root, or set shared_pool_updates = %q",
-				root.CpusetRoot(), err, config.SharedUpdatesInAnswer))
+	fields["evidence"] = evidence
+	m, err := sd.get()
+	if err == nil {
+		fields["using"], fields["systemd_version"] = config.SharedUpdatesDirect, m.Version()
+		log.WithFields(fields).Info("systemd manages the container cgroups (cgroup v2, systemd cgroup driver): the plugin changes cpusets " +
+			"and pod quotas through systemd's D-Bus API (a scope's AllowedCPUs, a pod slice's CPUQuota), then in the cgroup files, " +
+			"as runc's systemd driver does, so that systemd's re-apply (daemon-reload) keeps them")
+		return nil
 	}
-	log.WithFields(logrus.Fields{"key": config.KeySharedPoolUpdates, "cgroup_root": cfg.CgroupRoot, "error": err.Error(),
-		"using": config.SharedUpdatesInAnswer}).
-		Warn("cannot write the cgroups for the default shared_pool_updates = \"direct\"; the runtime applies the shared pool instead " +
-			"(each exclusive admission then waits for one OCI runtime update per shared-pool container); mount cgroup_root read-write")
+	fields["error"] = err.Error()
+	if asked {
+		fields["using"] = config.SharedUpdatesDirect
+		log.WithFields(fields).Warn("systemd manages the container cgroups (cgroup v2, systemd cgroup driver) but cannot be reached on D-Bus: " +
+			"the plugin writes cpusets into the cgroup files only, and systemd writes a scope's AllowedCPUs back when it re-applies " +
+			"the unit (daemon-reload) until the reconcile loop restores them; mount the host's /run/dbus/system_bus_socket " +
+			"read-write, or leave shared_pool_updates unset to have the runtime apply the pool through systemd")
+		return nil
+	}
+	fields["using"] = config.SharedUpdatesInAnswer
+	log.WithFields(fields).Warn("systemd manages the container cgroups (cgroup v2, systemd cgroup driver) but cannot be reached on D-Bus: " +
+		"the runtime applies the shared pool instead, through systemd (each exclusive admission then waits for one OCI runtime update " +
+		"per shared-pool container); mount the host's /run/dbus/system_bus_socket read-write for the faster \"direct\"")
 	cfg.SharedPoolUpdates = config.SharedUpdatesInAnswer
 	return nil
 }
 
 // newApplier is the applier of a mode chooseMode chose. Its cgroup reads
-// and writes go through root (cgroups.Root), the one seam between the
-// appliers and the cgroup files.
-func newApplier(mode string, l *ledger.Ledger, obs *metrics, conn *connection, root cgroups.Root, log *logrus.Logger) applier {
+// go through root (cgroups.Root), its writes through the updater's
+// cpusetWriter (systemd first on a systemd scope, then root): the one
+// seam between the appliers and the cgroups they write.
+func newApplier(mode string, l *ledger.Ledger, obs *metrics, conn *connection, root cgroups.Root, sd *sysLink, log *logrus.Logger) applier {
 	u := newUpdater(l, obs, conn, root, log)
+	u.sd = sd
+	return applierFor(mode, u)
+}
+
+// applierFor is the applier of mode over u: seeDriver's swap keeps the
+// updater, its worker's kicks and its way to systemd.
+func applierFor(mode string, u *updater) applier {
 	if mode == config.SharedUpdatesDirect {
 		return newDirect(u)
 	}
@@ -122,22 +172,26 @@ func newApplier(mode string, l *ledger.Ledger, obs *metrics, conn *connection, r
 // updater is what both appliers share: the worker's wake-ups, the kick
 // ledger, and finding drift.
 type updater struct {
-	l     *ledger.Ledger
-	obs   *metrics
-	conn  *connection
-	cg    cgroups.Root
-	log   *logrus.Logger
-	kickC chan struct{}
-	kicks kickCounter
+	l            *ledger.Ledger
+	obs          *metrics
+	conn         *connection
+	cpusetWriter // cg: the cgroup root read; sd: nil when systemd is never asked (tests)
+	log          *logrus.Logger
+	kickC        chan struct{}
+	kicks        kickCounter
 }
 
+// newUpdater is an updater reading and writing cg; its writes tell
+// systemd first once u.sd is set (newApplier).
 func newUpdater(l *ledger.Ledger, obs *metrics, conn *connection, cg cgroups.Root, log *logrus.Logger) *updater {
-	return &updater{l: l, obs: obs, conn: conn, cg: cg, log: log, kickC: make(chan struct{}, 1)}
+	return &updater{l: l, obs: obs, conn: conn, cpusetWriter: cpusetWriter{cg: cg}, log: log, kickC: make(chan struct{}, 1)}
 }
 
 func (u *updater) kickCount() *kickCounter { return &u.kicks }
 
 func (u *updater) cgroupRoot() cgroups.Root { return u.cg }
+
+func (u *updater) base() *updater { return u }
 
 // kick wakes the worker to bring every shared-pool container to the
 // current pool.

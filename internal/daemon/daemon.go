@@ -16,7 +16,9 @@
 // the next state with the engine, and hands every fact it learnt to
 // ledger.Commit, which applies them only after the store made the state
 // durable; the runtime gets its answer after that. The applier, whose
-// mode chooseMode decides once, brings the shared-pool containers along: in the answer or from its worker through the runtime
+// mode chooseMode decides at start-up (and once more from the first
+// container's cgroups path, seeDriver), brings the shared-pool
+// containers along: in the answer or from its worker through the runtime
 // (in-answer; never stub.UpdateContainers inside a handler, which
 // deadlocks the runtime), or by writing their cgroups (direct).
 //
@@ -45,6 +47,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
+	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -78,6 +81,7 @@ type options struct {
 	fromRuntime bool
 	now         func() time.Time
 	store       Store
+	sdDial      func(ctx context.Context) (systemd.Manager, error)
 }
 
 // WithTopology uses topo instead of reading sysfs_root.
@@ -111,8 +115,8 @@ func WithStubOptions(opts ...stub.Option) Option {
 // translates events into their calls.
 type Daemon struct {
 	led       *ledger.Ledger
-	store     *store                     // the ledger's Store; used under the ledger's lock
-	app       atomic.Pointer[applierRef] // replaced only by the first Configure of a pre-registered plugin
+	store     *store // the ledger's Store; used under the ledger's lock
+	app       applying
 	conn      connection
 	obs       *metrics
 	log       *logrus.Logger
@@ -134,13 +138,25 @@ type runState struct {
 	wg          *sync.WaitGroup
 	unlockState func() error
 	workerOn    bool
+	cancel      context.CancelFunc // stops the running applier's worker (swapApplier)
+}
+
+// applying is how the shared pool reaches the cgroups: the applier of the
+// mode chooseMode decided, replaced by the first Configure of a
+// pre-registered plugin or when the first container's cgroups path
+// changes the mode (seeDriver); the way to systemd its writes take on a
+// systemd node; and whether that first path was seen.
+type applying struct {
+	ref        atomic.Pointer[applierRef]
+	sd         *sysLink
+	driverSeen bool // under the ledger's lock
 }
 
 // applierRef boxes an applier for atomic.Pointer.
 type applierRef struct{ a applier }
 
 // applier is the way the shared pool is applied.
-func (d *Daemon) applier() applier { return d.app.Load().a }
+func (d *Daemon) applier() applier { return d.app.ref.Load().a }
 
 // New validates cfg, reads the topology (unless WithTopology), builds the
 // engine and returns the daemon. It refuses the static policy without a
@@ -189,15 +205,19 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	d.obs.registerConnected(&d.connected)
 	d.store = &store{ckpt: checkpoint.New(cfg.StateDir, CheckpointName), kubeletFile: o.kubeletFile,
 		jnl: journalStore{mode: o.store}, log: o.log, obs: d.obs}
+	if o.sdDial == nil {
+		o.sdDial = dialSystemd
+	}
+	d.app.sd = newSysLink(o.sdDial)
 	root := cgroups.New(cfg.CgroupRoot)
-	if err := chooseMode(&cfg, root, o.log); err != nil {
+	if err := chooseMode(&cfg, root, d.app.sd, "", o.log); err != nil {
 		return nil, err
 	}
 	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: d.store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
 	d.led = l
 	d.obs.registerHeld(l.View)
 	d.obs.reg.MustRegister(newMemoryCollector(l.View))
-	d.app.Store(&applierRef{newApplier(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, o.log)})
+	d.app.ref.Store(&applierRef{newApplier(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
 	if d.nrt, err = newNRTExporter(cfg, l.View, o.log); err != nil {
 		return nil, err
 	}
@@ -332,12 +352,7 @@ func (d *Daemon) startLocked() error {
 	ctx, wg := d.run.ctx, d.run.wg
 	if !d.run.workerOn {
 		d.run.workerOn = true
-		app := d.applier()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			app.run(ctx)
-		}()
+		d.startWorker(d.applier())
 		if exp := d.nrt; exp != nil {
 			wg.Add(1)
 			go func() {
@@ -512,9 +527,10 @@ func warnIgnoredKeys(log *logrus.Logger, cfg config.Config, source string) {
 // socket_path, sysfs_root, cgroup_root, metrics_address) are fixed at
 // start-up and only logged when they differ. shared_pool_updates is fixed
 // once the plugin runs: a configuration asking for another value is
-// refused, since the way the pool reaches the cgroups is chosen once and
-// silently keeping the old one would leave the operator believing in a
-// mode that is not running.
+// refused, since the way the pool reaches the cgroups is chosen by the
+// plugin (chooseMode: at start-up, and from the first container's cgroups
+// path) and silently keeping the old one would leave the operator
+// believing in a mode that is not running.
 func (d *Daemon) configure(doc string) error {
 	l := d.led
 	if strings.TrimSpace(doc) == "" {
@@ -546,10 +562,10 @@ func (d *Daemon) configure(doc string) error {
 		// First configuration (pre-registered plugin): the applier is
 		// chosen now, and everything starts.
 		root := cgroups.New(next.CgroupRoot)
-		if err := chooseMode(&next, root, d.log); err != nil {
+		if err := chooseMode(&next, root, d.app.sd, "", d.log); err != nil {
 			return fmt.Errorf("configuration from the runtime: %w", err)
 		}
-		d.app.Store(&applierRef{newApplier(next.SharedPoolUpdates, l, d.obs, &d.conn, root, d.log)})
+		d.app.ref.Store(&applierRef{newApplier(next.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, d.log)})
 		if _, err := l.Commit(ledger.Change{Reconfigure: &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: engine.NewState()}}); err != nil {
 			return err
 		}

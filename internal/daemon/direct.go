@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -61,21 +60,12 @@ type direct struct {
 	// done is the generation (ledger.gen) of the newest state a pass
 	// wrote to every shared-pool cgroup there was.
 	done uint64
-	// systemdSeen: watchSystemd has warned.
-	systemdSeen atomic.Bool
-	// w writes the cpusets: every cgroup write of this applier goes
-	// through it (cgroups.Root's; a writer that tells systemd first can
-	// take its place).
-	w cpusetWriter
 }
 
-// cpusetWriter is the direct applier's one seam to the cgroup files.
-type cpusetWriter interface {
-	WriteCPUs(cgroupsPath, cpus string) error
-	WriteMems(cgroupsPath, mems string) error
-}
-
-func newDirect(u *updater) *direct { return &direct{updater: u, written: map[string]string{}, w: u.cg} }
+// newDirect is the direct applier over u: every cgroup it writes goes
+// through u's cpusetWriter, the one seam (systemd first on a systemd
+// scope, then the file).
+func newDirect(u *updater) *direct { return &direct{updater: u, written: map[string]string{}} }
 
 func (a *direct) mode() string { return config.SharedUpdatesDirect }
 
@@ -86,29 +76,7 @@ func (a *direct) poolChanged(skip string) []*api.ContainerUpdate {
 	return nil
 }
 
-func (a *direct) created(id, cpus string) {
-	a.note(id, cpus)
-	r, _ := a.l.Record(id)
-	a.watchSystemd(r.CgroupsPath)
-}
-
-// watchSystemd warns, once, when a container's cgroup is a systemd scope
-// on cgroup v2 although the start-up check found no systemd driver (the
-// plugin started before the kubelet made kubepods.slice): systemd undoes
-// the writes of this mode there.
-func (a *direct) watchSystemd(cgroupsPath string) {
-	if !a.cg.Unified() || a.systemdSeen.Load() {
-		return
-	}
-	unit, ok := cgroups.ScopeUnit(cgroupsPath)
-	if !ok || a.systemdSeen.Swap(true) {
-		return
-	}
-	a.log.WithFields(logrus.Fields{"unit": unit, "key": config.KeySharedPoolUpdates}).
-		Warn("container cgroups are systemd scopes on cgroup v2: systemd writes a scope's AllowedCPUs back when it re-applies the unit " +
-			"(daemon-reload), undoing the shared pool this plugin writes until the reconcile loop restores it; " +
-			"set shared_pool_updates = \"in-answer\" or restart the plugin once the kubelet runs")
-}
+func (a *direct) created(id, cpus string) { a.note(id, cpus) }
 
 // note records the cpuset a shared-pool container's cgroup holds.
 func (a *direct) note(id, cpus string) {
@@ -124,9 +92,6 @@ func (a *direct) note(id, cpus string) {
 // sent to the runtime, whose record of them is stale by design.
 // the ledger is locked.
 func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
-	for _, r := range a.l.Records() {
-		a.watchSystemd(r.CgroupsPath)
-	}
 	var exclusive []cpuUpdate
 	for _, u := range planned {
 		if r, _ := a.l.Record(u.ID); r.Exclusive || u.Mems != "" {
@@ -213,7 +178,7 @@ func (a *direct) pass() {
 		var wrote []string
 		var failed []error
 		for _, t := range todo {
-			err := a.w.WriteCPUs(t.path, shared)
+			err := a.writeCPUSet(t.path, shared, "")
 			switch {
 			case err == nil:
 				wrote = append(wrote, t.id)
@@ -270,7 +235,7 @@ func (a *direct) check(id string) {
 	}
 	shared := mask.String()
 	if have.String() != shared {
-		if err := a.w.WriteCPUs(r.CgroupsPath, shared); err != nil {
+		if err := a.writeCPUSet(r.CgroupsPath, shared, ""); err != nil {
 			a.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "cpus": shared}).
 				Warn("cannot write the shared pool into a starting container's cgroup; the reconcile loop retries")
 			return
@@ -313,11 +278,11 @@ func (a *direct) reconcile() int {
 func (a *direct) restore(found []drifted, _ stub.Stub, _ uint64) {
 	var failed []error
 	for _, dr := range found {
-		err := a.w.WriteCPUs(dr.rec.CgroupsPath, dr.wantCPUs.String())
-		if err == nil && dr.updateMems {
-			err = a.w.WriteMems(dr.rec.CgroupsPath, dr.wantMems)
+		mems := ""
+		if dr.updateMems {
+			mems = dr.wantMems
 		}
-		if err != nil {
+		if err := a.writeCPUSet(dr.rec.CgroupsPath, dr.wantCPUs.String(), mems); err != nil {
 			if !errors.Is(err, cgroups.ErrGone) {
 				failed = append(failed, fmt.Errorf("container %s of pod %s: %w", dr.rec.Name, dr.rec.PodName, err))
 			}

@@ -91,17 +91,24 @@ func (p *plugin) Shutdown(context.Context) {
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("Synchronize")()
 	d := p.d
-	l, a := d.led, d.applier()
+	l := d.led
 	in := p.syncInput(pods, ctrs)
 	l.Lock()
 	defer l.Unlock()
 	if l.Engine() == nil {
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.PendingErr())
 	}
+	paths := make([]string, 0, len(in.Ctrs))
+	for _, c := range in.Ctrs {
+		paths = append(paths, c.CgroupsPath)
+	}
+	d.seeDriver(paths...)
+	a := d.applier() // after seeDriver, which may replace it
 	in.State, in.Records, in.Static, in.Now = l.State(), l.Index(), l.Static(), l.Stamp()
 	in.Records = memsAtSync(l.Engine(), in.State, in.Records)
 	plan := planSync(l.Engine(), in)
 	p.logSyncEvents(plan.Events)
+	p.logMoved(in, plan)
 	scope := l.Settings().TopologyManagerScope
 	for _, adm := range plan.Admissions {
 		d.obs.observeAdmission(adm.Request, adm.Err, 0, in.Static, scope)
@@ -195,6 +202,27 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 	}
 }
 
+// logMoved logs each container the plugin knew that Synchronize finds
+// off its placement: one whose answer the runtime never applied (it gave
+// up waiting, ran the container with the kubelet's cpuset, and dropped the
+// plugin), or one changed behind the plugin's back while it was away.
+func (p *plugin) logMoved(in syncInput, plan syncPlan) {
+	found := make(map[string]syncCtr, len(plan.Live))
+	for _, c := range plan.Live {
+		found[c.ID] = c
+	}
+	for _, u := range plan.Updates {
+		r, known := in.Records[u.ID]
+		c, live := found[u.ID]
+		if !known || !live || c.Phase != phaseRunning {
+			continue
+		}
+		p.d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "exclusive": plan.Records[u.ID].Exclusive,
+			"found_cpus": c.CPUs, "cpus": u.CPUs}).
+			Info("synchronize: container running off its placement (an answer the runtime never applied, or a change while the plugin was away); moving it")
+	}
+}
+
 func sameList(a, b string) bool {
 	x, err1 := cpuset.Parse(a)
 	y, err2 := cpuset.Parse(b)
@@ -209,7 +237,7 @@ func sameList(a, b string) bool {
 func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("CreateContainer")()
 	d := p.d
-	l, a := d.led, d.applier()
+	l := d.led
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
 	devInfo, devErr := p.deviceReader().nodes(ctr)
@@ -221,6 +249,8 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if e == nil {
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.PendingErr())
 	}
+	d.seeDriver(ctr.GetLinux().GetCgroupsPath())
+	a := d.applier() // after seeDriver, which may replace it
 	scope := l.Settings().TopologyManagerScope
 	start := time.Now()
 	ad := admit(e, l.State(), admitInput{Req: req, Nodes: nodes, Static: l.Static(),
@@ -331,15 +361,47 @@ func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg strin
 // runtimes send it only after the OCI runtime created the container. It
 // no longer awaits its start, and the applier holds the start until the
 // container's CPUs are its own (direct's start barrier).
-func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("StartContainer")()
 	d := p.d
-	l, a := d.led, d.applier()
+	l := d.led
 	l.Lock()
 	_, _ = l.Commit(ledger.Change{Life: ledger.Life{Started: ctr.GetId()}}) // nothing durable: cannot fail
+	p.unplaced(pod, ctr)
+	a := d.applier() // after unplaced's seeDriver, which may replace it
 	l.Unlock()
 	a.startBarrier(ctr.GetId())
 	return nil
+}
+
+// unplaced takes in a container that starts although the plugin never
+// placed it: the runtime gave up waiting for the CreateContainer answer
+// (its NRI request timeout; it then drops the plugin, and the container
+// was created after the reconnection's Synchronize listed the runtime's
+// containers) and created it with the cpuset the kubelet asked for,
+// every CPU, exclusive ones included. It joins the shared pool, where a
+// running container the plugin cannot admit goes at Synchronize too: the
+// applier puts it there now (direct: the start check writes its cgroup;
+// in-answer: the worker pushes the pool). The ledger is locked.
+func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) {
+	d := p.d
+	l := d.led
+	id := ctr.GetId()
+	e := l.Engine()
+	if _, ok := l.Record(id); ok || e == nil || l.Syncs() == 0 {
+		return
+	}
+	rec := ctrRecord{ID: id, Pod: podKey(pod), PodName: podName(pod), Name: ctr.GetName(),
+		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()}
+	entry := d.log.WithFields(logrus.Fields{"pod": rec.PodName, "container": rec.Name, "id": id,
+		"found_cpus": ctr.GetLinux().GetResources().GetCpu().GetCpus(), "cpus": e.SharedMask(l.State()).String()})
+	if _, err := l.Commit(ledger.Change{Index: indexChange{Edit: ctrEdit{Put: []ctrRecord{rec}}}}); err != nil {
+		entry.WithError(err).Error("cannot write the checkpoint; a container the plugin never placed stays where the runtime put it until the reconcile loop")
+		return
+	}
+	entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
+	d.seeDriver(rec.CgroupsPath)
+	d.applier().kick()
 }
 
 // StopContainer forgets the container but not its CPUs: as under the

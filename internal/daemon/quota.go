@@ -101,22 +101,7 @@ func withNoQuota(updates []*api.ContainerUpdate, id string) []*api.ContainerUpda
 // liftPodQuota removes the quota of rec's pod cgroup, logging what it did.
 func (p *plugin) liftPodQuota(rec ctrRecord, why string) {
 	d := p.d
-	logPodQuota(d.log, rec, why, liftPodQuota(d.applier().cgroupRoot(), rec.CgroupsPath))
-}
-
-// liftPodQuota removes the CFS quota of the pod cgroup holding the
-// container whose cgroups path is ctrPath. It reports whether there was
-// one (lifted) and the pod's cgroups path.
-func liftPodQuota(cg cgroups.Root, ctrPath string) podQuotaResult {
-	pod, err := cgroups.PodCgroupsPath(ctrPath)
-	if err != nil {
-		return podQuotaResult{err: err}
-	}
-	unlimited, err := cg.QuotaUnlimited(pod)
-	if err != nil || unlimited {
-		return podQuotaResult{pod: pod, err: err}
-	}
-	return podQuotaResult{pod: pod, lifted: true, err: cg.RemoveQuota(pod)}
+	logPodQuota(d.log, rec, why, d.applier().liftPodQuota(rec.CgroupsPath))
 }
 
 type podQuotaResult struct {
@@ -162,7 +147,7 @@ func (u *updater) reconcileQuota() {
 			continue
 		}
 		seen[pod] = true
-		if res := liftPodQuota(u.cg, r.CgroupsPath); res.lifted || (res.err != nil && !errors.Is(res.err, cgroups.ErrGone)) {
+		if res := u.liftPodQuota(r.CgroupsPath); res.lifted || (res.err != nil && !errors.Is(res.err, cgroups.ErrGone)) {
 			logPodQuota(u.log, r, "reconcile", res)
 		}
 	}

@@ -1,14 +1,25 @@
 package daemon
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
+	"github.com/nri-cpualign/nri-cpualign/internal/podres"
+	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -38,21 +49,93 @@ func entriesAt(hook *logtest.Hook, level logrus.Level) []*logrus.Entry {
 	return out
 }
 
-// TestSystemdDriverFallsBackToInAnswer: on cgroup v2 with the kubelet's
-// systemd slice, the default mode falls back to in-answer with an info
-// line (systemd would undo direct writes); direct asked for in so many
-// words is kept, with a warning; without the slice direct is kept
-// silently.
-func TestSystemdDriverFallsBackToInAnswer(t *testing.T) {
+// fakeSystemd records what the daemon asks of systemd. Each call is noted
+// with what the cgroup file it concerns holds at that moment (file), so
+// that a test sees whether systemd was asked before the file was written.
+type fakeSystemd struct {
+	mu      sync.Mutex
+	calls   []string
+	lifted  map[string]bool // slice → systemd holds no quota
+	setErr  error
+	version int
+	file    func(unit string) string
+}
+
+func (f *fakeSystemd) note(format string, args ...any) {
+	f.mu.Lock()
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+	f.mu.Unlock()
+}
+
+func (f *fakeSystemd) SetCPUSet(_ context.Context, unit, cpus, mems string) error {
+	held := ""
+	if f.file != nil {
+		held = f.file(unit)
+	}
+	f.note("SetCPUSet %s cpus=%s mems=%s file=%s", unit, cpus, mems, held)
+	return f.setErr
+}
+
+func (f *fakeSystemd) LiftQuota(_ context.Context, unit string) error {
+	f.note("LiftQuota %s", unit)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lifted == nil {
+		f.lifted = map[string]bool{}
+	}
+	f.lifted[unit] = true
+	return nil
+}
+
+func (f *fakeSystemd) QuotaLifted(_ context.Context, unit string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lifted[unit], nil
+}
+
+func (f *fakeSystemd) Version() int { return f.version }
+
+func (f *fakeSystemd) got() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// sdDials are the ways to systemd a test gives the daemon: a working
+// fake, or none (no bus socket), counting the dials.
+func sdDial(f *fakeSystemd, dials *atomic.Int32) func(context.Context) (systemd.Manager, error) {
+	return func(context.Context) (systemd.Manager, error) {
+		dials.Add(1)
+		if f == nil {
+			return nil, errors.New("dial unix /run/dbus/system_bus_socket: connect: no such file or directory")
+		}
+		return f, nil
+	}
+}
+
+// TestModeOnSystemd: the mode follows what the node is. Where systemd
+// runs the cgroup v2 hierarchy (its init.scope, before any kubelet slice;
+// or the kubelet's slice) the default "direct" goes through systemd when
+// systemd answers, and falls back to "in-answer" when it cannot be
+// reached, saying so once with the reason; "direct" asked for in so many
+// words is kept with a warning. Without systemd nothing is dialed and
+// nothing is said.
+func TestModeOnSystemd(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	for _, tc := range []struct {
 		name, extra, want string
 		dirs              []string
+		bus               bool
 		level             logrus.Level // of the one line naming the key; 0: none
+		dials             int
 	}{
-		{"systemd default", "", config.SharedUpdatesInAnswer, []string{"kubepods.slice/kubepods-burstable.slice", "init.scope"}, logrus.InfoLevel},
-		{"systemd explicit direct", "shared_pool_updates = \"direct\"\n", config.SharedUpdatesDirect, []string{"kubepods.slice"}, logrus.WarnLevel},
-		{"cgroupfs default", "", config.SharedUpdatesDirect, []string{"kubepods/burstable", "init.scope"}, 0},
+		{"systemd before the kubelet, bus", "", config.SharedUpdatesDirect, []string{"init.scope", "system.slice"}, true, logrus.InfoLevel, 1},
+		{"systemd and kubelet, bus", "", config.SharedUpdatesDirect, []string{"kubepods.slice/kubepods-burstable.slice", "init.scope"}, true, logrus.InfoLevel, 1},
+		{"systemd, no bus", "", config.SharedUpdatesInAnswer, []string{"init.scope"}, false, logrus.WarnLevel, 1},
+		{"kubelet slice only, no bus", "", config.SharedUpdatesInAnswer, []string{"kubepods.slice"}, false, logrus.WarnLevel, 1},
+		{"systemd, no bus, direct asked for", "shared_pool_updates = \"direct\"\n", config.SharedUpdatesDirect, []string{"init.scope"}, false, logrus.WarnLevel, 1},
+		{"systemd, in-answer asked for", "shared_pool_updates = \"in-answer\"\n", config.SharedUpdatesInAnswer, []string{"init.scope"}, true, 0, 0},
+		{"no systemd", "", config.SharedUpdatesDirect, []string{"kubepods/burstable"}, false, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := unifiedRoot(t, tc.dirs...)
@@ -60,13 +143,21 @@ func TestSystemdDriverFallsBackToInAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var fake *fakeSystemd
+			if tc.bus {
+				fake = &fakeSystemd{version: 252}
+			}
+			var dials atomic.Int32
 			log, hook := logtest.NewNullLogger()
-			d, err := New(cfg, WithTopology(topo), WithLogger(log))
+			d, err := New(cfg, WithTopology(topo), WithLogger(log), WithSystemd(sdDial(fake, &dials)))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got, mode := d.Config().SharedPoolUpdates, d.applier().mode(); got != tc.want || mode != tc.want {
 				t.Errorf("shared_pool_updates %q, applier %q; want %q", got, mode, tc.want)
+			}
+			if int(dials.Load()) != tc.dials {
+				t.Errorf("dialed systemd %d times, want %d", dials.Load(), tc.dials)
 			}
 			var lines []*logrus.Entry
 			for _, lv := range []logrus.Level{logrus.InfoLevel, logrus.WarnLevel} {
@@ -77,59 +168,314 @@ func TestSystemdDriverFallsBackToInAnswer(t *testing.T) {
 				t.Errorf("log line about shared_pool_updates without systemd: %q", lines[0].Message)
 			case tc.level != 0 && (len(lines) != 1 || lines[0].Level != tc.level || !strings.Contains(lines[0].Message, "systemd")):
 				t.Errorf("want one %s line about systemd naming shared_pool_updates, got %d: %v", tc.level, len(lines), lines)
+			case tc.level != 0 && lines[0].Data["using"] != tc.want:
+				t.Errorf("the line says using %v, want %s", lines[0].Data["using"], tc.want)
+			case tc.level != 0 && !tc.bus && !strings.Contains(fmt.Sprint(lines[0].Data["error"]), "system_bus_socket"):
+				t.Errorf("the line does not give the reason: %v", lines[0].Data)
 			}
 		})
 	}
 }
 
-// TestDirectWarnsOnSystemdScopes: a direct applier on cgroup v2 that sees
-// a container cgroup in the systemd driver's form (the plugin started
-// before the kubelet made its slice) warns once, naming the scope unit;
-// cgroupfs paths and cgroup v1 never warn.
-func TestDirectWarnsOnSystemdScopes(t *testing.T) {
+// TestSeeDriver: the first container's cgroups path decides again where
+// the cgroup root could not tell. Systemd scopes under a "direct" chosen
+// without systemd in sight: "in-answer" when systemd cannot be reached,
+// "direct" through systemd when it can. cgroupfs paths under the
+// "in-answer" chosen because systemd was in sight but out of reach: back
+// to "direct". Once only; a mode in the configuration, and cgroup v1,
+// stay.
+func TestSeeDriver(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
+	const (
+		scopePath = "kubepods-besteffort-podu.slice:cri-containerd:abc"
+		fsPath    = "/kubepods/besteffort/podu/abc"
+	)
 	for _, tc := range []struct {
-		name  string
-		root  func(t *testing.T) string
-		paths []string
-		unit  string // "" when no warning is wanted
+		name, extra  string
+		dirs         []string
+		v1, bus      bool
+		paths        []string
+		before, want string
 	}{
-		{"v2 systemd scopes", func(t *testing.T) string { return unifiedRoot(t) },
-			[]string{"/kubepods/burstable/podu/abc", "kubepods-burstable-podu.slice:cri-containerd:abc", "kubepods-podv.slice:crio:def"},
-			"cri-containerd-abc.scope"},
-		{"v2 cgroupfs", func(t *testing.T) string { return unifiedRoot(t) }, []string{"/kubepods/burstable/podu/abc"}, ""},
-		{"v1 systemd scopes", func(t *testing.T) string {
-			root := t.TempDir()
-			if err := os.MkdirAll(filepath.Join(root, "cpuset"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			return root
-		}, []string{"kubepods-podv.slice:crio:def"}, ""},
+		{"scopes, no bus", "", nil, false, false, []string{"", scopePath, fsPath}, config.SharedUpdatesDirect, config.SharedUpdatesInAnswer},
+		{"scopes, bus", "", nil, false, true, []string{scopePath}, config.SharedUpdatesDirect, config.SharedUpdatesDirect},
+		{"cgroupfs beside systemd, no bus", "", []string{"init.scope"}, false, false, []string{fsPath, scopePath}, config.SharedUpdatesInAnswer, config.SharedUpdatesDirect},
+		{"scopes beside systemd, no bus", "", []string{"init.scope"}, false, false, []string{scopePath}, config.SharedUpdatesInAnswer, config.SharedUpdatesInAnswer},
+		{"scopes, no bus, direct asked for", "shared_pool_updates = \"direct\"\n", nil, false, false, []string{scopePath}, config.SharedUpdatesDirect, config.SharedUpdatesDirect},
+		{"scopes on cgroup v1", "", nil, true, false, []string{scopePath}, config.SharedUpdatesDirect, config.SharedUpdatesDirect},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\nmetrics_address = \"\"\ncgroup_root = \"" + tc.root(t) + "\"\n"))
+			root := unifiedRoot(t, tc.dirs...)
+			if tc.v1 {
+				root = t.TempDir()
+				if err := os.MkdirAll(filepath.Join(root, "cpuset"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\nmetrics_address = \"\"\ncgroup_root = \"" + root + "\"\n" + tc.extra))
 			if err != nil {
 				t.Fatal(err)
 			}
+			var fake *fakeSystemd
+			if tc.bus {
+				fake = &fakeSystemd{version: 252}
+			}
+			var dials atomic.Int32
 			log, hook := logtest.NewNullLogger()
-			d, err := New(cfg, WithTopology(topo), WithLogger(log))
+			d, err := New(cfg, WithTopology(topo), WithLogger(log), WithSystemd(sdDial(fake, &dials)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, ok := d.applier().(*direct)
-			if !ok {
-				t.Fatalf("applier %q, want direct", d.applier().mode())
+			if mode := d.applier().mode(); mode != tc.before {
+				t.Fatalf("applier %q at start-up, want %q", mode, tc.before)
 			}
+			hook.Reset()
+			d.led.Lock()
 			for _, p := range tc.paths {
-				a.watchSystemd(p)
+				d.seeDriver(p)
 			}
-			warned := entriesAt(hook, logrus.WarnLevel)
-			switch {
-			case tc.unit == "" && len(warned) != 0:
-				t.Errorf("warned without systemd scopes on v2: %q", warned[0].Message)
-			case tc.unit != "" && (len(warned) != 1 || warned[0].Data["unit"] != tc.unit):
-				t.Errorf("want one warning naming %s, got %v", tc.unit, warned)
+			d.led.Unlock()
+			if got, mode := d.Config().SharedPoolUpdates, d.applier().mode(); got != tc.want || mode != tc.want {
+				t.Errorf("shared_pool_updates %q, applier %q; want %q", got, mode, tc.want)
+			}
+			lines := append(entriesAt(hook, logrus.InfoLevel), entriesAt(hook, logrus.WarnLevel)...)
+			changed := tc.before != tc.want || (tc.bus && !tc.v1)
+			if changed != (len(lines) == 1) || len(lines) > 1 {
+				t.Errorf("%d lines naming shared_pool_updates, want %v: %v", len(lines), changed, lines)
 			}
 		})
+	}
+}
+
+// scopeRoot is a cgroup v2 root holding a container scope (cpuset.cpus
+// 0-7) and its pod slice (cpu.max 400000: a 4-CPU quota).
+func scopeRoot(t *testing.T) (root, ctrPath, scopeDir, podDir string) {
+	t.Helper()
+	podDir = "kubepods.slice/kubepods-pod1.slice"
+	scopeDir = podDir + "/cri-containerd-abc.scope"
+	root = unifiedRoot(t, scopeDir)
+	for f, v := range map[string]string{scopeDir + "/cpuset.cpus": "0-7\n", scopeDir + "/cpuset.mems": "0\n", podDir + "/cpu.max": "400000 100000\n"} {
+		if err := os.WriteFile(filepath.Join(root, f), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, "kubepods-pod1.slice:cri-containerd:abc", scopeDir, podDir
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestWriteThroughSystemd: the applier's one write seam gives a systemd
+// scope its cpuset through systemd first (systemd is asked while the file
+// still holds the old value), then in the files; a scope systemd does not
+// know still gets its files; a failure of systemd is reported after the
+// files are written; cgroupfs paths and cgroup v1 never ask systemd.
+func TestWriteThroughSystemd(t *testing.T) {
+	root, path, scopeDir, _ := scopeRoot(t)
+	fake := &fakeSystemd{version: 252}
+	fake.file = func(unit string) string {
+		if unit != "cri-containerd-abc.scope" {
+			return "?"
+		}
+		return readFile(t, filepath.Join(root, scopeDir, "cpuset.cpus"))
+	}
+	u := newUpdater(nil, nil, nil, cgroups.New(root), logrus.New())
+	u.sd = newSysLink(func(context.Context) (systemd.Manager, error) { return fake, nil })
+
+	if err := u.writeCPUSet(path, "2-3", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(root, scopeDir, "cpuset.cpus")); got != "2-3" {
+		t.Errorf("cpuset.cpus %q, want 2-3", got)
+	}
+	want := []string{"SetCPUSet cri-containerd-abc.scope cpus=2-3 mems=0 file=0-7"}
+	if got := fake.got(); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("systemd calls %q, want %q", got, want)
+	}
+
+	fake.setErr = fmt.Errorf("%w: Unit cri-containerd-abc.scope not found.", systemd.ErrNoUnit)
+	if err := u.writeCPUSet(path, "4", ""); err != nil {
+		t.Errorf("a unit systemd does not know: %v", err)
+	}
+	fake.setErr = errors.New("Access denied")
+	if err := u.writeCPUSet(path, "5", ""); err == nil || !strings.Contains(err.Error(), "cri-containerd-abc.scope") {
+		t.Errorf("systemd's failure not reported with the unit: %v", err)
+	}
+	if got := readFile(t, filepath.Join(root, scopeDir, "cpuset.cpus")); got != "5" {
+		t.Errorf("cpuset.cpus %q after systemd failed, want 5 (the file is written anyway)", got)
+	}
+	if err := u.writeCPUSet("kubepods-pod1.slice:cri-containerd:gone", "1", ""); !errors.Is(err, cgroups.ErrGone) {
+		t.Errorf("a scope without cgroup: %v, want ErrGone", err)
+	}
+
+	// cgroupfs path on v2, and a systemd path on v1: files only.
+	n := len(fake.got())
+	fsRoot := unifiedRoot(t, "kubepods/pod1/abc")
+	if err := os.WriteFile(filepath.Join(fsRoot, "kubepods/pod1/abc/cpuset.cpus"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u.cg = cgroups.New(fsRoot)
+	if err := u.writeCPUSet("/kubepods/pod1/abc", "1", ""); err != nil {
+		t.Fatal(err)
+	}
+	v1 := t.TempDir()
+	v1Scope := filepath.Join(v1, "cpuset/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope")
+	if err := os.MkdirAll(v1Scope, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(v1Scope, "cpuset.cpus"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u.cg = cgroups.New(v1)
+	if err := u.writeCPUSet(path, "1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := fake.got(); len(got) != n {
+		t.Errorf("systemd asked for a cgroupfs path or under cgroup v1: %q", got[n:])
+	}
+
+	// No systemd at all: the files.
+	u.cg = cgroups.New(root)
+	u.sd = newSysLink(sdDial(nil, new(atomic.Int32)))
+	if err := u.writeCPUSet(path, "6", ""); err != nil {
+		t.Errorf("without systemd: %v", err)
+	}
+	if got := readFile(t, filepath.Join(root, scopeDir, "cpuset.cpus")); got != "6" {
+		t.Errorf("cpuset.cpus %q, want 6", got)
+	}
+}
+
+// TestLiftQuotaThroughSystemd: a pod slice's quota is lifted in systemd
+// (CPUQuota=infinity) and then in cpu.max; once systemd holds none,
+// nothing more is sent.
+func TestLiftQuotaThroughSystemd(t *testing.T) {
+	root, path, _, podDir := scopeRoot(t)
+	fake := &fakeSystemd{version: 252}
+	u := newUpdater(nil, nil, nil, cgroups.New(root), logrus.New())
+	u.sd = newSysLink(func(context.Context) (systemd.Manager, error) { return fake, nil })
+
+	res := u.liftPodQuota(path)
+	if res.err != nil || !res.lifted || res.pod != "/kubepods.slice/kubepods-pod1.slice" {
+		t.Fatalf("lift: %+v", res)
+	}
+	if got := readFile(t, filepath.Join(root, podDir, "cpu.max")); got != "max" {
+		t.Errorf("cpu.max %q, want max", got)
+	}
+	if got := fake.got(); len(got) != 1 || got[0] != "LiftQuota kubepods-pod1.slice" {
+		t.Errorf("systemd calls %q", got)
+	}
+	if res := u.liftPodQuota(path); res.err != nil || res.lifted {
+		t.Errorf("second lift: %+v, want nothing to do", res)
+	}
+	if got := fake.got(); len(got) != 1 {
+		t.Errorf("systemd asked again though it holds no quota: %q", got)
+	}
+	// systemd set the kubelet's quota again (a re-apply after a resize).
+	fake.lifted["kubepods-pod1.slice"] = false
+	if res := u.liftPodQuota(path); res.err != nil || !res.lifted {
+		t.Errorf("lift after systemd's quota came back: %+v", res)
+	}
+}
+
+// TestDirectThroughSystemd: on the systemd driver (containers are scopes
+// in a cgroup v2 tree) the plugin started where the root showed no
+// systemd; the first container's scope makes it reach systemd, and
+// "direct" goes on through it. A new exclusive container's start returns
+// only once systemd was asked for the shrunk pool of the shared scope
+// (while its file still held the old one) and the file holds it; the pod
+// slice's quota is lifted in systemd; a removed pod's CPUs come back the
+// same way. The runtime is never asked to update anything.
+func TestDirectThroughSystemd(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t, nritest.WithSystemdCgroups())
+	if err := os.MkdirAll(rt.CgroupRoot(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rt.CgroupRoot(), "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	scopes := map[string]*api.Container{}
+	var scopesMu sync.Mutex
+	fake := &fakeSystemd{version: 252}
+	fake.file = func(unit string) string {
+		scopesMu.Lock()
+		c := scopes[unit]
+		scopesMu.Unlock()
+		if c == nil {
+			return "?"
+		}
+		b, _ := os.ReadFile(rt.cgroupFile(c))
+		return strings.TrimSpace(string(b))
+	}
+	var dials atomic.Int32
+	log, hook := hookedLogger(t)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo, WithLogger(log), WithSystemd(sdDial(fake, &dials)))
+	if mode := r.d.applier().mode(); mode != config.SharedUpdatesDirect || dials.Load() != 0 {
+		t.Fatalf("start-up: %s, %d dials; want direct and none (no systemd in sight)", mode, dials.Load())
+	}
+	ctx := context.Background()
+	slicePod := func(uid, qos string) *api.PodSandbox {
+		pod := rt.addPod(podSpec{uid: uid, name: uid, qos: qos})
+		pod.Linux.CgroupParent = podres.PodSlice(podres.QOS(qos), uid)
+		return pod
+	}
+	create := func(pod *api.PodSandbox, name string, req, lim int64) *api.Container {
+		t.Helper()
+		c, ups, err := rt.create(pod, name, req, lim)
+		if err != nil || len(ups) != 0 {
+			t.Fatalf("create %s: %v, updates %q", name, err, rt.describe(ups))
+		}
+		scopesMu.Lock()
+		scopes["cri-containerd-"+c.Id+".scope"] = c
+		scopesMu.Unlock()
+		if err := rt.StartContainer(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+
+	be1 := create(slicePod("be", "besteffort"), "be1", 0, 0)
+	if !strings.Contains(be1.Linux.CgroupsPath, ":cri-containerd:") {
+		t.Fatalf("cgroups path %q is not the systemd driver's", be1.Linux.CgroupsPath)
+	}
+	if mode := r.d.applier().mode(); mode != config.SharedUpdatesDirect || dials.Load() != 1 {
+		t.Fatalf("after the first scope: %s, %d dials; want direct through systemd", mode, dials.Load())
+	}
+	if !logged(hook, logrus.InfoLevel, "through systemd's D-Bus API") {
+		t.Error("no line saying the plugin goes through systemd")
+	}
+	be1Unit := "cri-containerd-" + be1.Id + ".scope"
+
+	g1 := slicePod("g1", "guaranteed")
+	create(g1, "c2", 2000, 2000)
+	// No settle: the start of c2 returned, so be1 is off core 1 already.
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Errorf("be1's scope %q once c2 started, want 0,2-4,6-7", got)
+	}
+	want := "SetCPUSet " + be1Unit + " cpus=0,2-4,6-7 mems= file=0-7"
+	if calls := fake.got(); !slices.Contains(calls, want) {
+		t.Errorf("systemd calls %q lack %q", calls, want)
+	}
+	if calls := fake.got(); !slices.Contains(calls, "LiftQuota kubepods-podg1.slice") {
+		t.Errorf("systemd calls %q: the exclusive pod's slice quota was not lifted", calls)
+	}
+
+	rt.removePod(g1)
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0-7" {
+		t.Errorf("be1's scope %q once g1 was removed, want 0-7", got)
+	}
+	want = "SetCPUSet " + be1Unit + " cpus=0-7 mems= file=0,2-4,6-7"
+	if calls := fake.got(); !slices.Contains(calls, want) {
+		t.Errorf("systemd calls %q lack %q", calls, want)
+	}
+	if n := len(rt.Unsolicited()); n != 0 {
+		t.Errorf("%d updates pushed to the runtime, want none", n)
 	}
 }

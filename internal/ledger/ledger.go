@@ -141,7 +141,7 @@ func New(cfg config.Config, topo *topology.Topology, engine *policy.Engine, pend
 // Change is every fact an event hands to Commit. Next and Index are the
 // durable part: saved by the Store before anything changes; a failed save
 // changes nothing. The rest is applied after them, in this order:
-// Reconfigure, Restore, the index, Sync, Life.
+// Reconfigure, Mode, Restore, the index, Sync, Life.
 type Change struct {
 	// Next is the engine state the event leads to; nil keeps the state.
 	Next  *policy.State
@@ -157,6 +157,11 @@ type Change struct {
 	Sync *Sync
 	// Life are the lifecycle facts of a single event.
 	Life Life
+	// Mode, when not "", is the shared_pool_updates mode the first
+	// container's cgroups path settled (the daemon's chooseMode, through
+	// seeDriver): the configuration says the mode that runs. Not a state
+	// change.
+	Mode string
 }
 
 // Reconfigure replaces the configuration and the engine.
@@ -248,6 +253,9 @@ func (l *Ledger) Commit(c Change) (poolChanged bool, err error) {
 	if r := c.Reconfigure; r != nil {
 		l.conf = conf{cfg: r.Cfg, topo: r.Topo, engine: r.Engine}
 		l.dur.st = r.State
+	}
+	if c.Mode != "" {
+		l.conf.cfg.SharedPoolUpdates = c.Mode
 	}
 	if r := c.Restore; r != nil {
 		l.dur.st, l.dur.ctrs, l.dur.restored = r.State, r.Index, true

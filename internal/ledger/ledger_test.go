@@ -134,6 +134,28 @@ func TestCommitLifeOnly(t *testing.T) {
 	}
 }
 
+// Mode (the update mode the first container's cgroups path settled)
+// changes the configuration's shared_pool_updates only: nothing is saved
+// and the generation stays (no state changed).
+func TestCommitMode(t *testing.T) {
+	f := newFixture(t)
+	l := f.l
+	l.Lock()
+	defer l.Unlock()
+	if _, err := l.Commit(Change{Mode: config.SharedUpdatesInAnswer}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Settings().SharedPoolUpdates; got != config.SharedUpdatesInAnswer {
+		t.Errorf("shared_pool_updates %q after Mode, want %q", got, config.SharedUpdatesInAnswer)
+	}
+	if f.store.saves != 0 || l.Gen() != 0 || f.changed != 0 {
+		t.Errorf("Mode saved %d times, gen %d, changed %d", f.store.saves, l.Gen(), f.changed)
+	}
+	if _, err := l.Commit(Change{}); err != nil || l.Settings().SharedPoolUpdates != config.SharedUpdatesInAnswer {
+		t.Errorf("an empty Mode changed the mode: %q, %v", l.Settings().SharedPoolUpdates, err)
+	}
+}
+
 // Reconfigure and Restore are commits like any other: the generation,
 // the gauges, the pool check and Deps.Changed follow them at once.
 func TestReconfigureAndRestoreNotify(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
 	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 )
@@ -63,6 +64,8 @@ type Runtime struct {
 	// dropCgroups: a container's cgroup goes when it stops or is removed
 	// (WithCgroupsRemoved).
 	dropCgroups bool
+	// systemd: the systemd cgroup driver on cgroup v2 (WithSystemdCgroups).
+	systemd bool
 
 	lock sync.Mutex // the runtime's big lock, held across plugin calls
 
@@ -108,6 +111,13 @@ func WithUnpinnedMems(mems string) Option { return func(rt *Runtime) { rt.unpinn
 // Without it a created container is stored running at once, for callers
 // that send no StartContainer.
 func WithCreatedUntilStarted() Option { return func(rt *Runtime) { rt.createdState = true } }
+
+// WithSystemdCgroups makes the runtime use the systemd cgroup driver on
+// cgroup v2, as containerd with SystemdCgroup = true does: a container of
+// a pod whose cgroup parent is a slice gets the cgroups path
+// "<slice>:cri-containerd:<id>", and its cgroup, with a cgroup root, is
+// the unified tree's <slice path>/cri-containerd-<id>.scope.
+func WithSystemdCgroups() Option { return func(rt *Runtime) { rt.systemd = true } }
 
 // WithCgroupsRemoved removes, with a cgroup root, a container's cgroup
 // directory when it stops or is removed (event or not), as the OCI runtime
@@ -318,7 +328,7 @@ func (rt *Runtime) writeCgroup(c *api.Container, file, value string) {
 	if rt.beforeWrite != nil {
 		rt.beforeWrite(c, file, value)
 	}
-	dir := filepath.Join(rt.cgroupRoot, "cpuset", c.Linux.CgroupsPath)
+	dir := rt.cgroupDir(c)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		rt.errorf("nritest: %v", err)
 		return
@@ -343,7 +353,17 @@ func (rt *Runtime) writeCgroup(c *api.Container, file, value string) {
 
 // CgroupFile is the fake cgroup file holding c's cpuset.cpus.
 func (rt *Runtime) CgroupFile(c *api.Container) string {
-	return filepath.Join(rt.cgroupRoot, "cpuset", c.GetLinux().GetCgroupsPath(), "cpuset.cpus")
+	return filepath.Join(rt.cgroupDir(c), "cpuset.cpus")
+}
+
+// cgroupDir is the fake cgroup directory of c: under the cgroup v1 cpuset
+// hierarchy, or the systemd scope in the unified tree.
+func (rt *Runtime) cgroupDir(c *api.Container) string {
+	p := c.GetLinux().GetCgroupsPath()
+	if slice, id, ok := strings.Cut(p, ":cri-containerd:"); ok && rt.systemd {
+		return filepath.Join(rt.cgroupRoot, cgroups.ExpandSlice(slice), "cri-containerd-"+id+".scope")
+	}
+	return filepath.Join(rt.cgroupRoot, "cpuset", p)
 }
 
 // SetCPUs sets the cpuset of a stored container as if someone else (the
@@ -453,10 +473,14 @@ func ContainerResources(r podres.Resources) *api.LinuxResources {
 func (rt *Runtime) NewContainer(pod *api.PodSandbox, name string, r podres.Resources) *api.Container {
 	n := rt.Next()
 	id := fmt.Sprintf("%s-%s-%d", pod.Uid, name, n)
+	path := pod.GetLinux().GetCgroupParent() + "/" + id
+	if parent := pod.GetLinux().GetCgroupParent(); rt.systemd && strings.HasSuffix(parent, ".slice") {
+		path = parent + ":cri-containerd:" + id
+	}
 	return &api.Container{
 		Id: id, PodSandboxId: pod.Id, Name: name, State: api.ContainerState_CONTAINER_CREATED, CreatedAt: int64(n),
 		Linux: &api.LinuxContainer{
-			CgroupsPath: pod.GetLinux().GetCgroupParent() + "/" + id,
+			CgroupsPath: path,
 			Resources:   ContainerResources(r),
 		},
 	}

@@ -188,6 +188,18 @@ func PodCRI(q QOS, ctrs ...Resources) *cri.LinuxContainerResources {
 	return res
 }
 
+// PodSlice is the kubelet's systemd slice name of a pod (what it sends as
+// the CRI cgroup parent with the systemd driver):
+// kubepods[-<qos>]-pod<uid>.slice, with the uid's dashes written as
+// underscores (systemd reads a dash as nesting).
+func PodSlice(q QOS, uid string) string {
+	uid = strings.ReplaceAll(uid, "-", "_")
+	if q == Guaranteed {
+		return "kubepods-pod" + uid + ".slice"
+	}
+	return fmt.Sprintf("kubepods-%s-pod%s.slice", q, uid)
+}
+
 // CgroupParent is the kubelet's pod cgroup with the cgroupfs driver.
 func CgroupParent(q QOS, uid string) string {
 	if q == Guaranteed {

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 )
 
 // CgroupRoot is where the cgroups are mounted: the v1 hierarchies below it
@@ -91,13 +93,7 @@ const (
 // PodSlice is the kubelet's systemd slice name of a pod (what it sends as
 // the CRI cgroup parent): kubepods[-<qos>]-pod<uid>.slice, with the uid's
 // dashes written as underscores (systemd reads a dash as nesting).
-func PodSlice(q QOS, uid string) string {
-	uid = strings.ReplaceAll(uid, "-", "_")
-	if q == Guaranteed {
-		return "kubepods-pod" + uid + ".slice"
-	}
-	return fmt.Sprintf("kubepods-%s-pod%s.slice", q, uid)
-}
+func PodSlice(q QOS, uid string) string { return podres.PodSlice(q, uid) }
 
 // SlicePath expands a systemd slice name into its cgroup path, as systemd
 // and runc's systemd driver do: a-b-c.slice lives in

@@ -100,12 +100,16 @@ metrics_address = {{ .Values.config.metrics_address | toString | toJson }}
 reconcile_period = {{ .Values.config.reconcile_period | toString | toJson }}
 
 # How shared-pool containers follow the pool when exclusive CPUs are
-# taken or freed. "direct": the plugin writes their cgroups' cpuset.cpus
-# itself (~20 µs each) before the new container starts; the runtime's
-# record of their cpuset stays as created. "in-answer": the runtime
-# updates them before the new container starts (~10 ms each, which the
-# start waits for). Fixed at start-up.
-shared_pool_updates = {{ .Values.config.shared_pool_updates | toString | toJson }}
+# taken or freed. "direct" (the default): the plugin writes their cgroups'
+# cpuset.cpus itself (~20 µs each) before the new container starts, on a
+# systemd cgroup driver node through systemd's D-Bus API first; the
+# runtime's record of their cpuset stays as created. "in-answer": the
+# runtime updates them before the new container starts (~10 ms each,
+# which the start waits for). Left unset, the default falls back to
+# "in-answer" where systemd manages the cgroups but the system bus is not
+# mounted, or cgroup_root is read-only; written, it is kept. Fixed at
+# start-up.
+{{ with .Values.config.shared_pool_updates }}shared_pool_updates = {{ . | toString | toJson }}{{ else }}# shared_pool_updates = "direct"{{ end }}
 
 # Logging: trace, debug, info, warn, error; format "text" or "json".
 log_level = {{ .Values.config.log_level | toString | toJson }}
