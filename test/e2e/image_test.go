@@ -250,7 +250,8 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 
 		// The DaemonSet's volumes, mapped to this machine: the NRI socket
 		// directory is the test containerd's, the state directory a fresh
-		// one, the ConfigMap a directory holding its files; /sys is /sys.
+		// one, the ConfigMap a directory holding its files; /sys is /sys and
+		// /run/dbus is /run/dbus.
 		// The runtime reports whether it can make a mount recursively
 		// read-only, which is what the kubelet checks for IfPossible.
 		status, err := CRI.RT.Status(ctx, &cri.StatusRequest{})
@@ -274,7 +275,11 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 			"/sys":                             "/sys",
 			config.DefaultCgroupRoot:           config.DefaultCgroupRoot,
 			config.DefaultStateDir:             stateDir,
+			// The system bus directory, DirectoryOrCreate as in the
+			// DaemonSet: the host's own, made empty where it has none.
+			"/run/dbus": "/run/dbus",
 		}
+		Expect(os.MkdirAll("/run/dbus", 0o755)).To(Succeed())
 		var mounts []*cri.Mount
 		for _, vm := range dep.ctr.VolumeMounts {
 			var vol corev1.Volume
