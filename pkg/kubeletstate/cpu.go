@@ -9,6 +9,7 @@ package kubeletstate
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -94,14 +95,11 @@ func (f *cpuFile) state(v int) CPUState {
 // prints a string.
 func StringChecksum(s string) uint32 { return fnv32a("(string)" + s) }
 
+// fnv32a is the kubelet checksum's hash (hash/fnv's 32-bit FNV-1a).
 func fnv32a(s string) uint32 {
-	const offset, prime = 2166136261, 16777619
-	h := uint32(offset)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= prime
-	}
-	return h
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
 }
 
 // The struct layouts a V2 file's checksum may have been computed over.

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -442,14 +443,11 @@ func fromKubelet(ck *kubeletCheckpoint) (State, error) {
 	return st, nil
 }
 
+// fnv32a is the kubelet checksum's hash (hash/fnv's 32-bit FNV-1a).
 func fnv32a(s string) uint32 {
-	const offset, prime = 2166136261, 16777619
-	h := uint32(offset)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= prime
-	}
-	return h
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
 }
 
 // hashForm prints the kubelet's checkpoint value the way its checksum
