@@ -283,8 +283,13 @@ func (a *direct) noteIfKnown(id, cpus string) {
 	a.l.Unlock()
 }
 
-// reconcile reads and restores with no pass in between.
+// reconcile first redoes the writes a pass could not finish (their
+// record forgotten): a write that reached the file but not systemd shows
+// no drift in the files, and would wait for the next pool change while a
+// daemon-reload could put systemd's stale cpuset back. Then it reads and
+// restores with no pass in between.
 func (a *direct) reconcile() int {
+	a.pass()
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
 	return a.findDrift(a.restore)

@@ -547,4 +547,19 @@ func TestDirectRewritesAfterFailedWrite(t *testing.T) {
 	if calls := fake.got()[before:]; !slices.Contains(calls, want) {
 		t.Errorf("systemd calls after the removal %q lack %q", calls, want)
 	}
+
+	// With no pool change after the failure, the reconcile round redoes
+	// the write: the file is right, so only the forgotten record tells.
+	fake.failSets(errors.New("context deadline exceeded"))
+	create(slicePod("g2", "guaranteed"), "c3", 2000, 2000)
+	settle(t, r.d)
+	fake.failSets(nil)
+	before = len(fake.got())
+	if n := r.d.ReconcileNow(); n != 0 {
+		t.Errorf("reconcile found %d drifted cgroups, want 0 (the files are right)", n)
+	}
+	want = "SetCPUSet " + unit + " cpus=0,2-4,6-7 mems= file="
+	if calls := fake.got()[before:]; !slices.Contains(calls, want) {
+		t.Errorf("systemd calls of the reconcile round %q lack %q", calls, want)
+	}
 }
