@@ -74,7 +74,7 @@ setup_containerd() {
 	bash "$SETUP_SCRIPT" >/dev/null 9>&- || die "containerd setup failed"
 	# shellcheck disable=SC1091
 	source "$E2E_RUN/env"
-	log "containerd ready in $((SECONDS - t0))s (pid $E2E_CONTAINERD_PID, NRI socket $NRI_SOCKET)"
+	log "containerd ${CONTAINERD_VERSION:-} ready in $((SECONDS - t0))s (pid $E2E_CONTAINERD_PID, NRI socket $NRI_SOCKET)"
 }
 
 teardown_containerd() {
