@@ -34,8 +34,8 @@ type runtimeSupport struct {
 	// and every later CRI call that reaches NRI queues behind them.
 	unsolicited bool
 	// noValidator: the runtime's NRI is known to lack the default
-	// validator (before NRI v0.11.0: containerd 2.2.0 and older), with
-	// which a node requires this plugin for every container (fail closed).
+	// validator (before NRI v0.10.0: containerd 2.1 and older), with which
+	// a node requires this plugin for every container (fail closed).
 	noValidator bool
 }
 
@@ -103,13 +103,13 @@ func supportOf(name, ver, nri string) runtimeSupport {
 	if v, ok := parseSemver(ver); ok && strings.EqualFold(name, "containerd") {
 		rs.nriKnown = true
 		rs.unsolicited = v.atLeast([3]int{2, 4, 0})
-		rs.noValidator = !v.atLeast([3]int{2, 2, 1})
+		rs.noValidator = !v.atLeast([3]int{2, 2, 0})
 		return rs
 	}
 	if v, ok := parseSemver(nri); ok && nri != unknownNRI {
 		rs.nriKnown = true
 		rs.unsolicited = v.atLeast([3]int{0, 12, 1})
-		rs.noValidator = !v.atLeast([3]int{0, 11, 0})
+		rs.noValidator = !v.atLeast([3]int{0, 10, 0})
 	}
 	return rs
 }
@@ -138,7 +138,7 @@ func (rs runtimeSupport) logSupport(log *logrus.Logger, mode string) {
 			"\"direct\" writes the cgroups itself and is not affected")
 	}
 	if rs.noValidator {
-		log.WithFields(rs.fields()).Warn("this runtime's NRI (before v0.11.0) has no default validator: the node cannot require " +
+		log.WithFields(rs.fields()).Warn("this runtime's NRI (before v0.10.0) has no default validator: the node cannot require " +
 			"this plugin for every container (fail closed), so containers start without exclusive CPUs while the plugin is down")
 	}
 }
