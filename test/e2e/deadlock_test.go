@@ -39,7 +39,7 @@ import (
 // never decides a pass. The number of cycles, not a duration, ends the
 // spec. The race wants parallelism: the suite's containerd runs with
 // GOMAXPROCS=8 (setup-containerd.sh), as on a node with 8 CPUs or more.
-var _ = Describe("no deadlock with the runtime under in-place resizes beside exclusive pods coming and going, on a real "+RuntimeName, Label("deadlock", "matrix"), Ordered, Serial, func() {
+var _ = Describe("no deadlock with the runtime under in-place resizes beside exclusive pods coming and going, on a real "+RuntimeName, Label("deadlock"), Ordered, Serial, func() {
 	const (
 		sharedCount = 3
 		callBound   = 20 * time.Second
