@@ -49,7 +49,7 @@ var _ = Describe("no deadlock with the runtime under in-place resizes beside exc
 		pods   = &Pods{}
 		shared []*framework.Container
 		base   string // http://host:port of the plugin's /metrics
-		cycles = 60
+		cycles = 20
 	)
 
 	// bounded runs one CRI call with callBound as its deadline; a call
