@@ -535,6 +535,7 @@ func (a *inAnswer) takeRepairs(skip string) []*api.ContainerUpdate {
 // containers that the next answer carries instead, and counts them once
 // each: a held push already owed is not counted again.
 func (a *inAnswer) hold(pool bool, exclusive []string) {
+	fields := a.conn.runtimeFields() // before repairMu: leaves are never nested
 	a.repairMu.Lock()
 	defer a.repairMu.Unlock()
 	n := 0
@@ -550,7 +551,7 @@ func (a *inAnswer) hold(pool bool, exclusive []string) {
 	}
 	if n > 0 {
 		a.obs.held.Add(float64(n))
-		a.log.WithFields(a.conn.runtimeFields()).WithFields(logrus.Fields{"pool": a.owedPool, "exclusive": len(a.repairs)}).
+		a.log.WithFields(fields).WithFields(logrus.Fields{"pool": a.owedPool, "exclusive": len(a.repairs)}).
 			Debug("updates held for the next answer: this runtime takes no unsolicited update")
 	}
 }
