@@ -496,7 +496,7 @@ func (a *inAnswer) push() {
 		return
 	}
 	if !a.conn.unsolicited() {
-		a.hold(len(a.sharedUpdates("")) > 0, nil)
+		a.postpone(len(a.sharedUpdates("")) > 0, nil)
 		l.Unlock()
 		return
 	}
@@ -531,10 +531,10 @@ func (a *inAnswer) takeRepairs(skip string) []*api.ContainerUpdate {
 	return updates
 }
 
-// hold notes a push of the shared pool (pool) and repairs of exclusive
+// postpone notes a push of the shared pool (pool) and repairs of exclusive
 // containers that the next answer carries instead, and counts them once
 // each: a held push already owed is not counted again.
-func (a *inAnswer) hold(pool bool, exclusive []string) {
+func (a *inAnswer) postpone(pool bool, exclusive []string) {
 	fields := a.conn.runtimeFields() // before repairMu: leaves are never nested
 	a.repairMu.Lock()
 	defer a.repairMu.Unlock()
@@ -550,9 +550,9 @@ func (a *inAnswer) hold(pool bool, exclusive []string) {
 		}
 	}
 	if n > 0 {
-		a.obs.held.Add(float64(n))
+		a.obs.deferred.Add(float64(n))
 		a.log.WithFields(fields).WithFields(logrus.Fields{"pool": a.owedPool, "exclusive": len(a.repairs)}).
-			Debug("updates held for the next answer: this runtime takes no unsolicited update")
+			Debug("updates deferred to the next answer: this runtime takes no unsolicited update")
 	}
 }
 
@@ -602,7 +602,7 @@ func (a *inAnswer) reconcile() int {
 				pool = true
 			}
 		}
-		a.hold(pool, excl)
+		a.postpone(pool, excl)
 	})
 }
 

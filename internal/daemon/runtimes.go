@@ -134,7 +134,7 @@ func (rs runtimeSupport) logSupport(log *logrus.Logger, mode string) {
 		}
 		log.WithFields(f).Warn(why + ": the plugin sends no unsolicited container update; under shared_pool_updates = \"in-answer\" " +
 			"the CPUs a removed pod or a downsize gives back, and the reconcile loop's repairs, reach the containers with the next " +
-			"CreateContainer, StopContainer or UpdateContainer answer instead (nri_cpualign_updates_held_total counts them); " +
+			"CreateContainer, StopContainer or UpdateContainer answer instead (nri_cpualign_updates_deferred_total counts them); " +
 			"\"direct\" writes the cgroups itself and is not affected")
 	}
 	if rs.noValidator {

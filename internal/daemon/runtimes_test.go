@@ -89,7 +89,7 @@ func TestHeldUpdatesRideInTheNextAnswer(t *testing.T) {
 			}
 			rt.removePod(gp)
 			settle(t, r.d)
-			heldCount := gatherByLabels(t, r.d, "nri_cpualign_updates_held_total")[""]
+			heldCount := gatherByLabels(t, r.d, "nri_cpualign_updates_deferred_total")[""]
 			if !tc.held {
 				if rt.Pushes() == 0 || rt.cpus(bu) != "0-7" || heldCount != 0 {
 					t.Fatalf("containerd %s: pushes %d, bu on %q, held %v; want a push, 0-7, nothing held", tc.version, rt.Pushes(), rt.cpus(bu), heldCount)
@@ -103,7 +103,7 @@ func TestHeldUpdatesRideInTheNextAnswer(t *testing.T) {
 				t.Fatalf("bu on %q before any answer, want 0,2-4,6-7 (nothing pushed)", got)
 			}
 			if heldCount != 1 {
-				t.Fatalf("nri_cpualign_updates_held_total %v after the pod's removal, want 1", heldCount)
+				t.Fatalf("nri_cpualign_updates_deferred_total %v after the pod's removal, want 1", heldCount)
 			}
 			// The next event that can answer with updates carries the pool.
 			ups, err := rt.UpdateContainer(ctx, bu, milliCPU(300, 600))

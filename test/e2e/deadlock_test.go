@@ -222,7 +222,7 @@ var _ = Describe("no deadlock with the runtime under in-place resizes beside exc
 
 		// Which way the plugin went is the runtime's NRI: it held updates
 		// back exactly where the runtime can deadlock on them.
-		held := metricValue(ctx, "nri_cpualign_updates_held_total")
+		held := metricValue(ctx, "nri_cpualign_updates_deferred_total")
 		if affectedRuntime(v.GetRuntimeName(), v.GetRuntimeVersion()) {
 			Expect(held).To(BeNumerically(">", 0), "runtime %s %s can deadlock on unsolicited updates: the plugin must have held some", v.GetRuntimeName(), v.GetRuntimeVersion())
 		} else {
