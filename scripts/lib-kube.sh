@@ -25,7 +25,7 @@ setup_kube_prev() {
 		log "E2E_KUBE_VERSION_PREV is empty: no previous kubelet, its migration spec is skipped"
 		return 0
 	fi
-	out=$(KUBE_VERSION=$E2E_KUBE_VERSION_PREV ETCD_VERSION= bash "$KUBE_SETUP_SCRIPT" kubelet 9>&-) ||
+	out=$(KUBE_VERSION=$E2E_KUBE_VERSION_PREV ETCD_VERSION='' bash "$KUBE_SETUP_SCRIPT" kubelet 9>&-) ||
 		die "setup-kube.sh kubelet for $E2E_KUBE_VERSION_PREV failed"
 	E2E_KUBE_BIN_PREV=$(sed -n 's/^export E2E_KUBE_BIN=//p' <<<"$out")
 	[ -n "$E2E_KUBE_BIN_PREV" ] || die "setup-kube.sh printed no E2E_KUBE_BIN for $E2E_KUBE_VERSION_PREV"
