@@ -80,8 +80,10 @@ func migrate(ctx SpecContext, name, bin string) {
 	// plugin's reserved_system_cpus is the kubelet's reservedSystemCPUs
 	// (PluginConfig reserves the same CPU), its reserved_memory the
 	// kubelet's reservedMemory.
+	// (reserved_memory inline: NewPlugin appends keys after these lines,
+	// which a [[reserved_memory]] table header would capture.)
 	plugin := NewPlugin(name, `topology_manager_policy = "best-effort"`, `memory_manager_policy = "Static"`,
-		"[[reserved_memory]]", "numa_node = 0", `limits = { memory = "`+itoa(MemoryReservedMiB)+`Mi" }`)
+		`reserved_memory = [{ numa_node = 0, limits = { memory = "`+itoa(MemoryReservedMiB)+`Mi" } }]`)
 	// Step 3: stop the kubelet (its containers keep running) and copy its
 	// final state files where the plugin can read them.
 	kubelet.Stop()
