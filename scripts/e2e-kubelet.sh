@@ -64,9 +64,23 @@ log "building the suite"
 
 color=()
 [ -t 1 ] || color=(-ginkgo.no-color)
-status=0
+# containerd runs twice, on the oldest and the newest of the versions
+# make e2e covers (E2E_KUBELET_CONTAINERD_VERSIONS, default v2.4.2
+# v2.2.9; docs/runtimes.md): RUNS names each pass, runtime@version.
+E2E_KUBELET_CONTAINERD_VERSIONS=${E2E_KUBELET_CONTAINERD_VERSIONS:-v2.4.2 v2.2.9}
+RUNS=
 for rt in $RUNTIMES; do
+	if [ "$rt" = containerd ]; then
+		for v in $E2E_KUBELET_CONTAINERD_VERSIONS; do RUNS+=" containerd@$v"; done
+	else
+		RUNS+=" $rt"
+	fi
+done
+status=0
+for run in $RUNS; do
 	t0=$SECONDS
+	rt=${run%@*}
+	if [ "$rt" = containerd ]; then export CONTAINERD_VERSION=${run#*@}; fi
 	current=$rt
 	[ "$rt" = crio ] && hugetlb_mount
 	envfile=$(runtime_setup "$rt")
@@ -87,7 +101,7 @@ for rt in $RUNTIMES; do
 	runtime_teardown "$rt"
 	hugetlb_umount
 	current=""
-	summary+=("$rt: status $rc in $((SECONDS - t0))s")
+	summary+=("$run: status $rc in $((SECONDS - t0))s")
 	[ "$rc" = 0 ] || status=$rc
 done
 exit "$status"

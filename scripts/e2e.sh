@@ -7,9 +7,15 @@
 # each runtime torn down after its run. Builds bin/nri-cpualign first. One
 # run at a time per machine: the whole run holds /tmp/nri-cpualign-e2e.lock.
 #
-# Extra arguments go to the test binary (both runs), e.g.
+# Extra arguments go to the test binary (every run), e.g.
 #   scripts/e2e.sh -ginkgo.focus='SIGKILL'
 # E2E_RUNTIMES="containerd" (or "crio") runs one runtime only.
+# The containerd pass runs once per version of E2E_CONTAINERD_VERSIONS
+# (default: v2.4.2 v2.3.7 v2.2.9, the newest patch of each minor users run:
+# their NRI versions differ, docs/runtimes.md), each built from the Go
+# module proxy on first use and cached; the whole suite on each (about a
+# minute per version warm). The in-process fixture machines run on the
+# first only.
 # Keep the work dir (plugin logs, configs, state, one directory and one
 # junit report per runtime) with E2E_KEEP=1; it is also kept when a run
 # fails.
@@ -50,7 +56,9 @@ export NRI_CPUALIGN_BIN=$PLUGIN_BIN NRI_CPUALIGN_E2E_PIDFILE=$PIDFILE
 color=()
 [ -t 1 ] || color=(-ginkgo.no-color)
 
-# run_suite RUNTIME: the suite against the runtime whose environment is
+E2E_CONTAINERD_VERSIONS=${E2E_CONTAINERD_VERSIONS:-v2.4.2 v2.3.7 v2.2.9}
+
+# run_suite NAME: the suite against the runtime whose environment is
 # loaded; its result goes into status and summary.
 run_suite() {
 	local rt=$1 t0=$SECONDS rc out
@@ -72,21 +80,33 @@ run_suite() {
 for rt in $RUNTIMES; do
 	case $rt in
 	containerd)
-		# A clean slate: whatever an earlier run, a demo or a crash left in
-		# the test containerd (pods holding CPUs) would change what the
-		# suite sees.
-		teardown_containerd
-		setup_containerd
-		(
-			export E2E_RUNTIME=containerd
-			run_suite containerd "$@"
-			declare -p status summary >"$WORK/containerd.result"
-		)
-		# shellcheck disable=SC1091
-		source "$WORK/containerd.result"
-		kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
-		cp "$E2E_RUN/containerd.log" "$WORK/containerd/" 2>/dev/null || true
-		teardown_containerd
+		first=1
+		for CONTAINERD_VERSION in $E2E_CONTAINERD_VERSIONS; do
+			# Exported: the suite restarts containerd with the setup
+			# script, which must bring back the same version.
+			export CONTAINERD_VERSION
+			name=containerd-$CONTAINERD_VERSION
+			# A clean slate: whatever an earlier run, a demo or a crash
+			# left in the test containerd (pods holding CPUs) would change
+			# what the suite sees.
+			teardown_containerd
+			setup_containerd
+			(
+				export E2E_RUNTIME=containerd
+				# The in-process fixture machines do not depend on the
+				# runtime: once per make e2e is enough.
+				[ "$first" = 1 ] || export E2E_FIXTURES=0
+				run_suite "$name" "$@"
+				declare -p status summary >"$WORK/$name.result"
+			)
+			# shellcheck disable=SC1090
+			source "$WORK/$name.result"
+			kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
+			cp "$E2E_RUN/containerd.log" "$WORK/$name/" 2>/dev/null || true
+			teardown_containerd
+			first=0
+		done
+		unset CONTAINERD_VERSION
 		;;
 	crio)
 		teardown_crio

@@ -74,7 +74,7 @@ setup_containerd() {
 	bash "$SETUP_SCRIPT" >/dev/null 9>&- || die "containerd setup failed"
 	# shellcheck disable=SC1091
 	source "$E2E_RUN/env"
-	log "containerd ready in $((SECONDS - t0))s (pid $E2E_CONTAINERD_PID, NRI socket $NRI_SOCKET)"
+	log "containerd ${CONTAINERD_VERSION:-} ready in $((SECONDS - t0))s (pid $E2E_CONTAINERD_PID, NRI socket $NRI_SOCKET)"
 }
 
 teardown_containerd() {
@@ -93,7 +93,9 @@ setup_crio() {
 	local t0=$SECONDS
 	check_crio_prereqs
 	log "setting up CRI-O ($CRIO_SETUP_SCRIPT)"
-	bash "$CRIO_SETUP_SCRIPT" >/dev/null 9>&- || die "CRI-O setup failed"
+	# GOMAXPROCS as setup-containerd.sh gives containerd (a node of 8
+	# CPUs or more), inherited by crio.
+	GOMAXPROCS=${E2E_CONTAINERD_GOMAXPROCS:-8} bash "$CRIO_SETUP_SCRIPT" >/dev/null 9>&- || die "CRI-O setup failed"
 	log "CRI-O ready in $((SECONDS - t0))s (pid $(sed -n 's/^export E2E_CRIO_PID=//p' "$CRIO_RUN/env"))"
 }
 

@@ -29,7 +29,7 @@
 # E2E_RUN (/run/nri-e2e), CONTAINERD_VERSION, RUNC_VERSION, E2E_LOG_LEVEL
 # (info), E2E_NRI_REGISTRATION_TIMEOUT (5s), E2E_NRI_REQUEST_TIMEOUT (2s),
 # RESTRICT_OOM (true|false, detected), E2E_START_TIMEOUT (60 s),
-# E2E_CGROUP_DRIVER (cgroupfs, or systemd: runc's systemd driver,
+# E2E_CONTAINERD_GOMAXPROCS (8), E2E_CGROUP_DRIVER (cgroupfs, or systemd: runc's systemd driver,
 # SystemdCgroup = true, as on a kubeadm node), E2E_SKIP_APT=1 (fail instead
 # of installing packages). Go and the build packages are needed only for
 # what is not in the cache yet (the VM test node gets a filled cache).
@@ -47,6 +47,7 @@ E2E_LOG_LEVEL=${E2E_LOG_LEVEL:-info}
 E2E_NRI_REGISTRATION_TIMEOUT=${E2E_NRI_REGISTRATION_TIMEOUT:-5s}
 E2E_NRI_REQUEST_TIMEOUT=${E2E_NRI_REQUEST_TIMEOUT:-2s}
 E2E_CGROUP_DRIVER=${E2E_CGROUP_DRIVER:-cgroupfs}
+E2E_CONTAINERD_GOMAXPROCS=${E2E_CONTAINERD_GOMAXPROCS:-8}
 case $E2E_CGROUP_DRIVER in
 cgroupfs) SYSTEMD_CGROUP=false ;;
 systemd) SYSTEMD_CGROUP=true ;;
@@ -291,7 +292,11 @@ else
 	log "starting containerd $CONTAINERD_VERSION (log $LOGFILE)"
 	# A session of its own: it outlives this script and its caller's job
 	# control; the shims find runc through PATH.
-	PATH=$BIN:$PATH setsid "$BIN/containerd" --config "$CONFIG" </dev/null >>"$LOGFILE" 2>&1 &
+	# GOMAXPROCS as on a node of 8 CPUs or more (E2E_CONTAINERD_GOMAXPROCS,
+	# 8): on these 2-CPU machines Go's default would run containerd's
+	# goroutines on two threads, and races between CRI calls and a
+	# plugin's updates (containerd#13733) would rarely show.
+	PATH=$BIN:$PATH GOMAXPROCS=$E2E_CONTAINERD_GOMAXPROCS setsid "$BIN/containerd" --config "$CONFIG" </dev/null >>"$LOGFILE" 2>&1 &
 	echo $! >"$PIDFILE"
 fi
 pid=$(containerd_pid)

@@ -50,6 +50,12 @@ type applier interface {
 	// after a runtime update: what is wrong is put right (written, or
 	// pushed by the worker). the ledger is not locked.
 	updated(id string)
+	// owed is what the answer to skip's event (CreateContainer,
+	// StopContainer, UpdateContainer) must carry besides answer, its own
+	// updates: what the worker and the reconcile loop held back because
+	// the runtime takes no unsolicited update (inAnswer). the ledger is
+	// locked.
+	owed(skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate
 	// kick wakes the worker after a change no answer carries.
 	kick()
 	// run is the worker; it returns when ctx ends.
@@ -388,9 +394,15 @@ func (u *updater) logDrift(found []drifted) {
 	}
 }
 
+// owed is nothing for an applier that never holds updates back (direct
+// writes the cgroups itself); inAnswer's is below.
+func (u *updater) owed(string, []*api.ContainerUpdate) []*api.ContainerUpdate { return nil }
+
 // send pushes updates computed at generation gen, warning with failure when
 // some did not apply. A commit since gen may have made them stale: the
-// worker then pushes the shared pool again from the new state.
+// worker then pushes the shared pool again from the new state. Only
+// where the connection's runtime takes unsolicited updates (inAnswer
+// checks before it calls).
 func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, failure string) {
 	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
 		u.log.WithError(err).WithField("failed", len(failed)).Warn(failure)
@@ -409,12 +421,27 @@ func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, 
 // with stub.UpdateContainers after events that cannot answer with
 // updates, from outside any handler (inside one it deadlocks the
 // runtime).
+//
+// On a runtime that can deadlock on an unsolicited update
+// (runtimeSupport.unsolicited false: containerd before 2.4, CRI-O) there
+// is no safe moment for such a push: the deadlock needs only a CRI call
+// arriving while the update is under way, which the plugin cannot see.
+// The worker and the reconcile loop then send nothing: they note what
+// they would have sent (owedPool, repairs) and the next answer that can
+// carry updates (CreateContainer, StopContainer, UpdateContainer)
+// carries it, so every update the plugin makes is solicited. What is held
+// back only ever widens a shared container's cpuset or restores a drifted
+// one: a pool that shrinks (an exclusive admission or upsize) always
+// rides in that event's own answer, so no exclusive CPU is ever shared
+// because of the wait.
 type inAnswer struct {
 	*updater
 	// repairMu guards repairs, the exclusive containers found wrong after
-	// an update that the next push restores; a leaf.
+	// an update that the next push (or answer) restores, and owedPool, a
+	// push of the shared pool held back for the next answer; a leaf.
 	repairMu sync.Mutex
 	repairs  map[string]struct{}
+	owedPool bool
 }
 
 func newInAnswer(u *updater) *inAnswer { return &inAnswer{updater: u, repairs: map[string]struct{}{}} }
@@ -425,7 +452,13 @@ func (a *inAnswer) poolChanged(skip string) []*api.ContainerUpdate { return a.sh
 
 func (a *inAnswer) created(string, string) {}
 
+// synchronized answers every container's cpuset, which settles whatever
+// was held back.
 func (a *inAnswer) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
+	a.repairMu.Lock()
+	a.owedPool = false
+	clear(a.repairs)
+	a.repairMu.Unlock()
 	return cpusetUpdates(planned, ignoreFailure)
 }
 
@@ -452,7 +485,8 @@ func (a *inAnswer) updated(id string) {
 }
 
 // push sends the shared pool to every shared-pool container, and their
-// assignment to the exclusive containers queued by updated.
+// assignment to the exclusive containers queued by updated; on a runtime
+// that takes no unsolicited update it holds them for the next answer.
 func (a *inAnswer) push() {
 	s := a.conn.get()
 	l := a.l
@@ -461,16 +495,13 @@ func (a *inAnswer) push() {
 		l.Unlock()
 		return
 	}
-	gen := l.Gen()
-	updates := a.sharedUpdates("")
-	a.repairMu.Lock()
-	for id := range a.repairs {
-		if r, ok := l.Record(id); ok && r.Exclusive {
-			updates = append(updates, cpusetUpdates([]cpuUpdate{{ID: id, CPUs: l.RightCPUs(r).String(), Mems: r.Mems}}, ignoreFailure)...)
-		}
-		delete(a.repairs, id)
+	if !a.conn.unsolicited() {
+		a.postpone(len(a.sharedUpdates("")) > 0, nil)
+		l.Unlock()
+		return
 	}
-	a.repairMu.Unlock()
+	gen := l.Gen()
+	updates := append(a.sharedUpdates(""), a.takeRepairs("")...)
 	l.Unlock()
 	if len(updates) == 0 {
 		return
@@ -478,9 +509,100 @@ func (a *inAnswer) push() {
 	a.send(s, updates, gen, "pushing the shared pool to containers failed; the reconcile loop will retry")
 }
 
+// takeRepairs are the updates restoring the exclusive containers queued
+// for repair, but skip (its own answer sets it); the queue is emptied.
+// the ledger is locked.
+func (a *inAnswer) takeRepairs(skip string) []*api.ContainerUpdate {
+	l := a.l
+	a.repairMu.Lock()
+	defer a.repairMu.Unlock()
+	ids := make([]string, 0, len(a.repairs))
+	for id := range a.repairs {
+		ids = append(ids, id)
+	}
+	clear(a.repairs)
+	sort.Strings(ids)
+	var updates []*api.ContainerUpdate
+	for _, id := range ids {
+		if r, ok := l.Record(id); ok && r.Exclusive && id != skip {
+			updates = append(updates, cpusetUpdates([]cpuUpdate{{ID: id, CPUs: l.RightCPUs(r).String(), Mems: r.Mems}}, ignoreFailure)...)
+		}
+	}
+	return updates
+}
+
+// postpone notes a push of the shared pool (pool) and repairs of exclusive
+// containers that the next answer carries instead, and counts them once
+// each: a held push already owed is not counted again.
+func (a *inAnswer) postpone(pool bool, exclusive []string) {
+	fields := a.conn.runtimeFields() // before repairMu: leaves are never nested
+	a.repairMu.Lock()
+	defer a.repairMu.Unlock()
+	n := 0
+	if pool && !a.owedPool {
+		a.owedPool = true
+		n++
+	}
+	for _, id := range exclusive {
+		if _, ok := a.repairs[id]; !ok {
+			a.repairs[id] = struct{}{}
+			n++
+		}
+	}
+	if n > 0 {
+		a.obs.deferred.Add(float64(n))
+		a.log.WithFields(fields).WithFields(logrus.Fields{"pool": a.owedPool, "exclusive": len(a.repairs)}).
+			Debug("updates deferred to the next answer: this runtime takes no unsolicited update")
+	}
+}
+
+// owed is what the answer to skip's event carries besides answer, its
+// own updates: the push and the repairs held back, for the containers
+// answer does not already update. the ledger is locked.
+func (a *inAnswer) owed(skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate {
+	a.repairMu.Lock()
+	pool := a.owedPool
+	a.owedPool = false
+	a.repairMu.Unlock()
+	var more []*api.ContainerUpdate
+	if pool {
+		more = a.sharedUpdates(skip)
+	}
+	more = append(more, a.takeRepairs(skip)...)
+	if len(more) == 0 {
+		return nil
+	}
+	in := make(map[string]bool, len(answer))
+	for _, u := range answer {
+		in[u.GetContainerId()] = true
+	}
+	out := more[:0]
+	for _, u := range more {
+		if !in[u.GetContainerId()] {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// reconcile restores drifted cpusets through the runtime, or, where the
+// runtime takes no unsolicited update, holds them for the next answer.
 func (a *inAnswer) reconcile() int {
 	return a.findDrift(func(found []drifted, s stub.Stub, gen uint64) {
-		a.send(s, driftUpdates(found), gen, "reconcile: restoring cpusets failed; retrying next period")
+		if a.conn.unsolicited() {
+			a.send(s, driftUpdates(found), gen, "reconcile: restoring cpusets failed; retrying next period")
+			return
+		}
+		pool := false
+		var excl []string
+		for _, dr := range found {
+			if dr.rec.Exclusive {
+				excl = append(excl, dr.rec.ID)
+			} else {
+				pool = true
+			}
+		}
+		a.postpone(pool, excl)
 	})
 }
 
@@ -519,11 +641,37 @@ func driftUpdates(found []drifted) []*api.ContainerUpdate {
 	return cpusetUpdates(targets, ignoreFailure)
 }
 
-// connection is the current NRI connection, nil between connections.
-// Its mutex is a leaf: taken under the ledger's lock or alone.
+// connection is the current NRI connection, nil between connections,
+// and what its runtime supports (set at Configure, which comes before
+// Synchronize and before any update the plugin sends). Its mutex is a
+// leaf: taken under the ledger's lock or alone.
 type connection struct {
-	mu sync.Mutex
-	s  stub.Stub
+	mu      sync.Mutex
+	s       stub.Stub
+	runtime runtimeSupport
+}
+
+// setRuntime records the runtime the connection's Configure named.
+func (c *connection) setRuntime(rs runtimeSupport) {
+	c.mu.Lock()
+	c.runtime = rs
+	c.mu.Unlock()
+}
+
+// unsolicited reports whether the plugin may call stub.UpdateContainers
+// on its own on this connection: never before a Configure said which
+// runtime it is (supportOf's zero value says no).
+func (c *connection) unsolicited() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runtime.unsolicited
+}
+
+// runtimeFields are the log fields naming the connection's runtime.
+func (c *connection) runtimeFields() logrus.Fields {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runtime.fields()
 }
 
 func (c *connection) get() stub.Stub {

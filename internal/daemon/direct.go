@@ -85,6 +85,17 @@ func (a *direct) note(id, cpus string) {
 	a.mu.Unlock()
 }
 
+// forget drops what the daemon knew of the cgroups of ids after a failed
+// write: it may have landed in part (the file but not systemd's record),
+// so the next pass writes them whatever pool it brings. Kept, a record of
+// an older pool could equal the next one, and that pass would skip the
+// container. a.mu is held.
+func (a *direct) forget(ids ...string) {
+	for _, id := range ids {
+		delete(a.written, id)
+	}
+}
+
 // synchronized answers the updates of exclusive containers, and of
 // shared-pool ones whose memory the memory manager pinned (a pass writes
 // cpuset.cpus only; their update carries the pool of now with their
@@ -175,7 +186,7 @@ func (a *direct) pass() {
 		a.mu.Unlock()
 		l.Unlock()
 
-		var wrote []string
+		var wrote, unknown []string
 		var failed []error
 		for _, t := range todo {
 			err := a.writeCPUSet(t.path, shared, "")
@@ -184,6 +195,7 @@ func (a *direct) pass() {
 				wrote = append(wrote, t.id)
 			case !errors.Is(err, cgroups.ErrGone):
 				failed = append(failed, fmt.Errorf("container %s of pod %s: %w", t.name, t.pod, err))
+				unknown = append(unknown, t.id)
 			}
 		}
 
@@ -195,6 +207,7 @@ func (a *direct) pass() {
 				a.written[id] = shared
 			}
 		}
+		a.forget(unknown...)
 		if caughtUp && gen > a.done {
 			a.done = gen
 		}
@@ -202,7 +215,7 @@ func (a *direct) pass() {
 		l.Unlock()
 		if len(failed) > 0 {
 			a.log.WithError(errors.Join(failed...)).WithFields(logrus.Fields{"cpus": shared, "failed": len(failed)}).
-				Warn("writing the shared pool into cgroups failed; the reconcile loop retries")
+				Warn("writing the shared pool into cgroups failed; the next pass and the reconcile loop retry")
 		}
 		if len(wrote) > 0 {
 			a.log.WithFields(logrus.Fields{"cpus": shared, "containers": len(wrote)}).Debug("shared pool written into cgroups")
@@ -236,8 +249,11 @@ func (a *direct) check(id string) {
 	shared := mask.String()
 	if have.String() != shared {
 		if err := a.writeCPUSet(r.CgroupsPath, shared, ""); err != nil {
+			a.mu.Lock()
+			a.forget(id)
+			a.mu.Unlock()
 			a.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "cpus": shared}).
-				Warn("cannot write the shared pool into a starting container's cgroup; the reconcile loop retries")
+				Warn("cannot write the shared pool into a starting container's cgroup; the next pass and the reconcile loop retry")
 			return
 		}
 		a.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "cpus": shared, "found_cpus": have.String()}).
@@ -267,8 +283,13 @@ func (a *direct) noteIfKnown(id, cpus string) {
 	a.l.Unlock()
 }
 
-// reconcile reads and restores with no pass in between.
+// reconcile first redoes the writes a pass could not finish (their
+// record forgotten): a write that reached the file but not systemd shows
+// no drift in the files, and would wait for the next pool change while a
+// daemon-reload could put systemd's stale cpuset back. Then it reads and
+// restores with no pass in between.
 func (a *direct) reconcile() int {
+	a.pass()
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
 	return a.findDrift(a.restore)
@@ -285,6 +306,9 @@ func (a *direct) restore(found []drifted, _ stub.Stub, _ uint64) {
 		if err := a.writeCPUSet(dr.rec.CgroupsPath, dr.wantCPUs.String(), mems); err != nil {
 			if !errors.Is(err, cgroups.ErrGone) {
 				failed = append(failed, fmt.Errorf("container %s of pod %s: %w", dr.rec.Name, dr.rec.PodName, err))
+				a.mu.Lock()
+				a.forget(dr.rec.ID)
+				a.mu.Unlock()
 			}
 			continue
 		}

@@ -41,7 +41,7 @@ func startRuntime(t *testing.T, opts ...nritest.Option) *fakeRuntime {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	r := nritest.New(dir, append([]nritest.Option{nritest.WithName("fake-runtime"), nritest.WithCgroupRoot(filepath.Join(dir, "cgroup")),
+	r := nritest.New(dir, append([]nritest.Option{nritest.WithCgroupRoot(filepath.Join(dir, "cgroup")),
 		nritest.WithErrorf(t.Errorf)}, opts...)...)
 	if err := r.Start(); err != nil {
 		t.Fatal(err)

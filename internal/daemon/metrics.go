@@ -48,6 +48,7 @@ type metrics struct {
 	containers       prometheus.Gauge
 	drift            prometheus.Counter
 	updateRepairs    prometheus.Counter
+	deferred         prometheus.Counter
 	checkpointErrors prometheus.Counter
 	abandoned        prometheus.Counter
 	poolEmpty        prometheus.Gauge
@@ -96,6 +97,8 @@ func newMetrics() *metrics {
 			Help: "Containers whose cgroup cpuset was found different from their assignment and restored."}),
 		updateRepairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_update_repairs_total",
 			Help: "Containers whose cgroup cpuset was found different from their assignment right after a runtime update of their resources (PostUpdateContainer) and restored."}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_updates_deferred_total",
+			Help: "Pushes of the shared pool and repairs of exclusive containers the plugin deferred to the next CreateContainer, StopContainer or UpdateContainer answer, because the runtime can deadlock on an unsolicited update (containerd before 2.4, CRI-O; docs/runtimes.md)."}),
 		checkpointErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_checkpoint_errors_total",
 			Help: "Checkpoint writes that failed and corrupt checkpoints set aside."}),
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_abandoned_containers_total",
@@ -127,7 +130,7 @@ func newMetrics() *metrics {
 	m.buildInfo.WithLabelValues(buildinfo.MetricLabels()).Set(1)
 	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
 		m.admissionErrors, m.admissionDuration, m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
-		m.drift, m.updateRepairs, m.checkpointErrors, m.abandoned, m.eventDuration, m.poolEmpty, m.refusals, m.reconnects, m.buildInfo)
+		m.drift, m.updateRepairs, m.deferred, m.checkpointErrors, m.abandoned, m.eventDuration, m.poolEmpty, m.refusals, m.reconnects, m.buildInfo)
 	return m
 }
 

@@ -74,6 +74,15 @@ func (p *plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 		d.log.WithError(err).Error("refusing the runtime's configuration")
 		return 0, err
 	}
+	// What this runtime can take decides, before Synchronize and before
+	// any update, whether the plugin may update containers on its own.
+	nriVersion := ""
+	if s := d.conn.get(); s != nil {
+		nriVersion = s.RuntimeNRIVersion() // the stub has it before it calls Configure
+	}
+	rs := supportOf(runtime, version, nriVersion)
+	d.conn.setRuntime(rs)
+	rs.logSupport(d.log, d.applier().mode())
 	return 0, nil // 0: every event the plugin implements
 }
 
@@ -306,6 +315,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if poolChanged {
 		updates = a.poolChanged(rec.ID)
 	}
+	updates = append(updates, a.owed(rec.ID, updates)...)
 	p.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
 	return adj, updates, nil
 }
@@ -416,11 +426,15 @@ func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Co
 	d := p.d
 	d.led.Lock()
 	defer d.led.Unlock()
+	// The answer also carries what was held back for one (owed): on a
+	// runtime that takes no unsolicited update a stop is one of the few
+	// events whose answer can.
+	owed := d.applier().owed(ctr.GetId(), nil)
 	r, ok := d.led.Record(ctr.GetId())
 	if !ok {
-		return nil, nil
+		return owed, nil
 	}
-	return nil, p.forget(r, "stopped", ledger.Life{Stopped: map[string]podContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})
+	return owed, p.forget(r, "stopped", ledger.Life{Stopped: map[string]podContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})
 }
 
 // forget drops a known container from the index, with the lifecycle
@@ -575,6 +589,13 @@ func podUnknown(st policy.State, pod string) bool {
 // runtime call and records it in the runtime's spec; PostUpdateContainer
 // checks the cgroup afterwards.
 func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (updates []*api.ContainerUpdate, err error) {
+	// Runs last, with the ledger unlocked: the answer also carries what
+	// was held back for one (owed).
+	defer func() {
+		if err == nil {
+			updates = p.withOwed(ctr.GetId(), updates)
+		}
+	}()
 	defer func() { updates = p.quotaAtUpdate(ctr, updates) }()
 	defer p.d.obs.timeEvent("UpdateContainer")()
 	d := p.d
@@ -598,6 +619,23 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
 		"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
 	return p.currentCPUSet(r), nil
+}
+
+// withOwed adds what the applier holds for an answer (owed) to updates,
+// the answer to skip's UpdateContainer (NRI's adaptation puts the
+// container's own update last itself).
+func (p *plugin) withOwed(skip string, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
+	l := p.d.led
+	l.Lock()
+	defer l.Unlock()
+	if l.Engine() == nil {
+		return updates
+	}
+	owed := p.d.applier().owed(skip, updates)
+	if len(owed) == 0 {
+		return updates
+	}
+	return append(owed, updates...)
 }
 
 // currentCPUSet is the update giving a known container the cpuset.cpus

@@ -73,7 +73,15 @@ func (f *fakeSystemd) SetCPUSet(_ context.Context, unit, cpus, mems string) erro
 		held = f.file(unit)
 	}
 	f.note("SetCPUSet %s cpus=%s mems=%s file=%s", unit, cpus, mems, held)
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return f.setErr
+}
+
+func (f *fakeSystemd) failSets(err error) {
+	f.mu.Lock()
+	f.setErr = err
+	f.mu.Unlock()
 }
 
 func (f *fakeSystemd) LiftQuota(_ context.Context, unit string) error {
@@ -477,5 +485,81 @@ func TestDirectThroughSystemd(t *testing.T) {
 	}
 	if n := len(rt.Unsolicited()); n != 0 {
 		t.Errorf("%d updates pushed to the runtime, want none", n)
+	}
+}
+
+// TestDirectRewritesAfterFailedWrite: a write of the shared pool that
+// failed in systemd (the file took it, systemd's record did not) is done
+// again at the next pass, even when that pass brings back the pool the
+// container was created with. The VM's CRI-O run lost its D-Bus
+// connection once, and the BestEffort container then kept 0,2-7 after
+// the exclusive pod went: the daemon still believed it held 0-7, the
+// pool it came back to, and skipped it. The reconcile loop is off, as in
+// the suites, so only the pass can put it right.
+func TestDirectRewritesAfterFailedWrite(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startRuntime(t, nritest.WithSystemdCgroups())
+	if err := os.MkdirAll(rt.CgroupRoot(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rt.CgroupRoot(), "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeSystemd{version: 252}
+	var dials atomic.Int32
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo, WithSystemd(sdDial(fake, &dials)))
+	ctx := context.Background()
+	slicePod := func(uid, qos string) *api.PodSandbox {
+		pod := rt.addPod(podSpec{uid: uid, name: uid, qos: qos})
+		pod.Linux.CgroupParent = podres.PodSlice(podres.QOS(qos), uid)
+		return pod
+	}
+	create := func(pod *api.PodSandbox, name string, req, lim int64) *api.Container {
+		t.Helper()
+		c, ups, err := rt.create(pod, name, req, lim)
+		if err != nil || len(ups) != 0 {
+			t.Fatalf("create %s: %v, updates %q", name, err, rt.describe(ups))
+		}
+		if err := rt.StartContainer(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	be1 := create(slicePod("be", "besteffort"), "be1", 0, 0)
+	unit := "cri-containerd-" + be1.Id + ".scope"
+
+	fake.failSets(errors.New("read unix @->/run/dbus/system_bus_socket: use of closed network connection"))
+	g1 := slicePod("g1", "guaranteed")
+	create(g1, "c2", 2000, 2000)
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Fatalf("be1's scope file %q once c2 started, want 0,2-4,6-7 (systemd failed, the file not)", got)
+	}
+	fake.failSets(nil)
+	before := len(fake.got())
+
+	rt.removePod(g1)
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0-7" {
+		t.Errorf("be1's scope file %q once g1 was removed, want 0-7", got)
+	}
+	want := "SetCPUSet " + unit + " cpus=0-7 mems= file="
+	if calls := fake.got()[before:]; !slices.Contains(calls, want) {
+		t.Errorf("systemd calls after the removal %q lack %q", calls, want)
+	}
+
+	// With no pool change after the failure, the reconcile round redoes
+	// the write: the file is right, so only the forgotten record tells.
+	fake.failSets(errors.New("context deadline exceeded"))
+	create(slicePod("g2", "guaranteed"), "c3", 2000, 2000)
+	settle(t, r.d)
+	fake.failSets(nil)
+	before = len(fake.got())
+	if n := r.d.ReconcileNow(); n != 0 {
+		t.Errorf("reconcile found %d drifted cgroups, want 0 (the files are right)", n)
+	}
+	want = "SetCPUSet " + unit + " cpus=0,2-4,6-7 mems= file="
+	if calls := fake.got()[before:]; !slices.Contains(calls, want) {
+		t.Errorf("systemd calls of the reconcile round %q lack %q", calls, want)
 	}
 }

@@ -52,6 +52,7 @@ import (
 // give the current values.
 type Runtime struct {
 	name         string
+	version      string
 	dir          string
 	socket       string
 	cgroupRoot   string
@@ -86,8 +87,18 @@ type Runtime struct {
 // Option configures a Runtime.
 type Option func(*Runtime)
 
-// WithName sets the runtime name the plugin sees (default "nritest").
+// WithName sets the runtime name the plugin sees in Configure (default
+// "containerd").
 func WithName(name string) Option { return func(rt *Runtime) { rt.name = name } }
+
+// WithVersion sets the runtime version the plugin sees in Configure
+// (default "v2.4.2"). With the default name it stands for a containerd
+// of that version, whose NRI the plugin infers from it (a test binary's
+// adaptation cannot tell its own NRI version): the default is a
+// containerd whose NRI takes unsolicited updates, as this adaptation
+// (the plugin's own NRI module) does; "v2.3.7" makes the plugin treat it
+// as one that deadlocks on them (docs/runtimes.md).
+func WithVersion(v string) Option { return func(rt *Runtime) { rt.version = v } }
 
 // WithCgroupRoot makes the runtime write every cpuset it applies into
 // root/cpuset/<cgroups path>/cpuset.{cpus,mems}, as a cgroup v1 tree for a
@@ -136,7 +147,7 @@ func WithErrorf(f func(format string, args ...any)) Option {
 // New makes a runtime listening on dir/nri.sock once started (dir must be
 // short: unix socket paths are limited to 108 bytes). It does not start.
 func New(dir string, opts ...Option) *Runtime {
-	rt := &Runtime{name: "nritest", dir: dir, socket: filepath.Join(dir, "nri.sock"),
+	rt := &Runtime{name: "containerd", version: "v2.4.2", dir: dir, socket: filepath.Join(dir, "nri.sock"),
 		pods: map[string]*api.PodSandbox{}, ctrs: map[string]*api.Container{}}
 	for _, o := range opts {
 		o(rt)
@@ -151,7 +162,7 @@ func New(dir string, opts ...Option) *Runtime {
 // with the same store, as a restarted containerd does.
 func (rt *Runtime) Start() error {
 	_ = os.Remove(rt.socket)
-	r, err := adaptation.New(rt.name, "v0.0.0", rt.synchronize, rt.update,
+	r, err := adaptation.New(rt.name, rt.version, rt.synchronize, rt.update,
 		adaptation.WithSocketPath(rt.socket),
 		adaptation.WithPluginPath(filepath.Join(rt.dir, "plugins")),
 		adaptation.WithPluginConfigPath(filepath.Join(rt.dir, "conf.d")))

@@ -15,7 +15,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -173,24 +175,49 @@ type Manager interface {
 	Version() int
 }
 
+// bus is what a Client asks of its connection; *sd.Conn has it, and
+// tests give a fake that fails as a closed connection does.
+type bus interface {
+	GetManagerProperty(prop string) (string, error)
+	SetUnitPropertiesContext(ctx context.Context, name string, runtime bool, properties ...sd.Property) error
+	GetUnitTypePropertyContext(ctx context.Context, unit, unitType, propertyName string) (*sd.Property, error)
+	Close()
+}
+
 // Client is a Manager over the system bus (or, for root, systemd's
 // private socket, as go-systemd's NewWithContext falls back to). It
 // reconnects once when the bus connection was closed (dbus restarted).
+//
+// godbus closes a connection when the context it was dialed with ends,
+// so a connection is dialed with a context of its own (life), ended only
+// by Close or a reconnect; the caller's context bounds the dial alone.
+// Dialed with the caller's, every connection died as its first call
+// returned, and the next call raced the close ("use of closed network
+// connection").
 type Client struct {
-	dial func(ctx context.Context) (*sd.Conn, error)
+	dial func(ctx context.Context) (bus, error)
 	mu   sync.Mutex
-	conn *sd.Conn
+	conn bus
+	end  context.CancelFunc // ends conn's life
 	ver  int
 }
 
 // Dial connects to systemd and reads its version: an error means the
 // plugin cannot reach systemd (no bus socket mounted, no permission).
 func Dial(ctx context.Context) (*Client, error) {
-	c := &Client{dial: sd.NewWithContext}
+	c := &Client{dial: dialBus}
 	if _, err := c.get(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+func dialBus(ctx context.Context) (bus, error) {
+	conn, err := sd.NewWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
 }
 
 // Version is systemd's major version, read at connection.
@@ -204,50 +231,71 @@ func (c *Client) Version() int {
 func (c *Client) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.conn != nil {
-		c.conn.Close()
-		c.conn = nil
-	}
+	c.drop(c.conn)
 }
 
-func (c *Client) get(ctx context.Context) (*sd.Conn, error) {
+// drop closes conn if it is still the client's; c.mu is held.
+func (c *Client) drop(conn bus) {
+	if c.conn == nil || c.conn != conn {
+		return
+	}
+	c.conn.Close()
+	c.end()
+	c.conn, c.end = nil, nil
+}
+
+func (c *Client) get(ctx context.Context) (bus, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn != nil {
 		return c.conn, nil
 	}
-	conn, err := c.dial(ctx)
+	life, end := context.WithCancel(context.Background())
+	// Until systemd has answered, ctx's end ends the connection too (a
+	// hung bus must not hold c.mu past the caller's deadline).
+	stop := context.AfterFunc(ctx, end)
+	conn, err := c.dial(life)
 	if err != nil {
+		stop()
+		end()
 		return nil, fmt.Errorf("connect to systemd over D-Bus: %w", err)
 	}
 	v, err := conn.GetManagerProperty("Version")
+	if !stop() && err == nil {
+		err = context.Cause(ctx)
+	}
 	if err != nil {
 		conn.Close()
+		end()
 		return nil, fmt.Errorf("read systemd's version over D-Bus: %w", err)
 	}
-	c.conn, c.ver = conn, ParseVersion(v)
+	c.conn, c.end, c.ver = conn, end, ParseVersion(v)
 	return conn, nil
 }
 
 // call runs op on the connection, once more on a new one if the first was
 // closed under it.
-func (c *Client) call(ctx context.Context, op func(*sd.Conn) error) error {
+func (c *Client) call(ctx context.Context, op func(bus) error) error {
 	for try := 0; ; try++ {
 		conn, err := c.get(ctx)
 		if err != nil {
 			return err
 		}
 		err = op(conn)
-		if err == nil || try > 0 || !errors.Is(err, dbus.ErrClosed) {
+		if err == nil || try > 0 || !closed(err) {
 			return noUnit(err)
 		}
 		c.mu.Lock()
-		if c.conn == conn {
-			c.conn.Close()
-			c.conn = nil
-		}
+		c.drop(conn)
 		c.mu.Unlock()
 	}
+}
+
+// closed tells a connection that is gone (dbus or systemd restarted, the
+// socket shut) from an error systemd answered: godbus reports the first
+// as ErrClosed once it noticed, as the socket's read error before.
+func closed(err error) bool {
+	return errors.Is(err, dbus.ErrClosed) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF)
 }
 
 // noUnit maps systemd's "no such unit" (NoSuchUnit; a transient scope
@@ -267,7 +315,7 @@ func (c *Client) SetCPUSet(ctx context.Context, unit, cpus, mems string) error {
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, func(conn *sd.Conn) error {
+	return c.call(ctx, func(conn bus) error {
 		if v := c.Version(); v > 0 && v < MinCPUSetVersion {
 			return nil
 		}
@@ -277,7 +325,7 @@ func (c *Client) SetCPUSet(ctx context.Context, unit, cpus, mems string) error {
 
 // LiftQuota implements Manager.
 func (c *Client) LiftQuota(ctx context.Context, unit string) error {
-	return c.call(ctx, func(conn *sd.Conn) error {
+	return c.call(ctx, func(conn bus) error {
 		return conn.SetUnitPropertiesContext(ctx, unit, true, NoQuotaProperty())
 	})
 }
@@ -285,7 +333,7 @@ func (c *Client) LiftQuota(ctx context.Context, unit string) error {
 // QuotaLifted implements Manager.
 func (c *Client) QuotaLifted(ctx context.Context, unit string) (bool, error) {
 	var lifted bool
-	err := c.call(ctx, func(conn *sd.Conn) error {
+	err := c.call(ctx, func(conn bus) error {
 		p, err := conn.GetUnitTypePropertyContext(ctx, unit, "Slice", PropCPUQuota)
 		if err != nil {
 			return err

@@ -2,12 +2,18 @@ package systemd
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	sd "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
 	"k8s.io/utils/cpuset"
 )
@@ -187,5 +193,165 @@ func TestNoUnit(t *testing.T) {
 	}
 	if noUnit(nil) != nil {
 		t.Error("nil")
+	}
+}
+
+// fakeBus fails as a godbus connection does: once the context it was
+// dialed with ends, godbus closes it, and a call racing that close sees
+// the socket's read error; once it has noticed, ErrClosed.
+type fakeBus struct {
+	life   context.Context
+	gone   atomic.Bool // the bus went away (dbus restarted)
+	closed atomic.Bool // Close was called
+	sets   atomic.Int32
+}
+
+func (f *fakeBus) err() error {
+	switch {
+	case f.gone.Load() || f.closed.Load():
+		return dbus.ErrClosed
+	case f.life.Err() != nil:
+		return &net.OpError{Op: "read", Net: "unix", Err: net.ErrClosed}
+	}
+	return nil
+}
+
+func (f *fakeBus) GetManagerProperty(string) (string, error) {
+	if err := f.err(); err != nil {
+		return "", err
+	}
+	return `"252.22-1~deb12u1"`, nil
+}
+
+func (f *fakeBus) SetUnitPropertiesContext(context.Context, string, bool, ...sd.Property) error {
+	if err := f.err(); err != nil {
+		return err
+	}
+	f.sets.Add(1)
+	return nil
+}
+
+func (f *fakeBus) GetUnitTypePropertyContext(context.Context, string, string, string) (*sd.Property, error) {
+	if err := f.err(); err != nil {
+		return nil, err
+	}
+	return &sd.Property{Name: PropCPUQuota, Value: dbus.MakeVariant(NoQuota)}, nil
+}
+
+func (f *fakeBus) Close() { f.closed.Store(true) }
+
+// fakeDialer hands out fakeBus connections and keeps them.
+type fakeDialer struct {
+	mu    sync.Mutex
+	conns []*fakeBus
+}
+
+func (d *fakeDialer) dial(ctx context.Context) (bus, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b := &fakeBus{life: ctx}
+	d.conns = append(d.conns, b)
+	return b, nil
+}
+
+func (d *fakeDialer) all() []*fakeBus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*fakeBus(nil), d.conns...)
+}
+
+// TestClientConnectionOutlivesCalls: one connection serves every call,
+// each made under a context that ends when the call returns, as the
+// daemon's are (a 1 s timeout per write). The connection's life is not
+// the dialing call's: with the caller's context, godbus closed it as the
+// first call returned, and the next write failed on the closed socket
+// (seen in the VM as "read unix @->/run/dbus/system_bus_socket: use of
+// closed network connection").
+func TestClientConnectionOutlivesCalls(t *testing.T) {
+	d := &fakeDialer{}
+	c := &Client{dial: d.dial}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if _, err := c.get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if c.Version() != 252 {
+		t.Errorf("version %d, want 252", c.Version())
+	}
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := c.SetCPUSet(ctx, "crio-x.scope", "0,2-7", "")
+		cancel()
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	lifted, err := c.QuotaLifted(ctx, "kubepods-podu.slice")
+	cancel()
+	if err != nil || !lifted {
+		t.Errorf("QuotaLifted: %v, %v", lifted, err)
+	}
+	conns := d.all()
+	if len(conns) != 1 || conns[0].sets.Load() != 3 {
+		t.Fatalf("%d connections dialed (want 1), writes on the first %d (want 3)", len(conns), conns[0].sets.Load())
+	}
+	c.Close()
+	if conns[0].life.Err() == nil || !conns[0].closed.Load() {
+		t.Error("Close left the connection open")
+	}
+}
+
+// TestClientRedials: a connection that went away (dbus restarted) is
+// dropped and a call goes through on a new one, once; the old one is
+// closed and its life ended.
+func TestClientRedials(t *testing.T) {
+	d := &fakeDialer{}
+	c := &Client{dial: d.dial}
+	ctx := context.Background()
+	if err := c.LiftQuota(ctx, "kubepods-podu.slice"); err != nil {
+		t.Fatal(err)
+	}
+	first := d.all()[0]
+	first.gone.Store(true)
+	if err := c.SetCPUSet(ctx, "crio-x.scope", "1", "0"); err != nil {
+		t.Fatalf("write after the bus went away: %v", err)
+	}
+	conns := d.all()
+	if len(conns) != 2 || conns[1].sets.Load() != 1 {
+		t.Fatalf("%d connections, want 2 with the write on the second", len(conns))
+	}
+	if !first.closed.Load() || first.life.Err() == nil {
+		t.Error("the gone connection was not closed")
+	}
+	// Both gone: one retry only, and the error says what happened.
+	conns[1].gone.Store(true)
+	d.mu.Lock()
+	c.dial = func(ctx context.Context) (bus, error) {
+		b := &fakeBus{life: ctx}
+		b.gone.Store(true)
+		return b, nil
+	}
+	d.mu.Unlock()
+	if err := c.SetCPUSet(ctx, "crio-x.scope", "1", ""); err == nil {
+		t.Error("no error with the bus gone")
+	}
+}
+
+// TestClientDialBounded: a bus that never answers is given up at the
+// caller's deadline, and the connection is not kept.
+func TestClientDialBounded(t *testing.T) {
+	hung := func(ctx context.Context) (bus, error) {
+		<-ctx.Done() // ends when the caller's context does
+		return nil, ctx.Err()
+	}
+	c := &Client{dial: hung}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := c.get(ctx); err == nil {
+		t.Fatal("a hung bus was reported as connected")
+	}
+	if c.conn != nil {
+		t.Error("a failed connection was kept")
 	}
 }

@@ -27,7 +27,7 @@ import (
 func StartRuntime(dir string, opts ...nritest.Option) (*nritest.Runtime, error) {
 	adaptation.SetPluginRequestTimeout(30 * time.Second)
 	nrilog.Set(quietLogger{})
-	rt := nritest.New(dir, append([]nritest.Option{nritest.WithName("bench-runtime")}, opts...)...)
+	rt := nritest.New(dir, opts...)
 	if err := rt.Start(); err != nil {
 		return nil, err
 	}

@@ -289,7 +289,7 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	if err := os.MkdirAll(filepath.Join(cgroupRoot, "cpuset"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c.rt = nritest.New(dir, nritest.WithName("churn-runtime"), nritest.WithErrorf(t.Errorf), nritest.WithCreatedUntilStarted(), nritest.WithCgroupsRemoved(),
+	c.rt = nritest.New(dir, nritest.WithErrorf(t.Errorf), nritest.WithCreatedUntilStarted(), nritest.WithCgroupsRemoved(),
 		nritest.WithCgroupRoot(cgroupRoot), nritest.WithUnpinnedCPUs(c.topo.CPUs().String()),
 		nritest.WithUnpinnedMems(cpuset.New(c.topo.MemoryNodes()...).String()))
 	if err := c.rt.Start(); err != nil {

@@ -50,7 +50,7 @@ func StartFixtureDaemon(ctx context.Context, name, toml string) *FixtureDaemon {
 	dir := GinkgoT().TempDir()
 	sys := filepath.Join(dir, "sys")
 	Expect(sysfstest.WriteNamed(sys, name)).To(Succeed())
-	rt := nritest.New(dir, nritest.WithName("e2e-runtime"), nritest.WithErrorf(GinkgoT().Errorf))
+	rt := nritest.New(dir, nritest.WithErrorf(GinkgoT().Errorf))
 	Expect(rt.Start()).To(Succeed())
 	DeferCleanup(rt.Stop)
 	// The fixed keys go first: the caller's TOML may end inside a table.

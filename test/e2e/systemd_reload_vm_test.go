@@ -162,5 +162,10 @@ var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver nod
 		GinkgoWriter.Printf("%d samples of the shared containers' cgroups, %d on an exclusive CPU\n", samples, len(overlaps))
 		Expect(samples).To(BeNumerically(">", 0))
 		Expect(overlaps).To(BeEmpty(), "shared containers ran on the exclusive CPUs %s", excl)
+		// Every change went through systemd on the one connection the
+		// plugin keeps: no call may have found it closed.
+		line, failed, err := framework.FindLine(plugin.LogPath, 0, "level=warning", "systemd unit ", "closed")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(failed).To(BeFalse(), "a write through systemd found the bus connection closed: %s", line)
 	}, SpecTimeout(10*time.Minute))
 })

@@ -138,6 +138,11 @@ var _ = Describe("a real kubelet with the plugin", Label("vm"), Ordered, Serial,
 		Expect(Exclusive(v)).To(BeEmpty())
 		Expect(v.Shared).To(Equal(Host.CPUs.String()))
 		Expect(plugin.Metric(Default, ctx, "nri_cpualign_exclusive_cpus")).To(BeEquivalentTo(0))
+		// On a systemd node every cpuset and quota goes through systemd's
+		// D-Bus API on one connection kept for the plugin's life: no call
+		// may have found it closed. (A call that times out on a slow
+		// emulated node is retried and is no fault of the connection.)
+		Expect(plugin.LogCount("level=warning", "systemd unit ", "closed")).To(BeZero(), "a write through systemd found the bus connection closed; plugin log:\n%s", logTail(plugin.LogPath, 40))
 	}, NodeTimeout(3*time.Minute))
 })
 

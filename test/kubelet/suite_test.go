@@ -7,8 +7,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -741,12 +743,20 @@ func ContainerCPUs(g Gomega, pod corev1.Pod, name string) cpuset.CPUSet {
 	g.Expect(err).NotTo(HaveOccurred())
 	pids := strings.Fields(procs)
 	g.Expect(pids).NotTo(BeEmpty(), "container %s: no process in cgroup %s", name, dir)
+	seen := 0
 	for _, pid := range pids {
 		allowed, err := CPUsAllowed(pid)
+		if errors.Is(err, fs.ErrNotExist) {
+			// The image's loop starts a `sleep 1` every second: a child
+			// listed in cgroup.procs may have exited since.
+			continue
+		}
 		g.Expect(err).NotTo(HaveOccurred())
+		seen++
 		g.Expect(allowed.Equals(cg.CPUs)).To(BeTrue(), "pod %s container %s: process %s has Cpus_allowed_list %s, its cgroup %s has cpuset.cpus %s",
 			pod.Name, name, pid, allowed, dir, cg.CPUs)
 	}
+	g.Expect(seen).NotTo(BeZero(), "container %s: every process of cgroup %s exited while read", name, dir)
 	return cg.CPUs
 }
 
