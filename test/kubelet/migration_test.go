@@ -50,6 +50,17 @@ func migrate(ctx SpecContext, name, bin string) {
 	static := KubeletConfig{CPUManagerPolicy: "static", MemoryManagerPolicy: "Static"}
 	kubelet := NewKubelet(name, static)
 	kubelet.Bin = bin
+	cpuState := filepath.Join(kubelet.RootDir, "cpu_manager_state")
+	memState := filepath.Join(kubelet.RootDir, "memory_manager_state")
+	// One run may pass here more than once with the same work dir
+	// (e2e-kubelet.sh's two containerd passes): the files an earlier pass
+	// left, written under none, would stop the static kubelet from
+	// starting, and the plugin's own checkpoint would make it skip the
+	// import. Each pass starts as a node that never ran either.
+	for _, f := range []string{cpuState, memState} {
+		Expect(os.Remove(f)).To(Or(Succeed(), MatchError(os.ErrNotExist)))
+	}
+	Expect(os.RemoveAll(filepath.Join(WorkDir, name, "state"))).To(Succeed())
 	kubelet.Start(ctx)
 	g1, be := PodName("g1"), PodName("besteffort")
 	kubelet.Apply(NewPod(g1, Container("app", Guaranteed("1"))))
@@ -60,8 +71,6 @@ func migrate(ctx SpecContext, name, bin string) {
 	pool := Host.CPUs.Difference(pinned)
 	ExpectCPUs(ctx, kubelet, be, "app", pool)
 	uid := string(kubelet.Pod(Default, ctx, g1).UID)
-	cpuState := filepath.Join(kubelet.RootDir, "cpu_manager_state")
-	memState := filepath.Join(kubelet.RootDir, "memory_manager_state")
 	Eventually(func(g Gomega) {
 		s := readKubeletState(g, cpuState)
 		g.Expect(s.Entries).To(HaveKeyWithValue(uid, HaveKeyWithValue("app", pinned.String())))
