@@ -93,7 +93,7 @@ chart-check: helm-install
 e2e:
 	bash scripts/e2e.sh
 
-## e2e-kubelet: a real standalone kubelet v1.36 with the plugin (test/kubelet),
+## e2e-kubelet: a real standalone kubelet v1.37 with the plugin (test/kubelet),
 ## on containerd and then CRI-O; root, builds the kubelet on first use, flock
 .PHONY: e2e-kubelet
 e2e-kubelet:
@@ -101,7 +101,7 @@ e2e-kubelet:
 
 ## e2e-cluster: the DaemonSet installed as the README says on a real one-node
 ## cluster (test/cluster): etcd, kube-apiserver, kube-controller-manager,
-## kube-scheduler and a kubelet v1.36 on 127.0.0.1 against the test
+## kube-scheduler and a kubelet v1.37 on 127.0.0.1 against the test
 ## containerd; root, one run at a time (flock), builds the Kubernetes
 ## binaries into the e2e cache on first use
 .PHONY: e2e-cluster

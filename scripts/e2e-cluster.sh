@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e-cluster.sh - the DaemonSet on a real control plane (`make e2e-cluster`,
-# part of `make test`). Builds or finds the Kubernetes v1.36 binaries
+# part of `make test`). Builds or finds the Kubernetes v1.37 binaries
 # (scripts/setup-kube.sh); then, for containerd and then CRI-O, starts
 # the test runtime, etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and a kubelet registered as a node, all on 127.0.0.1 with

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e-kubelet.sh - the real-kubelet suite (test/kubelet, `make e2e-kubelet`,
-# part of `make test`): a standalone kubelet v1.36 with the plugin, on
-# containerd and then on CRI-O. Builds bin/nri-cpualign and the kubelet
+# part of `make test`): a standalone kubelet v1.37 with the plugin, on
+# containerd and then on CRI-O; the migration spec runs on the previous
+# minor's kubelet too (v1.36). Builds bin/nri-cpualign and the kubelets
 # (scripts/setup-kube.sh, cached after the first build), and for each
 # runtime starts it, runs the suite (which starts and stops the kubelet and
 # the plugin itself) and tears the runtime down. One run at a time per
@@ -10,6 +11,7 @@
 # E2E_KUBELET_RUNTIMES="containerd crio" picks the runtimes (default both;
 # without a CRI-O on the machine the CRI-O pass says why in one line);
 # E2E_KUBE_BIN=DIR uses DIR/kubelet instead of setup-kube.sh's;
+# E2E_KUBE_VERSION_PREV (v1.36.3) is the previous kubelet, empty for none;
 # extra arguments go to the test binary, e.g.
 #   scripts/e2e-kubelet.sh -ginkgo.focus='migrat'
 # The work dir (kubelet and plugin logs, configs, state) is kept with
@@ -34,6 +36,7 @@ cleanup() {
 	# Survivors of a crashed test binary: the kubelet first (it would
 	# recreate what the teardown removes), then the plugin.
 	[ -n "${E2E_KUBE_BIN:-}" ] && kill_pids_of_bin "$PIDFILE" "$E2E_KUBE_BIN/kubelet"
+	[ -n "${E2E_KUBE_BIN_PREV:-}" ] && kill_pids_of_bin "$PIDFILE" "$E2E_KUBE_BIN_PREV/kubelet"
 	kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
 	[ -n "$current" ] && runtime_teardown "$current"
 	hugetlb_umount
@@ -55,6 +58,7 @@ if [ -n "${E2E_KUBE_BIN:-}" ] && [ -x "$E2E_KUBE_BIN/kubelet" ]; then
 else
 	setup_kube kubelet
 fi
+setup_kube_prev
 log "building the suite"
 (cd "$REPO_ROOT" && go test -tags e2e -c -o "$WORK/kubelet.test" ./test/kubelet) || die "building test/kubelet failed"
 
@@ -92,6 +96,7 @@ for run in $RUNS; do
 	rc=$?
 	set -e
 	kill_pids_of_bin "$PIDFILE" "$E2E_KUBE_BIN/kubelet"
+	[ -z "${E2E_KUBE_BIN_PREV:-}" ] || kill_pids_of_bin "$PIDFILE" "$E2E_KUBE_BIN_PREV/kubelet"
 	kill_pids_of_bin "$PIDFILE" "$PLUGIN_BIN"
 	runtime_teardown "$rt"
 	hugetlb_umount

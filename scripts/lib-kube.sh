@@ -14,6 +14,25 @@ setup_kube() {
 	log "Kubernetes ${E2E_KUBE_VERSION:-?} binaries in $E2E_KUBE_BIN ($((SECONDS - t0))s)"
 }
 
+# setup_kube_prev: the previous minor's kubelet (E2E_KUBE_VERSION_PREV,
+# default v1.36.3; empty: none), for the kubelet suite's spec that migrates
+# from the state files it writes; exports E2E_KUBE_BIN_PREV. Cached like
+# the others (the first build takes minutes).
+setup_kube_prev() {
+	local t0=$SECONDS out
+	E2E_KUBE_VERSION_PREV=${E2E_KUBE_VERSION_PREV-v1.36.3}
+	if [ -z "$E2E_KUBE_VERSION_PREV" ]; then
+		log "E2E_KUBE_VERSION_PREV is empty: no previous kubelet, its migration spec is skipped"
+		return 0
+	fi
+	out=$(KUBE_VERSION=$E2E_KUBE_VERSION_PREV ETCD_VERSION='' bash "$KUBE_SETUP_SCRIPT" kubelet 9>&-) ||
+		die "setup-kube.sh kubelet for $E2E_KUBE_VERSION_PREV failed"
+	E2E_KUBE_BIN_PREV=$(sed -n 's/^export E2E_KUBE_BIN=//p' <<<"$out")
+	[ -n "$E2E_KUBE_BIN_PREV" ] || die "setup-kube.sh printed no E2E_KUBE_BIN for $E2E_KUBE_VERSION_PREV"
+	export E2E_KUBE_BIN_PREV E2E_KUBE_VERSION_PREV
+	log "previous kubelet $E2E_KUBE_VERSION_PREV in $E2E_KUBE_BIN_PREV ($((SECONDS - t0))s)"
+}
+
 # runtime_setup RUNTIME: starts containerd or CRI-O (clean slate: whatever an
 # earlier run left is torn down first) and prints the path of its env file.
 runtime_setup() {

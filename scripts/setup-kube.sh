@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # setup-kube.sh BINARY... - the Kubernetes binaries the real-kubelet and
 # real-cluster suites run: kubelet, kube-apiserver, kube-controller-manager,
-# kube-scheduler and kubectl (KUBE_VERSION, v1.36.3) and etcd (ETCD_VERSION,
-# v3.6.8, the one Kubernetes 1.36 is built against), all built from the Go
-# module proxy with CGO off into $E2E_CACHE/bin/kube-<version>/ and kept
-# there. Starts nothing. With no argument it builds the kubelet.
+# kube-scheduler and kubectl (KUBE_VERSION, v1.37.2; v1.36.3 is the
+# previous minor the kubelet suite's migration spec also runs) and etcd
+# (ETCD_VERSION, by default the one that Kubernetes minor is built against:
+# v3.7.0 for 1.37, v3.6.8 for 1.36), all built from the Go module proxy
+# with CGO off into $E2E_CACHE/bin/kube-<version>/ and kept there. Starts
+# nothing. With no argument it builds the kubelet.
 #
 # stdout: `export E2E_KUBE_BIN=DIR` (every binary is DIR/<name>) and
 # `export E2E_KUBE_VERSION=...`; logs on stderr. A cold build takes minutes
@@ -15,8 +17,11 @@ set -euo pipefail
 # shellcheck source=scripts/lib-setup.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib-setup.sh"
 
-KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
-ETCD_VERSION=${ETCD_VERSION:-v3.6.8}
+KUBE_VERSION=${KUBE_VERSION:-v1.37.2}
+case $KUBE_VERSION in
+v1.36.*) ETCD_VERSION=${ETCD_VERSION:-v3.6.8} ;;
+*) ETCD_VERSION=${ETCD_VERSION:-v3.7.0} ;;
+esac
 E2E_CACHE=${E2E_CACHE:-/var/cache/nri-e2e}
 # The same layout as the CI machines' cache, so that their binaries are used.
 BIN=$E2E_CACHE/bin/kube-$KUBE_VERSION

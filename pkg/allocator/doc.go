@@ -34,8 +34,12 @@
 //     groups, so a socket's nodes can split a request one of them could
 //     not hold evenly. v1.36 ignored align-by-socket there.
 //
-// Everything else the kubelet's v1.36.3 tests pin passes its v1.37.2
-// tables too (replayed for issue 34).
+// These are the only placement changes between the two: from v1.36.3 to
+// v1.37.2 the kubelet's cpu_assignment.go changed in the distributed fit
+// only, and policy_static.go's container path in the order of those two
+// steps (the rest is logging and the resize operation plumbing, which
+// leaves placement alone). Their new table rows, read from the
+// k8s.io/kubernetes@v1.37.2 module, are kubelet137_test.go.
 //
 // A Static precomputes every grouping once; a decision works on bitsets
 // over the online CPUs, so its cost is linear in the CPUs. The shared pool

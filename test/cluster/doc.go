@@ -1,6 +1,6 @@
 // Package cluster is the end-to-end suite of the nri-cpualign DaemonSet on a
 // real one-node Kubernetes cluster (etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler and a kubelet, v1.36, against the
+// kube-controller-manager, kube-scheduler and a kubelet, v1.37, against the
 // test containerd or CRI-O), installed the way the README's "Install on a cluster"
 // says: `make image`, `ctr images import`, `kubectl apply -k deploy/`, the
 // node label. scripts/e2e-cluster.sh (`make e2e-cluster`) starts the cluster

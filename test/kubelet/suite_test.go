@@ -58,7 +58,11 @@ type env struct {
 	TestImage  string
 	PauseImage string
 	Kubelet    string // the kubelet binary ($E2E_KUBE_BIN/kubelet)
-	PIDFile    string // where started processes' pids go, for the script's cleanup
+	// PrevKubelet is an older kubelet ($E2E_KUBE_BIN_PREV/kubelet) for
+	// the specs that check what a node moving from it leaves behind (the
+	// migration's state files); "" when the run has none.
+	PrevKubelet string
+	PIDFile     string // where started processes' pids go, for the script's cleanup
 }
 
 func loadEnv() (env, error) {
@@ -88,6 +92,12 @@ func loadEnv() (env, error) {
 	e.Kubelet = filepath.Join(bin, "kubelet")
 	if _, err := os.Stat(e.Kubelet); err != nil {
 		return env{}, fmt.Errorf("no kubelet binary: %w (run scripts/setup-kube.sh kubelet)", err)
+	}
+	if prev := os.Getenv("E2E_KUBE_BIN_PREV"); prev != "" {
+		e.PrevKubelet = filepath.Join(prev, "kubelet")
+		if _, err := os.Stat(e.PrevKubelet); err != nil {
+			return env{}, fmt.Errorf("E2E_KUBE_BIN_PREV has no kubelet: %w", err)
+		}
 	}
 	return e, nil
 }
@@ -132,8 +142,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		DeferCleanup(stop)
 		GinkgoWriter.Printf("this machine cannot lower oom_score_adj (no CAP_SYS_RESOURCE): the e2e-oomclamp NRI plugin turns CRI-O's negative scores into 0\n")
 	}
-	GinkgoWriter.Printf("runtime %s (%s, NRI %s, cgroup driver %s, cgroup v2 %v), kubelet %s, %d CPUs %s, plugin %s, work dir %s\n",
-		Env.Runtime, Env.Endpoint, Env.NRISocket, Driver, framework.Unified, Env.Kubelet, Host.CPUs.Size(), Host.CPUs, PluginBin, WorkDir)
+	GinkgoWriter.Printf("runtime %s (%s, NRI %s, cgroup driver %s, cgroup v2 %v), kubelet %s (previous: %s), %d CPUs %s, plugin %s, work dir %s\n",
+		Env.Runtime, Env.Endpoint, Env.NRISocket, Driver, framework.Unified, Env.Kubelet, cmp.Or(Env.PrevKubelet, "none"),
+		Host.CPUs.Size(), Host.CPUs, PluginBin, WorkDir)
 }, NodeTimeout(5*time.Minute))
 
 // canLowerOOMScore reports whether a process here may lower its
@@ -316,6 +327,15 @@ type StateView struct {
 	Shared       string          `json:"shared"`
 	Containers   []ContainerView `json:"containers"`
 	Held         []HeldView      `json:"held"`
+	Memory       []MemoryView    `json:"memory"`
+}
+
+// MemoryView is one NUMA node's resource on /state under
+// memory_manager_policy Static.
+type MemoryView struct {
+	NUMANode  int    `json:"numa_node"`
+	Resource  string `json:"resource"`
+	Allocated uint64 `json:"allocated"`
 }
 
 // HeldView is one assignment held for an exited container on /state.
@@ -333,6 +353,7 @@ type ContainerView struct {
 	PodUID    string `json:"pod_uid"`
 	Container string `json:"container"`
 	CPUs      string `json:"cpus"`
+	Mems      string `json:"mems"`
 	Exclusive bool   `json:"exclusive"`
 }
 
@@ -400,14 +421,26 @@ type KubeletConfig struct {
 	// compared with.
 	CPUManagerPolicyOptions map[string]string
 	TopologyManagerPolicy   string
+	// MemoryManagerPolicy is "None" (default) or "Static", which reserves
+	// MemoryReservedMiB on NUMA node 0 (the kubelet requires the
+	// reservation to equal its eviction threshold here, 1Mi, as nothing
+	// else is reserved).
+	MemoryManagerPolicy string
 }
+
+// MemoryReservedMiB is the kubelet's reservedMemory on node 0 under
+// MemoryManagerPolicy Static: its memory.available eviction threshold.
+const MemoryReservedMiB = 1
 
 // Kubelet is one standalone kubelet: its config, static pod directory, root
 // dir and log under WorkDir/name survive restarts of its process.
 type Kubelet struct {
 	Dir, ConfigPath, ManifestDir, RootDir, LogPath string
-	proc                                           *framework.PluginProcess
-	manifests                                      map[string]bool // pod names with a manifest written
+	// Bin is the kubelet binary the next Start runs (Env.Kubelet unless
+	// a spec sets another).
+	Bin       string
+	proc      *framework.PluginProcess
+	manifests map[string]bool // pod names with a manifest written
 }
 
 // NewKubelet prepares a kubelet under WorkDir/name with cfg. When the calling
@@ -417,7 +450,7 @@ func NewKubelet(name string, cfg KubeletConfig) *Kubelet {
 	GinkgoHelper()
 	dir := filepath.Join(WorkDir, name)
 	k := &Kubelet{Dir: dir, ConfigPath: filepath.Join(dir, "kubelet.yaml"), ManifestDir: filepath.Join(dir, "manifests"),
-		RootDir: filepath.Join(dir, "root"), LogPath: filepath.Join(dir, "kubelet.log"), manifests: map[string]bool{}}
+		RootDir: filepath.Join(dir, "root"), LogPath: filepath.Join(dir, "kubelet.log"), Bin: Env.Kubelet, manifests: map[string]bool{}}
 	Expect(os.MkdirAll(k.ManifestDir, 0o755)).To(Succeed())
 	Expect(os.MkdirAll(k.RootDir, 0o755)).To(Succeed())
 	k.Configure(cfg)
@@ -452,7 +485,7 @@ func (k *Kubelet) Configure(cfg KubeletConfig) {
 		"failSwapOn: false",
 		"cpuManagerPolicy: " + policy,
 		"topologyManagerPolicy: " + cmp.Or(cfg.TopologyManagerPolicy, "none"),
-		"memoryManagerPolicy: None",
+		"memoryManagerPolicy: " + cmp.Or(cfg.MemoryManagerPolicy, "None"),
 		"address: 127.0.0.1",
 		"healthzBindAddress: 127.0.0.1",
 		fmt.Sprintf("healthzPort: %d", HealthzPort),
@@ -485,6 +518,9 @@ func (k *Kubelet) Configure(cfg KubeletConfig) {
 		// The static policy needs a CPU reservation; reservedSystemCPUs
 		// names it (the plugin's reserved_system_cpus, as the README asks).
 		lines = append(lines, `reservedSystemCPUs: "`+Reserved().String()+`"`)
+	}
+	if cfg.MemoryManagerPolicy == "Static" {
+		lines = append(lines, "reservedMemory:", "- numaNode: 0", "  limits:", fmt.Sprintf("    memory: %dMi", MemoryReservedMiB))
 	}
 	if len(cfg.CPUManagerPolicyOptions) > 0 {
 		lines = append(lines, "cpuManagerPolicyOptions:")
@@ -535,7 +571,7 @@ func (k *Kubelet) Start(ctx context.Context) {
 	GinkgoHelper()
 	Expect(k.Running()).To(BeFalse(), "kubelet already running")
 	args := []string{"--config", k.ConfigPath, "--root-dir", k.RootDir, "--hostname-override", NodeName}
-	proc, err := framework.StartPlugin(Env.Kubelet, args, k.LogPath, "")
+	proc, err := framework.StartPlugin(k.Bin, args, k.LogPath, "")
 	Expect(err).NotTo(HaveOccurred())
 	recordPID(proc.Pid())
 	k.proc = proc
