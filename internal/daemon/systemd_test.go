@@ -391,6 +391,39 @@ func TestLiftQuotaThroughSystemd(t *testing.T) {
 	}
 }
 
+// startSystemdRuntime is a fake runtime on the systemd driver over a
+// cgroup v2 tree (containers are scopes in pod slices).
+func startSystemdRuntime(t *testing.T) *fakeRuntime {
+	t.Helper()
+	rt := startRuntime(t, nritest.WithSystemdCgroups())
+	if err := os.MkdirAll(rt.CgroupRoot(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rt.CgroupRoot(), "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// addSlicePod adds a pod of class qos whose cgroup parent is the slice
+// the kubelet's systemd driver names.
+func addSlicePod(rt *fakeRuntime, uid, qos string) *api.PodSandbox {
+	pod := rt.addPod(podSpec{uid: uid, name: uid, qos: qos})
+	pod.Linux.CgroupParent = podres.PodSlice(podres.QOS(qos), uid)
+	return pod
+}
+
+// createScope creates a container in pod; under direct the answer
+// carries no update for other containers.
+func createScope(t *testing.T, rt *fakeRuntime, pod *api.PodSandbox, name string, req, lim int64) *api.Container {
+	t.Helper()
+	c, ups, err := rt.create(pod, name, req, lim)
+	if err != nil || len(ups) != 0 {
+		t.Fatalf("create %s: %v, updates %q", name, err, rt.describe(ups))
+	}
+	return c
+}
+
 // TestDirectThroughSystemd: on the systemd driver (containers are scopes
 // in a cgroup v2 tree) the plugin started where the root showed no
 // systemd; the first container's scope makes it reach systemd, and
@@ -401,13 +434,7 @@ func TestLiftQuotaThroughSystemd(t *testing.T) {
 // same way. The runtime is never asked to update anything.
 func TestDirectThroughSystemd(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t, nritest.WithSystemdCgroups())
-	if err := os.MkdirAll(rt.CgroupRoot(), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(rt.CgroupRoot(), "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rt := startSystemdRuntime(t)
 	scopes := map[string]*api.Container{}
 	var scopesMu sync.Mutex
 	fake := &fakeSystemd{version: 252}
@@ -427,22 +454,14 @@ func TestDirectThroughSystemd(t *testing.T) {
 	if mode := r.d.applier().mode(); mode != config.SharedUpdatesDirect || dials.Load() != 0 {
 		t.Fatalf("start-up: %s, %d dials; want direct and none (no systemd in sight)", mode, dials.Load())
 	}
-	ctx := context.Background()
-	slicePod := func(uid, qos string) *api.PodSandbox {
-		pod := rt.addPod(podSpec{uid: uid, name: uid, qos: qos})
-		pod.Linux.CgroupParent = podres.PodSlice(podres.QOS(qos), uid)
-		return pod
-	}
+	slicePod := func(uid, qos string) *api.PodSandbox { return addSlicePod(rt, uid, qos) }
 	create := func(pod *api.PodSandbox, name string, req, lim int64) *api.Container {
 		t.Helper()
-		c, ups, err := rt.create(pod, name, req, lim)
-		if err != nil || len(ups) != 0 {
-			t.Fatalf("create %s: %v, updates %q", name, err, rt.describe(ups))
-		}
+		c := createScope(t, rt, pod, name, req, lim)
 		scopesMu.Lock()
 		scopes["cri-containerd-"+c.Id+".scope"] = c
 		scopesMu.Unlock()
-		if err := rt.StartContainer(ctx, c); err != nil {
+		if err := rt.StartContainer(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}
 		return c
@@ -498,29 +517,15 @@ func TestDirectThroughSystemd(t *testing.T) {
 // the suites, so only the pass can put it right.
 func TestDirectRewritesAfterFailedWrite(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
-	rt := startRuntime(t, nritest.WithSystemdCgroups())
-	if err := os.MkdirAll(rt.CgroupRoot(), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(rt.CgroupRoot(), "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rt := startSystemdRuntime(t)
 	fake := &fakeSystemd{version: 252}
 	var dials atomic.Int32
 	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo, WithSystemd(sdDial(fake, &dials)))
-	ctx := context.Background()
-	slicePod := func(uid, qos string) *api.PodSandbox {
-		pod := rt.addPod(podSpec{uid: uid, name: uid, qos: qos})
-		pod.Linux.CgroupParent = podres.PodSlice(podres.QOS(qos), uid)
-		return pod
-	}
+	slicePod := func(uid, qos string) *api.PodSandbox { return addSlicePod(rt, uid, qos) }
 	create := func(pod *api.PodSandbox, name string, req, lim int64) *api.Container {
 		t.Helper()
-		c, ups, err := rt.create(pod, name, req, lim)
-		if err != nil || len(ups) != 0 {
-			t.Fatalf("create %s: %v, updates %q", name, err, rt.describe(ups))
-		}
-		if err := rt.StartContainer(ctx, c); err != nil {
+		c := createScope(t, rt, pod, name, req, lim)
+		if err := rt.StartContainer(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}
 		return c
