@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"regexp"
 	"strconv"
@@ -66,12 +64,7 @@ var _ = Describe("no deadlock with the runtime under in-place resizes beside exc
 
 	metricValue := func(ctx context.Context, name string) float64 {
 		GinkgoHelper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-		Expect(err).NotTo(HaveOccurred())
-		resp, err := http.DefaultClient.Do(req)
-		Expect(err).NotTo(HaveOccurred())
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
+		_, b, err := framework.HTTPGet(ctx, base+"/metrics")
 		Expect(err).NotTo(HaveOccurred())
 		m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(string(b))
 		Expect(m).NotTo(BeNil(), "metric %s not served", name)

@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -41,12 +39,7 @@ var _ = Describe("an empty shared pool under strict-cpu-reservation on a real "+
 	}
 	metric := func(ctx context.Context, line string) {
 		GinkgoHelper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-		Expect(err).NotTo(HaveOccurred())
-		resp, err := http.DefaultClient.Do(req)
-		Expect(err).NotTo(HaveOccurred())
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
+		_, b, err := framework.HTTPGet(ctx, base+"/metrics")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(b)).To(ContainSubstring("\n" + line + "\n"))
 	}

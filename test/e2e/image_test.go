@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -151,17 +150,7 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 	}
 
 	get := func(ctx context.Context, path string) (int, []byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL+path, nil)
-		if err != nil {
-			return 0, nil, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, b, err
+		return framework.HTTPGet(ctx, metricsURL+path)
 	}
 
 	BeforeAll(func(ctx SpecContext) {

@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -70,12 +68,7 @@ var _ = Describe("the memory manager (Static) with 2Mi hugepages on a real "+Run
 		base   string
 	)
 	state := func(g Gomega, ctx context.Context) daemon.StateView {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/state", nil)
-		g.Expect(err).NotTo(HaveOccurred())
-		resp, err := http.DefaultClient.Do(req)
-		g.Expect(err).NotTo(HaveOccurred())
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
+		_, b, err := framework.HTTPGet(ctx, base+"/state")
 		g.Expect(err).NotTo(HaveOccurred())
 		var st daemon.StateView
 		g.Expect(json.Unmarshal(b, &st)).To(Succeed())

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
@@ -34,14 +33,9 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 
 	get := func(ctx context.Context, path string) []byte {
 		GinkgoHelper()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		code, b, err := framework.HTTPGet(ctx, base+path)
 		Expect(err).NotTo(HaveOccurred())
-		resp, err := http.DefaultClient.Do(req)
-		Expect(err).NotTo(HaveOccurred())
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(resp.StatusCode).To(Equal(http.StatusOK), "%s: %s", path, b)
+		Expect(code).To(Equal(http.StatusOK), "%s: %s", path, b)
 		return b
 	}
 	state := func(g Gomega, ctx context.Context) daemon.StateView {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -136,6 +137,22 @@ func WaitForLine(ctx context.Context, path string, offset int64, substrs ...stri
 
 // metricsLine is the daemon's start-up line naming its metrics address.
 var metricsLine = regexp.MustCompile(`serving /metrics.*address="?([0-9.]+:[0-9]+)`)
+
+// HTTPGet fetches url (the plugin's /metrics, /state, /healthz) and
+// returns the status code and the body.
+func HTTPGet(ctx context.Context, url string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
 
 // MetricsAddress is the host:port that a plugin started with
 // metrics_address = "127.0.0.1:0" serves /metrics, /state and /healthz on,
