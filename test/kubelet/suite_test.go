@@ -124,8 +124,13 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	if WorkDir == "" {
 		WorkDir = GinkgoT().TempDir()
 	}
-	WorkDir = filepath.Join(WorkDir, "kubelet-"+Env.Runtime)
 	Expect(os.MkdirAll(WorkDir, 0o755)).To(Succeed())
+	// A new directory every run: specs name their pods with a counter, so
+	// a second run into the same place (another runtime version) would
+	// find the first run's output files, plugin checkpoint and kubelet
+	// state under the same names.
+	WorkDir, err = os.MkdirTemp(WorkDir, "kubelet-"+Env.Runtime+"-")
+	Expect(err).NotTo(HaveOccurred())
 	PluginBin = os.Getenv("NRI_CPUALIGN_BIN")
 	if PluginBin == "" {
 		PluginBin = filepath.Join(WorkDir, "nri-cpualign")
