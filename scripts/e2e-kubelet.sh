@@ -88,7 +88,7 @@ for run in $RUNS; do
 	(
 		# shellcheck disable=SC1090
 		source "$envfile"
-		export E2E_KUBE_BIN NRI_CPUALIGN_BIN=$PLUGIN_BIN E2E_WORK_DIR=$WORK/${run/@/-} NRI_CPUALIGN_E2E_PIDFILE=$PIDFILE
+		export E2E_KUBE_BIN NRI_CPUALIGN_BIN=$PLUGIN_BIN E2E_WORK_DIR=$WORK NRI_CPUALIGN_E2E_PIDFILE=$PIDFILE
 		[ "$rt" = crio ] && export E2E_RUNTIME=crio
 		cd "$REPO_ROOT/test/kubelet" &&
 			"$WORK/kubelet.test" -test.v -test.count=1 -test.timeout 30m -ginkgo.v "${color[@]}" "$@" 9>&-

@@ -128,8 +128,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	// A new directory every run: specs name their pods with a counter, so
 	// a second run into the same place (another runtime version) would
 	// find the first run's output files, plugin checkpoint and kubelet
-	// state under the same names.
-	WorkDir, err = os.MkdirTemp(WorkDir, "kubelet-"+Env.Runtime+"-")
+	// state under the same names. Short: the kubelet's sockets live under
+	// it, and a unix socket path has at most 107 bytes.
+	WorkDir, err = os.MkdirTemp(WorkDir, Env.Runtime+"-")
 	Expect(err).NotTo(HaveOccurred())
 	PluginBin = os.Getenv("NRI_CPUALIGN_BIN")
 	if PluginBin == "" {
