@@ -16,7 +16,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/kubeletstate"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
-	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
 
@@ -29,30 +29,7 @@ func fuzzEngine(f *testing.F) *policy.Engine { return engineFor(f, "ht-2s-6c", f
 // engineFor builds the engine of a configuration document on a fixture.
 func engineFor(t testing.TB, fixture, doc string) *policy.Engine {
 	t.Helper()
-	cfg, err := config.Load([]byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc, err := cfg.Policy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pc.MemoryPolicy == policy.MemoryPolicyStatic {
-		spec, _ := sysfstest.Get(fixture)
-		fsys, err := sysfstest.FS(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes, err := sysfs.ReadMemoryFS(fsys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc.MachineMemory = sysfs.Capacities(nodes)
-	}
-	e, err := policy.New(sysfstest.Load(t, fixture), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, e := policytest.Engine(t, fixture, doc)
 	return e
 }
 

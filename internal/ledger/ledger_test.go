@@ -9,7 +9,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
-	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 )
 
 type fakeStore struct {
@@ -43,27 +43,9 @@ type fixture struct {
 	cfg     config.Config
 }
 
-// engineFor builds the engine of doc on ht-1s-4c (CPUs 0-7, cores {n, n+4}).
-func engineFor(t *testing.T, doc string) (config.Config, *policy.Engine) {
-	t.Helper()
-	cfg, err := config.Load([]byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc, err := cfg.Policy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := policy.New(sysfstest.Load(t, "ht-1s-4c"), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg, e
-}
-
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	cfg, e := engineFor(t, "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,4\"\n")
+	cfg, e := policytest.Engine(t, "ht-1s-4c", "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,4\"\n")
 	f := &fixture{store: &fakeStore{}, obs: &fakeObs{}, cfg: cfg}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
@@ -169,7 +151,7 @@ func TestReconfigureAndRestoreNotify(t *testing.T) {
 	if !l.Restored() || l.Gen() != 1 || f.changed != 1 || f.obs.gauges != 1 || f.store.saves != 0 {
 		t.Errorf("restore: restored %v, gen %d, changed %d, gauges %d, saves %d", l.Restored(), l.Gen(), f.changed, f.obs.gauges, f.store.saves)
 	}
-	cfg, e := engineFor(t, "cpu_manager_policy = \"static\"\nreserved_cpu_count = 0\n")
+	cfg, e := policytest.Engine(t, "ht-1s-4c", "cpu_manager_policy = \"static\"\nreserved_cpu_count = 0\n")
 	if _, err := l.Commit(Change{Reconfigure: &Reconfigure{Cfg: cfg, Topo: e.Topology(), Engine: e, State: e.NewState()}}); err != nil {
 		t.Fatal(err)
 	}
