@@ -496,7 +496,7 @@ func (a *inAnswer) push() {
 		return
 	}
 	if !a.conn.unsolicited() {
-		a.postpone(len(a.sharedUpdates("")) > 0, nil)
+		a.postpone(a.anyShared(), nil)
 		l.Unlock()
 		return
 	}
@@ -625,6 +625,21 @@ func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
 	}
 	slices.SortFunc(targets, func(a, b cpuUpdate) int { return strings.Compare(a.ID, b.ID) })
 	return cpusetUpdates(targets, ignoreFailure|oneCPUSet)
+}
+
+// anyShared says whether sharedUpdates("") would send anything, without
+// building the updates. The ledger is locked.
+func (a *inAnswer) anyShared() bool {
+	l := a.l
+	if l.Engine().SharedMask(l.State()).IsEmpty() {
+		return false
+	}
+	for _, r := range l.Records() {
+		if !r.Exclusive {
+			return true
+		}
+	}
+	return false
 }
 
 // driftUpdates are the updates that restore the drifted containers
