@@ -121,6 +121,16 @@ e2e-vm:
 
 VM_SUITES ?= subset
 
+## bench-vm: on demand, not part of make test: the start-latency benchmark
+## (test/bench/cmd/crilatency) in the VM of make e2e-vm, on containerd and
+## CRI-O with the systemd driver: 20 shared containers, a Guaranteed start
+## with the plugin off, under shared_pool_updates = "direct" and
+## "in-answer", interleaved per round (VM_BENCH_ARGS, VM_RUNTIMES); the run
+## dir is kept (results/bench-RUNTIME.txt); root, flock
+.PHONY: bench-vm
+bench-vm:
+	VM_TESTS=bench VM_KEEP=1 bash scripts/e2e-vm.sh
+
 ## demo: containerd + nri-cpualign + three demo pods, left running; demo-down stops it all
 .PHONY: demo demo-down
 demo:

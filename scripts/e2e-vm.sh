@@ -32,7 +32,11 @@
 # VM_RUNTIMES ("containerd crio"), VM_TESTS ("e2e kubelet": the suites,
 # test/e2e and test/kubelet; without kubelet no kubelet is built), VM_TIMEOUT (seconds for the guest, 3600),
 # VM_KEEP=1 keeps the run dir (serial output, console, results) also when
-# it passed. Extra arguments go to both test binaries (after the label
+# it passed. VM_TESTS=bench (`make bench-vm`, on demand, never part of make
+# test) runs the start-latency benchmark (test/bench/cmd/crilatency) on
+# each runtime instead, with VM_BENCH_ARGS (default: 20 shared containers,
+# 10 rounds of plugin off / direct / in-answer in rotating order); its
+# tables are in the serial output and in the results' bench-RUNTIME.txt. Extra arguments go to both test binaries (after the label
 # filter), e.g. scripts/e2e-vm.sh -ginkgo.focus=NUMA.
 #
 # One run at a time per machine: the VM holds /tmp/nri-cpualign-e2e.lock
@@ -65,7 +69,7 @@ for rt in $VM_RUNTIMES; do
 	case $rt in containerd | crio) ;; *) die "VM_RUNTIMES: unknown runtime $rt (containerd, crio)" ;; esac
 done
 for s in $VM_TESTS; do
-	case $s in e2e | kubelet) ;; *) die "VM_TESTS: unknown suite $s (e2e, kubelet)" ;; esac
+	case $s in e2e | kubelet | bench) ;; *) die "VM_TESTS: unknown suite $s (e2e, kubelet, bench)" ;; esac
 done
 
 T0=$SECONDS
@@ -105,6 +109,10 @@ t=$SECONDS
 build_plugin
 log "building the test binaries"
 for s in $VM_TESTS; do
+	if [ "$s" = bench ]; then
+		(cd "$REPO_ROOT" && go build -o "$RUN/crilatency" ./test/bench/cmd/crilatency) || die "building test/bench/cmd/crilatency failed"
+		continue
+	fi
 	(cd "$REPO_ROOT" && go test -tags e2e -c -o "$RUN/$s.test" "./test/$s") || die "building test/$s failed"
 done
 artifacts=$(bash "$SETUP_SCRIPT" --artifacts 9>&-) || die "building containerd and runc failed"
@@ -115,6 +123,7 @@ CTRD_BIN=$(dirname "$E2E_RUNC")
 if [ "$VM_SUITES" = subset ]; then
 	log "VM_SUITES=subset: the specs labelled \"$VM_LABEL\", on each of $VM_RUNTIMES (VM_SUITES=full runs both suites whole):"
 	for b in $VM_TESTS; do
+		[ "$b" != bench ] || continue
 		log "  test/$b: $("$RUN/$b.test" -ginkgo.dry-run -ginkgo.no-color "${filter[@]}" "$@" 2>/dev/null | grep -Eo 'Ran [0-9]+ of [0-9]+ Specs' || echo '?')"
 		"$RUN/$b.test" -ginkgo.dry-run -ginkgo.v -ginkgo.no-color "${filter[@]}" "$@" 2>/dev/null |
 			grep -E "^[^ ].*\\[([^]]*, )?$VM_LABEL(, [^]]*)?\\]\$" | sed 's/^/      /' >&2 || true
@@ -126,7 +135,8 @@ fi
 # ------------------------------------------------------------ 3. payload
 P=$RUN/payload
 mkdir -p "$P/bin" "$P/cache/bin/$(basename "$CTRD_BIN")" "$P/cache/bin/kube" "$P/cache/images" "$P/cache/crio" "$P/repo"
-cp "$PLUGIN_BIN" "$RUN"/*.test "$P/bin/"
+cp "$PLUGIN_BIN" "$P/bin/"
+find "$RUN" -maxdepth 1 \( -name '*.test' -o -name crilatency \) -exec cp -t "$P/bin/" {} +
 cp "$CTRD_BIN"/{containerd,ctr,containerd-shim-runc-v2,runc} "$P/cache/bin/$(basename "$CTRD_BIN")/"
 cp "$E2E_TEST_IMAGE_ARCHIVE" "$E2E_PAUSE_IMAGE_ARCHIVE" "$P/cache/images/"
 [ -z "${E2E_KUBE_BIN:-}" ] || cp "$E2E_KUBE_BIN/kubelet" "$P/cache/bin/kube/"
@@ -156,7 +166,8 @@ install -m 755 "$REPO_ROOT/scripts/vm/guest-suites.sh" "$P/run.sh"
 	echo "VM_SUITES_RUN='$VM_TESTS'"
 	VM_E2E_ARGS=("${filter[@]}" "$@")
 	VM_KUBELET_ARGS=("${filter[@]}" "$@")
-	declare -p VM_E2E_ARGS VM_KUBELET_ARGS
+	read -ra VM_BENCH_ARGS <<<"${VM_BENCH_ARGS:--shared 20 -n 10 -block 1 -settle 120s}"
+	declare -p VM_E2E_ARGS VM_KUBELET_ARGS VM_BENCH_ARGS
 } >"$P/vm.env"
 size_mb=$(($(du -sm "$P" | cut -f1) * 5 / 4 + 64))
 truncate -s "${size_mb}M" "$RUN/payload.img"
@@ -209,6 +220,6 @@ wait "$TAIL_PID" 2>/dev/null || true
 mkdir -p "$RUN/results"
 tar -C "$RUN/results" -xf "$RUN/results.img" 2>/dev/null || log "no results archive on the results disk"
 rm -f "$RUN/results.img"
-grep -aE '^\[run [0-9:]+\] ((e2e|kubelet) on .*: exit|suites finished|.*setup failed)' "$RUN/serial.out" | sed 's/^/  /' >&2 || true
+grep -aE '^\[run [0-9:]+\] ((e2e|kubelet|bench) on .*: exit|suites finished|.*setup failed)' "$RUN/serial.out" | sed 's/^/  /' >&2 || true
 rc=$(sed -n 's/^NRI-VM-END rc=\([0-9]*\).*/\1/p' <<<"$end")
 status=${rc:-1}

@@ -10,8 +10,10 @@
 # tar archive onto the results disk (/dev/vdc). Exit status: 0 when every
 # suite passed.
 #
-# Reads $PAYLOAD/vm.env: VM_RUNTIMES, VM_SUITES_RUN (e2e kubelet),
-# VM_E2E_ARGS and VM_KUBELET_ARGS (the test binaries' ginkgo arguments).
+# Reads $PAYLOAD/vm.env: VM_RUNTIMES, VM_SUITES_RUN (e2e kubelet, or
+# bench: the start-latency benchmark test/bench/cmd/crilatency),
+# VM_E2E_ARGS and VM_KUBELET_ARGS (the test binaries' ginkgo arguments),
+# VM_BENCH_ARGS (crilatency's flags).
 set -euo pipefail
 PAYLOAD=/mnt/payload
 # A systemd unit runs this without a login environment.
@@ -85,6 +87,15 @@ suite_kubelet() { # RUNTIME ENVFILE
 		cd "$REPO/test/kubelet" &&
 			"$PAYLOAD/bin/kubelet.test" -test.v -test.timeout 60m -ginkgo.v -ginkgo.no-color \
 				-ginkgo.junit-report="$WORK/junit-kubelet-$1.xml" "${VM_KUBELET_ARGS[@]}"
+	)
+}
+
+suite_bench() { # RUNTIME ENVFILE
+	(
+		# shellcheck source=/dev/null
+		source "$2"
+		export E2E_RUNTIME=$1 NRI_CPUALIGN_E2E_PIDFILE=$PIDFILE
+		"$PAYLOAD/bin/crilatency" -bin "$PLUGIN_BIN" -work "$WORK/bench-$1" "${VM_BENCH_ARGS[@]}" | tee "$WORK/bench-$1.txt"
 	)
 }
 

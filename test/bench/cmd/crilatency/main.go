@@ -27,12 +27,22 @@
 // transport (the in-process round trip's, `make bench`: a few tenths of a
 // millisecond per event).
 //
-// It needs root and the test runtime of ../shared/e2e, and must hold
-// /tmp/nri-cpualign-e2e.lock; run it through `scripts/bench.sh --cri` (or
-// `make bench-cri`), which does both. It is not part of `make test`.
+// With -block 1 every round takes one sample of each mode, in rotating
+// order (off, direct, in-answer; direct, in-answer, off; ...), and the
+// samples of round k are paired: the ratios table gives, for every pair
+// of modes, the median of the per-round ratios of their starts, its
+// distribution-free 95% interval and their interquartile range, beside
+// the ratio of the modes' medians.
+//
+// It needs root and a test runtime set up by the project's scripts, and
+// must hold /tmp/nri-cpualign-e2e.lock; run it through `scripts/bench.sh
+// --cri` (or `make bench-cri`), which does both on this machine, or in the
+// production-shaped VM through `make bench-vm` (scripts/e2e-vm.sh with
+// VM_TESTS=bench). It is not part of `make test`.
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -70,6 +80,7 @@ func main() {
 	shared := flag.String("shared", "0,20,50", "numbers of running shared-pool containers, one cell each")
 	modes := flag.String("modes", "direct,in-answer", "shared_pool_updates values measured against the plugin off")
 	work := flag.String("work", "", "work directory (default: a new temporary one, removed on success)")
+	settle := flag.Duration("settle", 10*time.Second, "how long the shared containers may take to reach a new pool after a start or a removal")
 	flag.Parse()
 	var cells []int
 	for _, f := range strings.Split(*shared, ",") {
@@ -80,7 +91,7 @@ func main() {
 		}
 		cells = append(cells, v)
 	}
-	if err := run(*bin, *n, *block, cells, strings.Split(*modes, ","), *work); err != nil {
+	if err := run(*bin, *n, *block, cells, strings.Split(*modes, ","), *work, *settle); err != nil {
 		fmt.Fprintln(os.Stderr, "crilatency:", err)
 		os.Exit(1)
 	}
@@ -159,9 +170,10 @@ type bench struct {
 	reserved cpuset.CPUSet
 	p        *plugin
 	seq      int
+	settle   time.Duration // waitPool's limit
 }
 
-func run(bin string, n, block int, cells []int, modes []string, work string) error {
+func run(bin string, n, block int, cells []int, modes []string, work string, settle time.Duration) error {
 	ctx := context.Background()
 	env, err := framework.LoadEnv()
 	if err != nil {
@@ -190,11 +202,11 @@ func run(bin string, n, block int, cells []int, modes []string, work string) err
 	} else if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
-	b := &bench{env: env, cli: cli, host: host, reserved: cpuset.New(host.CPUs.List()[0]),
+	b := &bench{env: env, cli: cli, host: host, reserved: cpuset.New(host.CPUs.List()[0]), settle: settle,
 		p: &plugin{env: env, bin: bin, work: work, log: filepath.Join(work, "plugin.log"), pid: os.Getenv("NRI_CPUALIGN_E2E_PIDFILE")}}
 	defer func() { _ = b.p.stop(ctx) }()
 
-	fmt.Printf("CreateContainer+StartContainer of a Guaranteed 1-CPU container on the real %s, with running shared-pool containers; %d paired samples per mode and cell; \"pool\" = from StartContainer's return until every shared container's cpuset.cpus held the new pool; \"plugin's own\" = its answers to the start's NRI events (CreateContainer, StartContainer, PostStartContainer) from its metrics, NRI's transport not included:\n\n", env.Runtime, n)
+	fmt.Printf("CreateContainer+StartContainer of a Guaranteed 1-CPU container on the real %s (%s cgroup driver, cgroup %s, %d CPUs), with running shared-pool containers; %d paired samples per mode and cell, in blocks of %d; \"pool\" = from StartContainer's return until every shared container's cpuset.cpus held the new pool; \"plugin's own\" = its answers to the start's NRI events (CreateContainer, StartContainer, PostStartContainer) from its metrics, NRI's transport not included:\n\n", env.Runtime, cli.CgroupDriver, cgroupVersion(), host.CPUs.Size(), n, block)
 	fmt.Println("| shared | plugin | p50 | p99 | added p50 (paired median, 95% CI) | pool p50 | pool p99 | plugin's own p50 | p99 |")
 	fmt.Println("|--:|---|--:|--:|--:|--:|--:|--:|--:|")
 	var verdicts []string
@@ -231,6 +243,7 @@ func run(bin string, n, block int, cells []int, modes []string, work string) err
 				verdicts = append(verdicts, verdict(fmt.Sprintf("%s, %s, %d shared: whole shared pool updated (p99 after the start) <= %s", env.Runtime, m, shared, ms(targetWindow)), pct(w, .99), targetWindow))
 			}
 		}
+		printRatios(shared, append([]string{"off"}, modes...), res)
 		for _, m := range append([]string{"off"}, modes...) {
 			var raw []string
 			for _, s := range res[m] {
@@ -279,13 +292,16 @@ func addedVerdict(what string, med, lo, hi time.Duration, ok bool) string {
 // cell runs shared shared-pool containers and takes n samples per mode.
 func (b *bench) cell(ctx context.Context, shared, n, block int, modes []string) (map[string][]sample, error) {
 	ctx0 := ctx
-	var pods []*framework.Pod
-	var paths []string
+	pods := make([]*framework.Pod, shared)
+	paths := make([]string, shared)
 	defer func() {
 		// Four at a time: one by one, 50 pods take 40 s to go.
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 4)
 		for _, p := range pods {
+			if p == nil {
+				continue
+			}
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {
@@ -295,23 +311,43 @@ func (b *bench) cell(ctx context.Context, shared, n, block int, modes []string) 
 		}
 		wg.Wait()
 	}()
+	// Four at a time too: one by one, 20 took 14 minutes in the VM under
+	// emulation on a loaded machine.
 	t0 := time.Now()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ferr error
+		sem  = make(chan struct{}, 4)
+	)
 	for i := range shared {
-		r := framework.Resources{} // BestEffort
-		if i%2 == 1 {
-			r = framework.Resources{CPURequestMilli: 100, MemRequest: 16 << 20} // Burstable
-		}
-		name := fmt.Sprintf("shared%d", i)
-		pod, err := b.cli.RunPod(ctx, framework.PodSpec{Name: name, Namespace: "bench", UID: fmt.Sprintf("bench-sh-%d-%d-%d", os.Getpid(), shared, i), Containers: []framework.Resources{r}})
-		if err != nil {
-			return nil, err
-		}
-		pods = append(pods, pod)
-		ct, err := b.cli.RunContainer(ctx, pod, name, r)
-		if err != nil {
-			return nil, err
-		}
-		paths = append(paths, ct.CgroupsPath())
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r := framework.Resources{} // BestEffort
+			if i%2 == 1 {
+				r = framework.Resources{CPURequestMilli: 100, MemRequest: 16 << 20} // Burstable
+			}
+			name := fmt.Sprintf("shared%d", i)
+			pod, err := b.cli.RunPod(ctx, framework.PodSpec{Name: name, Namespace: "bench", UID: fmt.Sprintf("bench-sh-%d-%d-%d", os.Getpid(), shared, i), Containers: []framework.Resources{r}})
+			var ct *framework.Container
+			if err == nil {
+				ct, err = b.cli.RunContainer(ctx, pod, name, r)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			pods[i] = pod
+			if err != nil {
+				ferr = cmp.Or(ferr, fmt.Errorf("shared container %d: %w", i, err))
+				return
+			}
+			paths[i] = ct.CgroupsPath()
+		}()
+	}
+	wg.Wait()
+	if ferr != nil {
+		return nil, ferr
 	}
 	fmt.Fprintf(os.Stderr, "crilatency: %s: %d shared containers running (%s)\n", b.env.Runtime, shared, time.Since(t0).Round(time.Millisecond))
 
@@ -338,6 +374,8 @@ func (b *bench) cell(ctx context.Context, shared, n, block int, modes []string) 
 					return nil, fmt.Errorf("%d shared, %s: %w", shared, m, err)
 				}
 				res[m] = append(res[m], s)
+				// As it goes: a run cut short still leaves its samples.
+				fmt.Fprintf(os.Stderr, "crilatency: %s, %d shared, block %d: %s start %s\n", b.env.Runtime, shared, k+1, m, ms(s.start))
 			}
 			if on {
 				if err := b.p.stop(ctx); err != nil {
@@ -388,7 +426,7 @@ func (b *bench) one(ctx context.Context, on bool, shared []string) (sample, erro
 		if err == nil {
 			pool = b.host.CPUs.Difference(cs.CPUs)
 		}
-		done, werr := waitPool(shared, pool, 10*time.Second)
+		done, werr := waitPool(shared, pool, b.settle)
 		s.window = done.Sub(t1)
 		if err != nil {
 			return s, err
@@ -412,7 +450,7 @@ func (b *bench) one(ctx context.Context, on bool, shared []string) (sample, erro
 		return s, err
 	}
 	// The next sample starts from a settled node: the pool grew back.
-	if _, err := waitPool(shared, b.host.CPUs, 10*time.Second); err != nil {
+	if _, err := waitPool(shared, b.host.CPUs, b.settle); err != nil {
 		return s, fmt.Errorf("shared pool after the removal: %w", err)
 	}
 	return s, nil
@@ -426,11 +464,14 @@ func waitPool(paths []string, want cpuset.CPUSet, timeout time.Duration) (time.T
 	for {
 		var still []string
 		for _, p := range left {
-			v, err := framework.CgroupFile("cpuset", p, "cpuset.cpus")
+			// The set in force: on cgroup v2 a scope nobody gave a cpuset
+			// (the systemd driver's shared containers with the plugin off)
+			// has an empty cpuset.cpus and takes its parent's.
+			cs, err := framework.ReadCpuset(p)
 			if err != nil {
 				return time.Time{}, err
 			}
-			if got, err := cpuset.Parse(v); err != nil || !got.Equals(want) {
+			if !cs.CPUs.Equals(want) {
 				still = append(still, p)
 			}
 		}
@@ -439,8 +480,8 @@ func waitPool(paths []string, want cpuset.CPUSet, timeout time.Duration) (time.T
 			return now, nil
 		}
 		if now.After(deadline) {
-			v, _ := framework.CgroupFile("cpuset", still[0], "cpuset.cpus")
-			return now, fmt.Errorf("%d of %d shared containers still not on %s after %s (e.g. %s: %s)", len(still), len(paths), want, timeout, still[0], v)
+			cs, _ := framework.ReadCpuset(still[0])
+			return now, fmt.Errorf("%d of %d shared containers still not on %s after %s (e.g. %s: %s)", len(still), len(paths), want, timeout, still[0], cs.CPUs)
 		}
 		left = still
 		time.Sleep(200 * time.Microsecond)
@@ -523,9 +564,10 @@ func paired(on, off []time.Duration) []time.Duration {
 	return d
 }
 
-func pct(s []time.Duration, p float64) time.Duration {
+func pct[T cmp.Ordered](s []T, p float64) T {
 	if len(s) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
 	c := slices.Clone(s)
 	slices.Sort(c)
@@ -538,10 +580,10 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Micros
 // the median: the order statistics n/2 -+ 1.96*sqrt(n)/2 (normal
 // approximation of the binomial, fine from about 20 samples); below that a
 // percentile bootstrap of the median (2,000 resamples, fixed seed).
-func medianCI(d []time.Duration) (lo, hi time.Duration, ok bool) {
+func medianCI[T cmp.Ordered](d []T) (lo, hi T, ok bool) {
 	n := len(d)
 	if n < 5 {
-		return 0, 0, false
+		return lo, hi, false
 	}
 	c := slices.Clone(d)
 	slices.Sort(c)
@@ -551,8 +593,8 @@ func medianCI(d []time.Duration) (lo, hi time.Duration, ok bool) {
 		return c[k-1], c[n-k], true
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	meds := make([]time.Duration, 2000)
-	re := make([]time.Duration, n)
+	meds := make([]T, 2000)
+	re := make([]T, n)
 	for i := range meds {
 		for j := range re {
 			re[j] = c[rng.IntN(n)]
@@ -560,4 +602,45 @@ func medianCI(d []time.Duration) (lo, hi time.Duration, ok bool) {
 		meds[i] = pct(re, .5)
 	}
 	return pct(meds, .025), pct(meds, .975), true
+}
+
+// printRatios prints, for every pair of modes (the later one over the
+// earlier: direct/off, in-answer/off, in-answer/direct), the ratio of
+// their starts: the median of the per-pair ratios (sample k of one mode
+// over sample k of the other, the same round with -block 1) with its 95%
+// interval and interquartile range, and the ratio of the two medians.
+func printRatios(shared int, modes []string, res map[string][]sample) {
+	fmt.Println()
+	fmt.Println("| shared | ratio of starts | pairs | median of paired ratios (95% CI) | IQR of paired ratios | ratio of medians |")
+	fmt.Println("|--:|---|--:|--:|--:|--:|")
+	for i, a := range modes {
+		for _, b := range modes[i+1:] {
+			r := ratios(starts(res[b]), starts(res[a]))
+			ci := "n/a"
+			if lo, hi, ok := medianCI(r); ok {
+				ci = fmt.Sprintf("[%.2f, %.2f]", lo, hi)
+			}
+			fmt.Printf("| %d | %s / %s | %d | %.2f %s | %.2f-%.2f | %.2f |\n", shared, b, a, len(r), pct(r, .5), ci, pct(r, .25), pct(r, .75),
+				float64(pct(starts(res[b]), .5))/float64(pct(starts(res[a]), .5)))
+		}
+	}
+	fmt.Println()
+}
+
+// ratios is num[k] / den[k]: the same block number and position.
+func ratios(num, den []time.Duration) []float64 {
+	m := min(len(num), len(den))
+	r := make([]float64, m)
+	for i := range m {
+		r[i] = float64(num[i]) / float64(den[i])
+	}
+	return r
+}
+
+// cgroupVersion is "v2" on the unified hierarchy, else "v1".
+func cgroupVersion() string {
+	if framework.Unified {
+		return "v2"
+	}
+	return "v1"
 }
