@@ -242,7 +242,9 @@ func (d *Daemon) kickExporter() {
 // `simulate` shows its decisions, but the daemon's shared-pool updates
 // (direct writes, in-answer updates, the reconcile loop, Synchronize)
 // know one node-wide shared pool, not a private pool per pod, so a
-// pod-pool container would be moved back onto the node's pool.
+// pod-pool container would be moved back onto the node's pool. The
+// journal's records (journal.go) do not carry State.PodShared either; only
+// a full snapshot (encode.go) writes it.
 const daemonPodLevelMsg = "the daemon does not apply pod-private pools yet: pod_level_resource_managers = true is for " +
 	"`nri-cpualign simulate` only; leave it false (the kubelet's default) on a node (docs/pod-level-resources.md)"
 
