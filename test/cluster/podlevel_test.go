@@ -75,7 +75,9 @@ func (o *podResourcesObserver) seen(name string) (pod, ctr seenCPU, ok bool) {
 // The pod's spec.resources (KEP-2837, PodLevelResources, on by default in
 // v1.37) through the API server, the kubelet and the runtime to NRI, with
 // the plugin at its defaults (pod_level_resource_managers = false): what
-// a plugin is told, and what the plugin does with it.
+// a plugin is told, and what the plugin does with it. The observer runs
+// at index 10, before nri-cpualign (90): a runtime stops at the first
+// plugin that fails a container.
 var _ = Describe("a pod with pod-level resources (spec.resources) through the API server, the plugin on the host at its defaults", Ordered, Serial, func() {
 	var obs *podResourcesObserver
 
@@ -90,7 +92,7 @@ var _ = Describe("a pod with pod-level resources (spec.resources) through the AP
 			func(g Gomega, st daemon.StateView) { g.Expect(st.Reserved).NotTo(BeEmpty()) })
 
 		obs = &podResourcesObserver{pod: map[string]seenCPU{}, ctr: map[string]seenCPU{}}
-		s, err := stub.New(obs, stub.WithSocketPath(Env.NRISock), stub.WithPluginName("e2e-pod-resources"), stub.WithPluginIdx("96"))
+		s, err := stub.New(obs, stub.WithSocketPath(Env.NRISock), stub.WithPluginName("e2e-pod-resources"), stub.WithPluginIdx("10"))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(s.Start(context.Background())).To(Succeed())
 		DeferCleanup(s.Stop)
@@ -103,7 +105,7 @@ var _ = Describe("a pod with pod-level resources (spec.resources) through the AP
 		}, NodeTimeout(2*time.Minute))
 	}, NodeTimeout(5*time.Minute))
 
-	It("passes spec.resources (2 CPUs, 128Mi; its containers ask 1 CPU) to NRI as the sandbox's PodResources, not the containers' sum; the plugin pins the 1-CPU container and runs the other on the shared pool", func(ctx SpecContext) {
+	It("passes spec.resources (2 CPUs, 128Mi) to NRI as the sandbox's PodResources, not the containers' sum; a container without resources gets the pod's 2 CPUs as its own; at its defaults the plugin pins the 1-CPU container and refuses the other (InsufficientCPUs)", func(ctx SpecContext) {
 		spec := podSpec(resources("1", "1", "64Mi"))
 		spec.Resources = &corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("128Mi")},
@@ -117,20 +119,31 @@ var _ = Describe("a pod with pod-level resources (spec.resources) through the AP
 			ObjectMeta: metav1.ObjectMeta{Name: "budget", Namespace: podLevelNS},
 			Spec:       spec,
 		})
+		// The kubelet creates app, then side; side is refused (below) and
+		// retried, so the pod never turns Ready.
 		var p corev1.Pod
 		Eventually(func(g Gomega) {
 			g.Expect(getJSON(ctx, &p, "-n", podLevelNS, "get", "pod", "budget")).To(Succeed())
-			g.Expect(isReady(p)).To(BeTrue(), podSummary(p))
+			var waiting *corev1.ContainerStateWaiting
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name == "side" {
+					waiting = cs.State.Waiting
+				}
+			}
+			g.Expect(waiting).NotTo(BeNil(), podSummary(p))
+			g.Expect(waiting.Reason).To(Equal("CreateContainerError"), podSummary(p))
+			g.Expect(waiting.Message).To(ContainSubstring("InsufficientCPUs: not enough cpus available to satisfy request: requested=2"))
 		}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
 		// The API server kept spec.resources (it drops the field with
 		// PodLevelResources off) and the pod is Guaranteed by it.
 		Expect(p.Spec.Resources).NotTo(BeNil(), "the API server dropped spec.resources: PodLevelResources is off")
 		Expect(p.Status.QOSClass).To(Equal(corev1.PodQOSGuaranteed))
 
-		// What NRI tells a plugin. The kubelet's calculateSandboxResources
-		// sends spec.resources (the containers' sum would be 1 CPU and no
-		// memory limit); containerd and CRI-O pass the CRI values on as
-		// PodSandbox.Linux.PodResources.
+		// What NRI tells a plugin (the observer runs before nri-cpualign,
+		// so it sees side's creation too). The kubelet's
+		// calculateSandboxResources sends spec.resources (the containers'
+		// sum would be 1 CPU and 64Mi); containerd and CRI-O pass the CRI
+		// values on as PodSandbox.Linux.PodResources.
 		for _, name := range []string{"app", "side"} {
 			pod, ctr, ok := obs.seen(name)
 			Expect(ok).To(BeTrue(), "the observer saw no CreateContainer of %s", name)
@@ -143,30 +156,27 @@ var _ = Describe("a pod with pod-level resources (spec.resources) through the AP
 		}
 		_, app, _ := obs.seen("app")
 		Expect(app.Shares).To(Equal(uint64(1024)))
+		Expect(app.Quota).To(Equal(int64(100000)))
+		// side asks nothing, yet its own cpu.shares are the pod's 2 CPUs:
+		// a plugin cannot tell it from a container asking for 2 CPUs.
+		_, sideSeen, _ := obs.seen("side")
+		Expect(sideSeen.Shares).To(Equal(uint64(2048)), "side's own cpu shares")
 
-		// The plugin's placement at its defaults: the 1-CPU container on
-		// one exclusive CPU, the other on the shared pool with the
-		// reserved CPU.
+		// The plugin at its defaults: app on one exclusive CPU, side not
+		// placed (its 2 CPUs do not fit).
 		st := hostState(Default, ctx)
 		var pinned cpuset.CPUSet
 		for _, c := range st.Containers {
 			if c.PodUID != string(p.UID) {
 				continue
 			}
+			Expect(c.Container).To(Equal("app"), "only app is placed: %+v", c)
+			Expect(c.Exclusive).To(BeTrue(), "app: %+v", c)
 			cpus, err := cpuset.Parse(c.CPUs)
 			Expect(err).NotTo(HaveOccurred())
-			switch c.Container {
-			case "app":
-				Expect(c.Exclusive).To(BeTrue(), "app: %+v", c)
-				Expect(cpus.Size()).To(Equal(1))
-				pinned = cpus
-			case "side":
-				Expect(c.Exclusive).To(BeFalse(), "side: %+v", c)
-				Expect(c.CPUs).To(Equal(st.Shared))
-			}
+			pinned = cpus
 		}
 		Expect(pinned.Size()).To(Equal(1), "no exclusive container of the pod in /state: %+v", st.Containers)
-		Expect(st.Shared).To(Equal(HostCPUs.Difference(pinned).String()))
 		mustKubectl(ctx, "-n", podLevelNS, "delete", "pod", "budget", "--wait=true", "--timeout=60s")
 	}, SpecTimeout(3*time.Minute))
 })
