@@ -155,17 +155,21 @@ const deviceProvider = "devices"
 
 // requestLine is every field an input line may carry.
 type requestLine struct {
-	Op                 string                `json:"op"`
-	Pod                string                `json:"pod"`
-	Container          string                `json:"container"`
-	CPUs               string                `json:"cpus"`
-	QoS                string                `json:"qos"`
-	CPURequestMilli    int64                 `json:"cpu_request_milli"`
-	CPULimitMilli      int64                 `json:"cpu_limit_milli"`
-	PodCPURequestMilli int64                 `json:"pod_cpu_request_milli"`
-	ContainerType      string                `json:"container_type"`
-	Hints              map[string][]hintJSON `json:"hints"`
-	AffinityOverride   *hintJSON             `json:"affinity_override"`
+	Op                 string `json:"op"`
+	Pod                string `json:"pod"`
+	Container          string `json:"container"`
+	CPUs               string `json:"cpus"`
+	QoS                string `json:"qos"`
+	CPURequestMilli    int64  `json:"cpu_request_milli"`
+	CPULimitMilli      int64  `json:"cpu_limit_milli"`
+	PodCPURequestMilli int64  `json:"pod_cpu_request_milli"`
+	// PodCPULimitMilli is the pod's CPU limit (spec.resources), with
+	// pod_cpu_request_milli the budget of a pod-level pod under
+	// pod_level_resource_managers; 0 = none.
+	PodCPULimitMilli int64                 `json:"pod_cpu_limit_milli"`
+	ContainerType    string                `json:"container_type"`
+	Hints            map[string][]hintJSON `json:"hints"`
+	AffinityOverride *hintJSON             `json:"affinity_override"`
 	// DeviceNUMA is the NUMA nodes of the container's devices, as the
 	// daemon reads them from sysfs: the "devices" provider's hints.
 	DeviceNUMA []int `json:"device_numa"`
@@ -213,6 +217,9 @@ type addResult struct {
 	// L3 is the uncore caches of an exclusive container's CPUs, shown
 	// under strict-align-cpus-by-uncorecache only.
 	L3 []int `json:"l3,omitempty"`
+	// PodPool: a shared container of a pod-level pod, on its pod's
+	// private pool (pod_level_resource_managers).
+	PodPool bool `json:"pod_pool,omitempty"`
 }
 
 type hintsResult struct {
@@ -241,6 +248,9 @@ type stateResult struct {
 	// machineState per node, entries per pod and container), under
 	// memory_manager_policy Static only.
 	Memory json.RawMessage `json:"memory,omitempty"`
+	// PodShared: the shared containers of each pod-level pod, which run
+	// on its block less its exclusive slices (assignments' "@pod").
+	PodShared map[string][]string `json:"pod_shared,omitempty"`
 }
 
 type resizeResult struct {
@@ -314,12 +324,19 @@ func (s *simulator) handle(n int, line []byte) any {
 	case "remove":
 		s.state = s.engine.Remove(s.state, req.Pod, req.Container)
 		return removeResult{Pod: req.Pod, Container: req.Container, Removed: true}
+	case "remove_pod":
+		// The pod's end: every container, and a pod-level pod's block.
+		if req.Pod == "" {
+			return errorLine{Error: `remove_pod needs "pod"`, Line: n}
+		}
+		s.state = s.engine.RemovePod(s.state, req.Pod)
+		return removeResult{Pod: req.Pod, Removed: true}
 	case "state":
 		return s.snapshot()
 	case "":
-		return errorLine{Error: `missing "op" (want assign, add, hints, resize, remove or state)`, Line: n}
+		return errorLine{Error: `missing "op" (want assign, add, hints, resize, remove, remove_pod or state)`, Line: n}
 	default:
-		return errorLine{Error: fmt.Sprintf("unknown op %q (want assign, add, hints, resize, remove or state)", req.Op), Line: n}
+		return errorLine{Error: fmt.Sprintf("unknown op %q (want assign, add, hints, resize, remove, remove_pod or state)", req.Op), Line: n}
 	}
 }
 
@@ -350,7 +367,7 @@ func (s *simulator) request(req requestLine) (policy.Request, error) {
 	r := policy.Request{
 		Pod: req.Pod, Container: req.Container, QoS: policy.QoS(req.QoS),
 		CPURequestMilli: req.CPURequestMilli, CPULimitMilli: req.CPULimitMilli,
-		PodCPURequestMilli: req.PodCPURequestMilli,
+		PodCPURequestMilli: req.PodCPURequestMilli, PodCPULimitMilli: req.PodCPULimitMilli,
 	}
 	switch req.ContainerType {
 	case "", "app":
@@ -440,7 +457,7 @@ func (s *simulator) add(req requestLine) any {
 		if err == nil {
 			s.state = next
 			var cpus string
-			if d.Exclusive || s.slow {
+			if d.Exclusive || d.PodPool || s.slow {
 				cpus = cpuList(d.CPUs)
 			} else {
 				// A shared-pool container's CPUs are the engine's
@@ -450,7 +467,7 @@ func (s *simulator) add(req requestLine) any {
 				cpus = s.engine.SharedMask(next).String()
 			}
 			res := addResult{Pod: req.Pod, Container: req.Container, CPUs: cpus, Mems: cpuList(d.Mems),
-				Exclusive: d.Exclusive, Affinity: toAffinity(d.Affinity)}
+				Exclusive: d.Exclusive, Affinity: toAffinity(d.Affinity), PodPool: d.PodPool}
 			if s.log.IsLevelEnabled(logrus.DebugLevel) { // the fields cost more than the decision
 				s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "cpus": res.CPUs,
 					"mems": res.Mems, "exclusive": d.Exclusive, "numa": d.Affinity.Affinity.String()}).Debug("simulate: add")
@@ -505,7 +522,7 @@ func (s *simulator) hints(req requestLine) any {
 
 func (s *simulator) snapshot() any {
 	snap := s.engine.Snapshot(s.state)
-	return stateResult{Shared: snap.Shared, Reserved: snap.Reserved, Assignments: snap.Assignments, Baseline: snap.Baseline, Memory: snap.Memory}
+	return stateResult{Shared: snap.Shared, Reserved: snap.Reserved, Assignments: snap.Assignments, Baseline: snap.Baseline, Memory: snap.Memory, PodShared: snap.PodShared}
 }
 
 // resize is an in-place resize of an existing container to the line's

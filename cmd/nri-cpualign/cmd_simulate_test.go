@@ -129,7 +129,7 @@ func TestSimulateContract(t *testing.T) {
 		`{"pod":"p","container":"b","hints":{"cpu":null}}`,
 		`{"error":"not a valid request: invalid character 'g' looking for beginning of value","line":5}`,
 		`{"error":"empty line: want a JSON object","line":6}`,
-		`{"error":"unknown op \"fly\" (want assign, add, hints, resize, remove or state)","line":7}`,
+		`{"error":"unknown op \"fly\" (want assign, add, hints, resize, remove, remove_pod or state)","line":7}`,
 		`{"pod":"p","container":"e","cpus":"2-11,14-23","mems":"0-1","exclusive":false,"affinity":{"numa":null,"preferred":false}}`,
 		`{"pod":"p","container":"c","removed":true}`,
 		`{"pod":"p","container":"c","removed":true}`,
@@ -341,6 +341,33 @@ func TestSimulateHintsLines(t *testing.T) {
 				`{"pod":"q","container":"side","cpus":"1,13","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
 				`{"pod":"q","container":"app","cpus":"2,14","mems":"0-1","exclusive":true,"affinity":{"numa":null,"preferred":false}}`,
 				`{"shared":"0,3-12,15-23","reserved":"0,12","assignments":{"q":{"app":"2,14","side":"1,13"}}}`,
+			},
+		},
+		{
+			// pod_level_resource_managers (pod scope): pod p's spec.resources
+			// budget is 4 CPUs. Reserved 0,12 leave node 0 cores 1-5; the
+			// pod's one hint is node 0 and its block two whole cores,
+			// 1-2,13-14. a (2 CPUs) gets core 1 = 1,13; b (500m of a 1-CPU
+			// limit) runs on the rest of the block, 2,14; c (2 CPUs) would
+			// take b's last CPUs: the kubelet's EmptyPodSharedPoolError. The
+			// pod's end gives the whole block back.
+			name: "pod-level resources", root: ht,
+			toml: "reserved_system_cpus = \"0,12\"\ntopology_manager_policy = \"single-numa-node\"\ntopology_manager_scope = \"pod\"\npod_level_resource_managers = true\n",
+			lines: []string{
+				g("add", "p", "a", 2, `"pod_cpu_request_milli":4000,"pod_cpu_limit_milli":4000`),
+				`{"op":"add","pod":"p","container":"b","qos":"guaranteed","cpu_request_milli":500,"cpu_limit_milli":1000,"pod_cpu_request_milli":4000,"pod_cpu_limit_milli":4000}`,
+				g("add", "p", "c", 2, `"pod_cpu_request_milli":4000,"pod_cpu_limit_milli":4000`),
+				`{"op":"state"}`,
+				`{"op":"remove_pod","pod":"p"}`,
+				`{"op":"state"}`,
+			},
+			want: []string{
+				`{"pod":"p","container":"a","cpus":"1,13","mems":"0-1","exclusive":true,"affinity":{"numa":[0],"preferred":true}}`,
+				`{"pod":"p","container":"b","cpus":"2,14","mems":"0-1","exclusive":false,"affinity":{"numa":[0],"preferred":true},"pod_pool":true}`,
+				`{"pod":"p","container":"c","error":"EmptyPodSharedPoolError: pod rejected, sum of exclusive container cpu requests equals pod budget, leaving no cpus for shared containers (pod \"p\" container \"c\": budget 4 CPUs, exclusive 4 CPUs)","reason":"EmptyPodSharedPoolError"}`,
+				`{"shared":"0,3-12,15-23","reserved":"0,12","assignments":{"p":{"@pod":"1-2,13-14","a":"1,13"}},"pod_shared":{"p":["b"]}}`,
+				`{"pod":"p","container":"","removed":true}`,
+				`{"shared":"0-23","reserved":"0,12","assignments":{}}`,
 			},
 		},
 	}

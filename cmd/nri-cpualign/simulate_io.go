@@ -184,6 +184,9 @@ func appendAnswer(b []byte, v any) []byte {
 			b = append(b, `,"l3":`...)
 			b = appendInts(b, a.L3)
 		}
+		if a.PodPool {
+			b = append(b, `,"pod_pool":true`...)
+		}
 		return append(b, '}')
 	case removeResult:
 		b = append(b, `{"pod":`...)

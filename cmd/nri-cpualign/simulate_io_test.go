@@ -195,7 +195,7 @@ func FuzzAppendAnswer(f *testing.F) {
 			aff.NUMA = nil
 		}
 		for _, v := range []any{
-			addResult{Pod: pod, Container: ctr, CPUs: cpus, Mems: mems, Exclusive: flag, Affinity: *aff, L3: nodes[:n&3%4%len(nodes)]},
+			addResult{Pod: pod, Container: ctr, CPUs: cpus, Mems: mems, Exclusive: flag, Affinity: *aff, L3: nodes[:n&3%4%len(nodes)], PodPool: !flag},
 			addResult{Pod: pod, Affinity: affinityJSON{NUMA: []int{}}},
 			removeResult{Pod: pod, Container: ctr, Removed: flag},
 			containerError{Pod: pod, Container: ctr, Error: msg, Reason: mems},

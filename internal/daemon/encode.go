@@ -79,6 +79,14 @@ func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st po
 		b = append(b, `,"memory":`...)
 		b = append(b, head.Memory...)
 	}
+	if len(head.PodShared) > 0 {
+		ps, err := json.Marshal(head.PodShared)
+		if err != nil {
+			return nil, fmt.Errorf("encode pod-pool containers: %w", err)
+		}
+		b = append(b, `,"pod_shared":`...)
+		b = append(b, ps...)
+	}
 	b = append(b, `},"containers":`...)
 	b, err = e.ctrs.appendTo(b, ctrs, func(a, b ctrRecord) bool { return a == b }, func(r ctrRecord) ([]byte, error) {
 		return json.Marshal(r)

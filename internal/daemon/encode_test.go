@@ -66,7 +66,7 @@ func TestPayloadEncoderMatchesJSON(t *testing.T) {
 // there too.
 func TestSnapshotFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
-		reflect.TypeOf(policy.Snapshot{}): "shared reserved assignments reusable_pod,omitempty reusable,omitempty pod_affinity,omitempty baseline,omitempty memory,omitempty",
+		reflect.TypeOf(policy.Snapshot{}): "shared reserved assignments reusable_pod,omitempty reusable,omitempty pod_affinity,omitempty baseline,omitempty memory,omitempty pod_shared,omitempty",
 		reflect.TypeOf(payload{}):         "fingerprint engine containers journal,omitempty", // the journal mark: compact's
 	} {
 		var tags []string
@@ -326,4 +326,41 @@ func roundTrip(t *testing.T, p payload) payload {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestPayloadEncoderPodShared: a pod-level pod's pod-pool containers
+// (pod_shared) are written as encoding/json writes them, and read back.
+func TestPayloadEncoderPodShared(t *testing.T) {
+	e := engineFor(t, "ht-2s-6c", "reserved_cpu_count = 2\ntopology_manager_scope = \"pod\"\npod_level_resource_managers = true\n")
+	st := e.NewState()
+	for _, req := range []policy.Request{
+		{Pod: "p", Container: "a", QoS: policy.Guaranteed, CPURequestMilli: 2000, CPULimitMilli: 2000, PodCPURequestMilli: 4000, PodCPULimitMilli: 4000},
+		{Pod: "p", Container: "b", QoS: policy.Guaranteed, CPURequestMilli: 500, CPULimitMilli: 1000, PodCPURequestMilli: 4000, PodCPULimitMilli: 4000},
+	} {
+		next, _, err := e.Add(st, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st = next
+	}
+	var enc payloadEncoder
+	got, err := enc.encode("fp", e, st, map[string]ctrRecord{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(payload{Fingerprint: "fp", Engine: e.Snapshot(st), Containers: map[string]ctrRecord{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) || !strings.Contains(string(got), `"pod_shared":{"p":["b"]}`) {
+		t.Fatalf("encoder wrote\n%s\nencoding/json wrote\n%s\nwant pod_shared p=[b] in both", got, want)
+	}
+	var back payload
+	if err := json.Unmarshal(got, &back); err != nil {
+		t.Fatal(err)
+	}
+	restored, notes, err := e.FromSnapshot(back.Engine)
+	if err != nil || len(notes) != 0 || len(restored.PodShared["p"]) != 1 {
+		t.Fatalf("FromSnapshot: %v, notes %v, pod shared %v", err, notes, restored.PodShared)
+	}
 }

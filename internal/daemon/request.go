@@ -128,7 +128,7 @@ func requestWithCPU(pod *api.PodSandbox, ctr *api.Container, cpu *api.LinuxCPU) 
 	// Only PodResources is the pod's: pod.Linux.Resources is the sandbox
 	// (pause) container's own cgroup values (cpu.shares 2 from containerd
 	// 2.4 and CRI-O 1.37 under a real kubelet), never the pod's sum.
-	podReq, _ := requestFromCPU(cpuOf(pod.GetLinux().GetPodResources()))
+	podReq, podLim := requestFromCPU(cpuOf(pod.GetLinux().GetPodResources()))
 	return policy.Request{
 		Pod:                podKey(pod),
 		Container:          ctr.GetName(),
@@ -137,6 +137,7 @@ func requestWithCPU(pod *api.PodSandbox, ctr *api.Container, cpu *api.LinuxCPU) 
 		CPULimitMilli:      lim,
 		Type:               allocator.App,
 		PodCPURequestMilli: podReq,
+		PodCPULimitMilli:   podLim,
 		Memory:             memoryOf(ctr.GetLinux().GetResources()),
 		PodMemory:          memoryOf(pod.GetLinux().GetPodResources()),
 	}

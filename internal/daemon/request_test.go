@@ -117,9 +117,10 @@ func TestRequestFor(t *testing.T) {
 	}
 	got := requestFor(pod, ctr)
 	want := policy.Request{Pod: "uid-1", Container: "app", QoS: policy.Guaranteed, CPURequestMilli: 2000, CPULimitMilli: 2000,
-		Type: allocator.App, PodCPURequestMilli: 4000}
+		Type: allocator.App, PodCPURequestMilli: 4000, PodCPULimitMilli: 4000}
 	if got.Pod != want.Pod || got.Container != want.Container || got.QoS != want.QoS || got.CPURequestMilli != want.CPURequestMilli ||
-		got.CPULimitMilli != want.CPULimitMilli || got.Type != want.Type || got.PodCPURequestMilli != want.PodCPURequestMilli {
+		got.CPULimitMilli != want.CPULimitMilli || got.Type != want.Type || got.PodCPURequestMilli != want.PodCPURequestMilli ||
+		got.PodCPULimitMilli != want.PodCPULimitMilli {
 		t.Errorf("requestFor = %+v, want %+v", got, want)
 	}
 

@@ -488,3 +488,23 @@ func (s *Static) Validate(st State) error {
 	}
 	return nil
 }
+
+// Take picks n CPUs out of from with the static policy's topology walk
+// (takeByTopology under the configured options), as the kubelet's
+// AllocatePod partitions a pod's CPUs among its containers. CPUs of from
+// that are not online are ignored. *InsufficientCPUsError when from holds
+// fewer than n online CPUs. It reads no State and changes nothing.
+func (s *Static) Take(from cpuset.CPUSet, n int) (cpuset.CPUSet, error) {
+	if n < 1 {
+		return cpuset.New(), nil
+	}
+	avail := s.m.toBits(from.Intersection(s.topo.CPUs()))
+	if c := avail.count(); c < n {
+		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: c}
+	}
+	got := takeByTopology(s.m, s.opts, avail, n)
+	if got == nil {
+		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail.count()}
+	}
+	return s.m.toSet(got), nil
+}

@@ -409,3 +409,39 @@ func TestReleaseDropsReusableCPUs(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Take partitions a given set with the topology walk, reading no state
+// (a pod-level pod's slices, policy/podlevel.go). ht-2s-6c: core k =
+// {k, k+12}, socket 0 = 0-5,12-17.
+func TestTake(t *testing.T) {
+	s := newStatic(t, build(t, specHT2S6C), Options{}, "0,12")
+	for _, tc := range []struct {
+		from string
+		n    int
+		want string
+	}{
+		// Two whole cores: 2 CPUs take one whole core, the lowest (1).
+		{"1-2,13-14", 2, "1,13"},
+		// One whole core and a lone thread: 1 CPU takes the lone thread,
+		// keeping the core whole (takeRemainingCPUs prefers the CPU of the
+		// core with the fewest free CPUs).
+		{"1,2,14", 1, "1"},
+		// The whole set.
+		{"2,14", 2, "2,14"},
+		// Offline CPUs (30) are ignored.
+		{"3,15,30", 2, "3,15"},
+	} {
+		got, err := s.Take(mustParse(t, tc.from), tc.n)
+		if err != nil || got.String() != tc.want {
+			t.Errorf("Take(%s, %d) = %s, %v; want %s", tc.from, tc.n, got, err, tc.want)
+		}
+	}
+	_, err := s.Take(mustParse(t, "2,14,30"), 3)
+	var ins *InsufficientCPUsError
+	if !errors.As(err, &ins) || ins.Requested != 3 || ins.Available != 2 {
+		t.Errorf("Take(2,14,30, 3) = %v, want InsufficientCPUs{3, 2}", err)
+	}
+	if got, err := s.Take(mustParse(t, "1-3"), 0); err != nil || !got.IsEmpty() {
+		t.Errorf("Take(_, 0) = %s, %v; want empty", got, err)
+	}
+}

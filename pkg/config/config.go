@@ -39,6 +39,9 @@ const (
 	KeyTopologyManagerScope         = policy.KeyTopologyManagerScope
 	KeyTopologyManagerPolicyOptions = policy.KeyTopologyManagerPolicyOptions
 	KeyMemoryManagerPolicy          = policy.KeyMemoryManagerPolicy
+	// KeyPodLevelResourceManagers is the kubelet's feature gate
+	// PodLevelResourceManagers (KEP-5526; beta, off by default in 1.37).
+	KeyPodLevelResourceManagers = policy.KeyPodLevelResourceManagers
 	// KeyDisableCPUQuota is the kubelet's feature gate
 	// DisableCPUQuotaWithExclusiveCPUs (on by default since 1.33).
 	KeyDisableCPUQuota   = "disable_cpu_quota_with_exclusive_cpus"
@@ -129,12 +132,16 @@ type Config struct {
 	// DisableCPUQuota: containers with exclusive CPUs, and their pods,
 	// run without a CFS quota, as under the kubelet's feature gate
 	// DisableCPUQuotaWithExclusiveCPUs.
-	DisableCPUQuota bool   `toml:"disable_cpu_quota_with_exclusive_cpus"`
-	StateDir        string `toml:"state_dir"`
-	SysfsRoot       string `toml:"sysfs_root"`
-	CgroupRoot      string `toml:"cgroup_root"`
-	SocketPath      string `toml:"socket_path"`
-	MetricsAddress  string `toml:"metrics_address"`
+	DisableCPUQuota bool `toml:"disable_cpu_quota_with_exclusive_cpus"`
+	// PodLevelResourceManagers: a Guaranteed pod with pod-level resources
+	// gets its CPUs as one block under the pod scope, as under the
+	// kubelet's feature gate PodLevelResourceManagers (off by default).
+	PodLevelResourceManagers bool   `toml:"pod_level_resource_managers"`
+	StateDir                 string `toml:"state_dir"`
+	SysfsRoot                string `toml:"sysfs_root"`
+	CgroupRoot               string `toml:"cgroup_root"`
+	SocketPath               string `toml:"socket_path"`
+	MetricsAddress           string `toml:"metrics_address"`
 	// ReconcilePeriod is how often the reconcile loop compares cgroups with
 	// the assignments; 0 turns the loop off.
 	ReconcilePeriod Duration `toml:"reconcile_period"`
@@ -251,6 +258,7 @@ type raw struct {
 	TopologyManagerPolicyOptions map[string]any      `toml:"topology_manager_policy_options"`
 	MemoryManagerPolicy          *string             `toml:"memory_manager_policy"`
 	DisableCPUQuota              *bool               `toml:"disable_cpu_quota_with_exclusive_cpus"`
+	PodLevelResourceManagers     *bool               `toml:"pod_level_resource_managers"`
 	StateDir                     *string             `toml:"state_dir"`
 	SysfsRoot                    *string             `toml:"sysfs_root"`
 	CgroupRoot                   *string             `toml:"cgroup_root"`
@@ -317,6 +325,9 @@ func load(data []byte, file string) (Config, error) {
 	setStr(&c.NodeName, r.NodeName)
 	if r.DisableCPUQuota != nil {
 		c.DisableCPUQuota = *r.DisableCPUQuota
+	}
+	if r.PodLevelResourceManagers != nil {
+		c.PodLevelResourceManagers = *r.PodLevelResourceManagers
 	}
 	if r.ReservedCPUCount != nil {
 		n := *r.ReservedCPUCount
@@ -501,6 +512,8 @@ func (c Config) Policy() (policy.Config, error) {
 		TopologyOptions:  copyMap(c.TopologyManagerPolicyOptions),
 		MemoryPolicy:     c.MemoryManagerPolicy,
 		ReservedMemory:   c.Reservations(),
+
+		PodLevelResourceManagers: c.PodLevelResourceManagers,
 	}, nil
 }
 
@@ -555,6 +568,7 @@ func (c Config) Summary() string {
 		KeyTopologyManagerPolicyOptions: mapString(c.TopologyManagerPolicyOptions),
 		KeyMemoryManagerPolicy:          c.MemoryManagerPolicy,
 		KeyDisableCPUQuota:              strconv.FormatBool(c.DisableCPUQuota),
+		KeyPodLevelResourceManagers:     strconv.FormatBool(c.PodLevelResourceManagers),
 		KeyStateDir:                     c.StateDir,
 		KeySysfsRoot:                    c.SysfsRoot,
 		KeyCgroupRoot:                   c.CgroupRoot,
@@ -628,7 +642,7 @@ func expectedType(key string) string {
 	switch key {
 	case KeyReservedCPUCount:
 		return "an integer"
-	case KeyDisableCPUQuota:
+	case KeyDisableCPUQuota, KeyPodLevelResourceManagers:
 		return "a boolean"
 	case KeyCPUManagerPolicyOptions, KeyTopologyManagerPolicyOptions:
 		return "a table"

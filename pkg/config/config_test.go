@@ -331,7 +331,7 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 27 || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 28 || all.PodLevelResourceManagers || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress ||
 		len(all.Reservations()) != 1 || all.Reservations()[0].Limits["hugepages-2Mi"] != 64<<20 ||
 		all.NodeResourceTopology != NRTOn || all.NodeName != "worker-1" {
@@ -393,5 +393,25 @@ func TestNodeResourceTopologyKeys(t *testing.T) {
 	}
 	if c.NodeResourceTopology != NRTOff || c.NodeNameOrEnv() != "worker-3" {
 		t.Errorf("got %q %q, want off, worker-3", c.NodeResourceTopology, c.NodeNameOrEnv())
+	}
+}
+
+// pod_level_resource_managers is a boolean, false by default like the
+// kubelet's gate, and reaches the engine's configuration.
+func TestPodLevelResourceManagersKey(t *testing.T) {
+	for doc, want := range map[string]bool{"": false, "pod_level_resource_managers = true": true, "pod_level_resource_managers = false": false} {
+		c, err := Load([]byte(doc))
+		if err != nil || c.PodLevelResourceManagers != want {
+			t.Fatalf("Load(%q) = %v, %v; want %v", doc, c.PodLevelResourceManagers, err, want)
+		}
+		p, err := c.Policy()
+		if err != nil || p.PodLevelResourceManagers != want {
+			t.Fatalf("Load(%q).Policy() = %v, %v; want %v", doc, p.PodLevelResourceManagers, err, want)
+		}
+	}
+	_, err := Load([]byte("\n" + `pod_level_resource_managers = "true"`))
+	want := `line 2: key "pod_level_resource_managers": wrong type: got a TOML string, want a boolean`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Load(string) = %v, want an error containing %q", err, want)
 	}
 }

@@ -30,6 +30,13 @@ type Config struct {
 	// MachineMemory is the machine's memory per NUMA node
 	// (sysfs.ReadMemory), needed under Static only.
 	MachineMemory []memorymanager.NodeCapacity
+	// PodLevelResourceManagers is pod_level_resource_managers, the
+	// kubelet's feature gate PodLevelResourceManagers (KEP-5526, beta and
+	// off by default in 1.37): under the pod scope a Guaranteed pod with a
+	// whole-CPU pod budget gets its CPUs as one block, its exclusive
+	// containers slices of it and its other containers the rest as a
+	// pod-private pool (podlevel.go).
+	PodLevelResourceManagers bool
 }
 
 // QoS is a pod's Kubernetes QoS class.
@@ -61,6 +68,10 @@ type Request struct {
 	// largest init container and the sum of the app containers), used by
 	// the pod scope; 0 = unknown (the container's own request is used).
 	PodCPURequestMilli int64
+	// PodCPULimitMilli is the pod's CPU limit (the pod sandbox's CFS
+	// quota), 0 = none or unknown; with PodCPURequestMilli it tells a
+	// pod-level pod's budget (see PodBudget).
+	PodCPULimitMilli int64
 	// Memory is the container's memory and hugepage limits in bytes
 	// (requests equal limits in a Guaranteed pod), for the memory
 	// manager; PodMemory is the pod's (pod scope), empty when unknown.
@@ -81,4 +92,9 @@ type Decision struct {
 	// MemPinned: the memory manager (Static) assigned the container's
 	// memory and Mems is its NUMA nodes.
 	MemPinned bool
+	// PodPool: the container is a shared container of a pod-level pod
+	// (pod_level_resource_managers, pod scope) and CPUs is its pod's
+	// private pool, not the node's shared pool; it shrinks when the
+	// pod's later exclusive containers take their slices (PodPoolCPUs).
+	PodPool bool
 }

@@ -33,6 +33,7 @@ const (
 	KeyTopologyManagerScope         = "topology_manager_scope"
 	KeyTopologyManagerPolicyOptions = "topology_manager_policy_options"
 	KeyMemoryManagerPolicy          = "memory_manager_policy"
+	KeyPodLevelResourceManagers     = "pod_level_resource_managers"
 )
 
 // Values of memory_manager_policy, in the kubelet's spelling
@@ -61,6 +62,9 @@ type State struct {
 	// Memory is the memory manager's state under memory_manager_policy
 	// Static; the zero State under None.
 	Memory memorymanager.State
+	// PodShared names, per pod-level pod (podlevel.go), the shared
+	// containers that run on its pod-private pool.
+	PodShared map[string][]string
 }
 
 // Snapshot is State in a JSON-friendly form (cpusets as Linux list
@@ -78,6 +82,10 @@ type Snapshot struct {
 	// Memory is State.Memory as memorymanager.Encode writes it; absent
 	// under memory_manager_policy None and in earlier checkpoints.
 	Memory json.RawMessage `json:"memory,omitempty"`
+	// PodShared holds State.PodShared (absent in checkpoints from before
+	// pod_level_resource_managers; the pods' blocks are assignments of
+	// the container PodPoolEntry).
+	PodShared map[string][]string `json:"pod_shared,omitempty"`
 }
 
 // SnapshotHint is a hints.Hint in JSON form; NUMA nil = any node.
@@ -382,15 +390,21 @@ func (e *Engine) checkRequest(req Request) error {
 	if req.Container == "" {
 		return bad("container", "empty container name")
 	}
+	if req.Container == PodPoolEntry {
+		return bad("container", "%q is the name the engine keeps a pod-level pod's CPUs under", PodPoolEntry)
+	}
 	switch req.QoS {
 	case Guaranteed, Burstable, BestEffort:
 	default:
 		return bad("qos", "%q is not one of %s, %s, %s", req.QoS, Guaranteed, Burstable, BestEffort)
 	}
-	if req.CPURequestMilli < 0 || req.CPULimitMilli < 0 || req.PodCPURequestMilli < 0 {
+	if req.CPURequestMilli < 0 || req.CPULimitMilli < 0 || req.PodCPURequestMilli < 0 || req.PodCPULimitMilli < 0 {
 		return bad("cpu", "negative CPU amount")
 	}
-	if req.QoS == Guaranteed && req.CPURequestMilli != req.CPULimitMilli {
+	// A pod with pod-level resources is Guaranteed by its pod-level
+	// values: its containers may have a request below their limit
+	// (pod_level_resource_managers; they run on a shared pool).
+	if req.QoS == Guaranteed && req.CPURequestMilli != req.CPULimitMilli && !e.podLevelPod(req) {
 		return bad("cpu_limit_milli", "a guaranteed container has its CPU limit equal to its request (request %d, limit %d)", req.CPURequestMilli, req.CPULimitMilli)
 	}
 	switch req.Type {
@@ -563,6 +577,9 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 	if err := e.checkRequest(req); err != nil {
 		return st, Decision{}, err
 	}
+	if budget := e.PodBudget(req); budget > 0 {
+		return e.addPodLevel(st, req, budget)
+	}
 	exclusive := e.isExclusive(req)
 	// Step 2.
 	if exclusive {
@@ -661,6 +678,9 @@ func (e *Engine) Remove(st State, pod, container string) State {
 	}
 	st.Alloc = e.static.Release(st.Alloc, pod, container)
 	st.Baseline = withBaseline(st.Baseline, pod, container, cpuset.New())
+	// A pod-level pod keeps its block until the pod ends (RemovePod): a
+	// released slice goes back to the pod's private pool.
+	st.PodShared = withPodShared(st.PodShared, pod, container, false)
 	return st
 }
 
@@ -684,6 +704,14 @@ func (e *Engine) RemovePod(st State, pod string) State {
 		b := maps.Clone(st.Baseline)
 		delete(b, pod)
 		st.Baseline = b
+	}
+	if _, ok := st.PodShared[pod]; ok {
+		ps := maps.Clone(st.PodShared)
+		delete(ps, pod)
+		if len(ps) == 0 {
+			ps = nil
+		}
+		st.PodShared = ps
 	}
 	return st
 }
@@ -779,6 +807,7 @@ func (e *Engine) Validate(st State) error {
 	if err := validateBaseline(st); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, e.validatePodLevel(st)...)
 	return errors.Join(errs...)
 }
 
@@ -826,6 +855,12 @@ func (e *Engine) SnapshotExceptAssignments(st State) Snapshot {
 		}
 	}
 	s.Memory = e.MemorySnapshot(st)
+	if len(st.PodShared) > 0 {
+		s.PodShared = make(map[string][]string, len(st.PodShared))
+		for p, names := range st.PodShared {
+			s.PodShared[p] = slices.Clone(names)
+		}
+	}
 	return s
 }
 
@@ -895,6 +930,7 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 	}
 	st, notes = e.baselineFromSnapshot(st, s.Baseline, notes)
 	st, notes = e.memoryFromSnapshot(st, s.Memory, notes)
+	st, notes = podSharedFromSnapshot(st, s.PodShared, notes)
 	// "" is also an empty pool's text: nothing to compare then.
 	if pool := e.SharedPool(st).CPUSet(); s.Shared != "" {
 		if sh, err := topology.ParseList(s.Shared); err != nil || !sh.Equals(pool) {

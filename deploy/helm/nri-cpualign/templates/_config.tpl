@@ -73,6 +73,11 @@ reserved_memory = [
 # default since 1.33); false leaves the kubelet's quota.
 disable_cpu_quota_with_exclusive_cpus = {{ .Values.config.disable_cpu_quota_with_exclusive_cpus | toJson }}
 
+# Pod-level resource managers, as the kubelet's feature gate
+# PodLevelResourceManagers (off by default): nri-cpualign simulate only,
+# the daemon refuses true (docs/pod-level-resources.md).
+pod_level_resource_managers = {{ .Values.config.pod_level_resource_managers | toJson }}
+
 # Where the checkpoint lives (a hostPath volume, so it survives restarts
 # and upgrades).
 state_dir = {{ .Values.config.state_dir | toString | toJson }}
