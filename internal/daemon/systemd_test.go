@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
@@ -57,6 +58,8 @@ type fakeSystemd struct {
 	calls   []string
 	lifted  map[string]bool // slice → systemd holds no quota
 	setErr  error
+	onceErr error             // the next SetCPUSet's error only
+	held    map[string]string // unit → the AllowedCPUs of the last SetCPUSet that succeeded
 	version int
 	file    func(unit string) string
 }
@@ -75,7 +78,32 @@ func (f *fakeSystemd) SetCPUSet(_ context.Context, unit, cpus, mems string) erro
 	f.note("SetCPUSet %s cpus=%s mems=%s file=%s", unit, cpus, mems, held)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.setErr
+	if err := f.onceErr; err != nil {
+		f.onceErr = nil
+		return err
+	}
+	if f.setErr != nil {
+		return f.setErr
+	}
+	if f.held == nil {
+		f.held = map[string]string{}
+	}
+	f.held[unit] = cpus
+	return nil
+}
+
+// failOnce makes the next SetCPUSet fail with err.
+func (f *fakeSystemd) failOnce(err error) {
+	f.mu.Lock()
+	f.onceErr = err
+	f.mu.Unlock()
+}
+
+// allowed is what systemd holds for unit after the calls that succeeded.
+func (f *fakeSystemd) allowed(unit string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held[unit]
 }
 
 func (f *fakeSystemd) failSets(err error) {
@@ -566,5 +594,132 @@ func TestDirectRewritesAfterFailedWrite(t *testing.T) {
 	want = "SetCPUSet " + unit + " cpus=0,2-4,6-7 mems= file="
 	if calls := fake.got()[before:]; !slices.Contains(calls, want) {
 		t.Errorf("systemd calls of the reconcile round %q lack %q", calls, want)
+	}
+}
+
+// retryTimer stands in for time.AfterFunc: a test receives each retry the
+// daemon schedules, with its wait, and runs it when it chooses.
+type retryTimer chan scheduled
+
+type scheduled struct {
+	wait time.Duration
+	run  func()
+}
+
+func (r retryTimer) after(d time.Duration, f func()) { r <- scheduled{d, f} }
+
+// next is the retry scheduled so far, if any. Every pass that schedules
+// one has ended when settle returns (the worker's) or when the
+// StartContainer whose barrier ran it returned, so nothing is waited for.
+func (r retryTimer) next() (scheduled, bool) {
+	select {
+	case s := <-r:
+		return s, true
+	default:
+		return scheduled{}, false
+	}
+}
+
+// TestDirectRetriesTimedOutWrite: a write of the shared pool whose call to
+// systemd timed out (systemd busy with a daemon-reload on the loaded VM
+// node) is tried again by the worker after a short wait, with the
+// reconcile loop off and no later pool change: systemd ends up holding the
+// pool, so its next re-apply keeps it. A systemd that keeps timing out
+// gets a bounded number of retries, each wait longer, then none; an error
+// systemd answers is not retried this way.
+func TestDirectRetriesTimedOutWrite(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startSystemdRuntime(t)
+	fake := &fakeSystemd{version: 252}
+	timer := make(retryTimer, sdRetries+1)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo,
+		WithSystemd(sdDial(fake, new(atomic.Int32))), withRetryTimer(timer.after))
+	if p := r.d.Config().ReconcilePeriod; p != 0 {
+		t.Fatalf("reconcile_period %v, want 0 (off)", p)
+	}
+	create := func(pod *api.PodSandbox, name string, req, lim int64) *api.Container {
+		t.Helper()
+		c := createScope(t, rt, pod, name, req, lim)
+		if err := rt.StartContainer(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	timedOut := fmt.Errorf("systemd call: %w", context.DeadlineExceeded)
+	be1 := create(addSlicePod(rt, "be", "besteffort"), "be1", 0, 0)
+	unit := "cri-containerd-" + be1.Id + ".scope"
+
+	// c2 takes core 1 = {1,5}: the one write of the shrunk pool into
+	// be1's scope times out in systemd; the file takes it.
+	fake.failOnce(timedOut)
+	create(addSlicePod(rt, "g1", "guaranteed"), "c2", 2000, 2000)
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Fatalf("be1's scope file %q once c2 started, want 0,2-4,6-7", got)
+	}
+	if got := fake.allowed(unit); got != "" {
+		t.Fatalf("systemd holds %q for be1 after the timed-out call, want nothing", got)
+	}
+	retry, ok := timer.next()
+	if !ok {
+		t.Fatal("no retry scheduled after the timed-out write (the reconcile loop is off: nothing else would write it)")
+	}
+	if retry.wait != sdRetryFirst {
+		t.Errorf("first retry after %v, want %v", retry.wait, sdRetryFirst)
+	}
+	retry.run()
+	settle(t, r.d)
+	if got := fake.allowed(unit); got != "0,2-4,6-7" {
+		t.Errorf("systemd holds %q for be1 after the retry, want 0,2-4,6-7", got)
+	}
+	if s, ok := timer.next(); ok {
+		t.Errorf("another retry scheduled (after %v) though the retry wrote everything", s.wait)
+	}
+
+	// An answer from systemd (access denied) is no reason to retry at
+	// once: c3 takes core 2 = {2,6}.
+	fake.failSets(errors.New("Access denied"))
+	g2 := addSlicePod(rt, "g2", "guaranteed")
+	create(g2, "c3", 2000, 2000)
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0,3-4,7" {
+		t.Fatalf("be1's scope file %q once c3 started, want 0,3-4,7", got)
+	}
+	if s, ok := timer.next(); ok {
+		t.Errorf("a retry scheduled (after %v) for an error systemd answered", s.wait)
+	}
+
+	// systemd keeps timing out: sdRetries retries, each wait double the
+	// last, then the worker stops asking.
+	fake.failSets(timedOut)
+	rt.removePod(g2)
+	settle(t, r.d)
+	var waits []time.Duration
+	for {
+		s, ok := timer.next()
+		if !ok {
+			break
+		}
+		if len(waits) > sdRetries {
+			t.Fatalf("more than %d retries: %v", sdRetries, waits)
+		}
+		waits = append(waits, s.wait)
+		s.run()
+		settle(t, r.d)
+	}
+	if len(waits) != sdRetries {
+		t.Errorf("%d retries %v, want %d", len(waits), waits, sdRetries)
+	}
+	for i := 1; i < len(waits); i++ {
+		if waits[i] != 2*waits[i-1] {
+			t.Errorf("retry waits %v: not doubling", waits)
+			break
+		}
+	}
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Errorf("be1's scope file %q once g2 was removed, want 0,2-4,6-7", got)
+	}
+	if got := fake.allowed(unit); got != "0,2-4,6-7" {
+		t.Errorf("systemd holds %q for be1 while every call fails, want the last pool it took, 0,2-4,6-7", got)
 	}
 }
