@@ -24,7 +24,7 @@ import (
 // loop is off: systemd's own record must hold. Label vm-systemd: it needs
 // a node with systemd as PID 1, cgroup v2 and the runtime's systemd driver
 // (make e2e-vm's guest); elsewhere it skips, saying why.
-var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver node with a real "+RuntimeName, Label("vm-systemd"), Ordered, Serial, func() {
+var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver node with a real "+RuntimeName, Label("vm", "vm-systemd"), Ordered, Serial, func() {
 	var (
 		plugin *Plugin
 		pods   = &Pods{}
