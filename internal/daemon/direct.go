@@ -62,10 +62,9 @@ type direct struct {
 	// done is the generation (ledger.gen) of the newest state a pass
 	// wrote to every shared-pool cgroup there was.
 	done uint64
-	// retries counts the prompt retries of transient systemd failures
-	// in a row (retryLater), retrying that one is scheduled.
-	retries  int
-	retrying bool
+	// retry is the run of prompt retries after transient systemd
+	// failures (settleRetries).
+	retry retryRun
 }
 
 // newDirect is the direct applier over u: every cgroup it writes goes
@@ -105,29 +104,27 @@ func (a *direct) forget(ids ...string) {
 // settleRetries keeps the prompt retries of failed shared-pool writes
 // going after a pass or a start check: one that wrote everything (ok)
 // ends a run of retries; one that failed in systemd for a transient
-// reason has the worker pass again after a wait (sdRetryFirst, doubling)
-// unless a retry is already scheduled or sdRetries ran out. The retry is
-// a kick: the pass runs on the worker, never on the request path of the
+// reason has the worker pass again after the run's next wait (retryRun)
+// unless one is pending already or the run is used up. The retry is a
+// kick: the pass runs on the worker, never on the request path of the
 // StartContainer whose barrier may have seen the failure, and the
 // records forgotten after the failure make it write those cgroups again.
-// It returns the wait, 0 when no retry was scheduled. a.mu is held.
+// It returns the wait, 0 when no retry was scheduled.
 func (a *direct) settleRetries(ok, transient bool) time.Duration {
 	if ok {
-		a.retries = 0
+		a.retry.end()
 		return 0
 	}
-	if !transient || a.retrying || a.retries >= sdRetries {
+	if !transient {
 		return 0
 	}
-	wait := sdRetryFirst << a.retries
-	a.retries++
-	a.retrying = true
-	a.sd.later(wait, func() {
-		a.mu.Lock()
-		a.retrying = false
-		a.mu.Unlock()
-		a.kick()
-	})
+	wait := a.retry.next()
+	if wait > 0 {
+		a.sd.later(wait, func() {
+			a.retry.ran()
+			a.kick()
+		})
+	}
 	return wait
 }
 

@@ -59,6 +59,7 @@ type fakeSystemd struct {
 	lifted  map[string]bool // slice → systemd holds no quota
 	setErr  error
 	onceErr error             // the next SetCPUSet's error only
+	liftErr error             // the next LiftQuota's error only
 	held    map[string]string // unit → the AllowedCPUs of the last SetCPUSet that succeeded
 	version int
 	file    func(unit string) string
@@ -116,11 +117,22 @@ func (f *fakeSystemd) LiftQuota(_ context.Context, unit string) error {
 	f.note("LiftQuota %s", unit)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.liftErr; err != nil {
+		f.liftErr = nil
+		return err
+	}
 	if f.lifted == nil {
 		f.lifted = map[string]bool{}
 	}
 	f.lifted[unit] = true
 	return nil
+}
+
+// quotaLifted reports whether systemd holds no quota for slice.
+func (f *fakeSystemd) quotaLifted(slice string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lifted[slice]
 }
 
 func (f *fakeSystemd) QuotaLifted(_ context.Context, unit string) (bool, error) {
@@ -721,5 +733,43 @@ func TestDirectRetriesTimedOutWrite(t *testing.T) {
 	}
 	if got := fake.allowed(unit); got != "0,2-4,6-7" {
 		t.Errorf("systemd holds %q for be1 while every call fails, want the last pool it took, 0,2-4,6-7", got)
+	}
+}
+
+// TestQuotaLiftRetriedAfterTimeout: lifting an exclusive pod's quota in
+// systemd at its CreateContainer timed out; the plugin lifts it again off
+// the request path after a short wait, the reconcile loop off, so that
+// systemd's next re-apply does not bring the kubelet's quota back.
+func TestQuotaLiftRetriedAfterTimeout(t *testing.T) {
+	topo := loadFixture(t, "ht-1s-4c")
+	rt := startSystemdRuntime(t)
+	fake := &fakeSystemd{version: 252}
+	timer := make(retryTimer, sdRetries+1)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo,
+		WithSystemd(sdDial(fake, new(atomic.Int32))), withRetryTimer(timer.after))
+	// A shared container first: its scope makes the daemon reach systemd
+	// (seeDriver), as on a node where the root showed none.
+	createScope(t, rt, addSlicePod(rt, "be", "besteffort"), "be1", 0, 0)
+	fake.mu.Lock()
+	fake.liftErr = fmt.Errorf("systemd unit kubepods-podg1.slice: %w", context.DeadlineExceeded)
+	fake.mu.Unlock()
+	createScope(t, rt, addSlicePod(rt, "g1", "guaranteed"), "c2", 2000, 2000)
+	settle(t, r.d)
+	if fake.quotaLifted("kubepods-podg1.slice") {
+		t.Fatal("systemd holds no quota for g1's slice though the lift timed out")
+	}
+	retry, ok := timer.next()
+	if !ok {
+		t.Fatal("no retry scheduled after the timed-out quota lift (the reconcile loop is off)")
+	}
+	if retry.wait != sdRetryFirst {
+		t.Errorf("retry after %v, want %v", retry.wait, sdRetryFirst)
+	}
+	retry.run()
+	if !fake.quotaLifted("kubepods-podg1.slice") {
+		t.Errorf("systemd still holds g1's quota after the retry; calls %q", fake.got())
+	}
+	if s, ok := timer.next(); ok {
+		t.Errorf("another retry scheduled (after %v) though the lift went through", s.wait)
 	}
 }
