@@ -58,7 +58,6 @@ type fakeSystemd struct {
 	calls   []string
 	lifted  map[string]bool // slice → systemd holds no quota
 	setErr  error
-	onceErr error             // the next SetCPUSet's error only
 	liftErr error             // the next LiftQuota's error only
 	held    map[string]string // unit → the AllowedCPUs of the last SetCPUSet that succeeded
 	version int
@@ -79,10 +78,6 @@ func (f *fakeSystemd) SetCPUSet(_ context.Context, unit, cpus, mems string) erro
 	f.note("SetCPUSet %s cpus=%s mems=%s file=%s", unit, cpus, mems, held)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.onceErr; err != nil {
-		f.onceErr = nil
-		return err
-	}
 	if f.setErr != nil {
 		return f.setErr
 	}
@@ -91,13 +86,6 @@ func (f *fakeSystemd) SetCPUSet(_ context.Context, unit, cpus, mems string) erro
 	}
 	f.held[unit] = cpus
 	return nil
-}
-
-// failOnce makes the next SetCPUSet fail with err.
-func (f *fakeSystemd) failOnce(err error) {
-	f.mu.Lock()
-	f.onceErr = err
-	f.mu.Unlock()
 }
 
 // allowed is what systemd holds for unit after the calls that succeeded.
@@ -632,6 +620,44 @@ func (r retryTimer) next() (scheduled, bool) {
 	}
 }
 
+// first is the first retry of a run, scheduled after what failed: it
+// must come, sdRetryFirst after the failure.
+func (r retryTimer) first(t *testing.T, after string) scheduled {
+	t.Helper()
+	s, ok := r.next()
+	if !ok {
+		t.Fatalf("no retry scheduled after %s (the reconcile loop is off: nothing else would redo it)", after)
+	}
+	if s.wait != sdRetryFirst {
+		t.Errorf("first retry after %v, want %v", s.wait, sdRetryFirst)
+	}
+	return s
+}
+
+// none checks that no retry is scheduled.
+func (r retryTimer) none(t *testing.T, why string) {
+	t.Helper()
+	if s, ok := r.next(); ok {
+		t.Errorf("a retry scheduled (after %v) %s", s.wait, why)
+	}
+}
+
+// startRetrying is a daemon on the systemd driver (ht-1s-4c, core 0
+// reserved, the reconcile loop off) over a fake systemd, whose retries
+// after transient systemd failures wait for timer.
+func startRetrying(t *testing.T) (*fakeRuntime, *fakeSystemd, retryTimer, *running) {
+	t.Helper()
+	rt := startSystemdRuntime(t)
+	fake := &fakeSystemd{version: 252}
+	timer := make(retryTimer, sdRetries+1)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), loadFixture(t, "ht-1s-4c"),
+		WithSystemd(sdDial(fake, new(atomic.Int32))), withRetryTimer(timer.after))
+	if p := r.d.Config().ReconcilePeriod; p != 0 {
+		t.Fatalf("reconcile_period %v, want 0 (off)", p)
+	}
+	return rt, fake, timer, r
+}
+
 // TestDirectRetriesTimedOutWrite: a write of the shared pool whose call to
 // systemd timed out (systemd busy with a daemon-reload on the loaded VM
 // node) is tried again by the worker after a short wait, with the
@@ -640,15 +666,7 @@ func (r retryTimer) next() (scheduled, bool) {
 // gets a bounded number of retries, each wait longer, then none; an error
 // systemd answers is not retried this way.
 func TestDirectRetriesTimedOutWrite(t *testing.T) {
-	topo := loadFixture(t, "ht-1s-4c")
-	rt := startSystemdRuntime(t)
-	fake := &fakeSystemd{version: 252}
-	timer := make(retryTimer, sdRetries+1)
-	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo,
-		WithSystemd(sdDial(fake, new(atomic.Int32))), withRetryTimer(timer.after))
-	if p := r.d.Config().ReconcilePeriod; p != 0 {
-		t.Fatalf("reconcile_period %v, want 0 (off)", p)
-	}
+	rt, fake, timer, r := startRetrying(t)
 	create := func(pod *api.PodSandbox, name string, req, lim int64) *api.Container {
 		t.Helper()
 		c := createScope(t, rt, pod, name, req, lim)
@@ -661,32 +679,26 @@ func TestDirectRetriesTimedOutWrite(t *testing.T) {
 	be1 := create(addSlicePod(rt, "be", "besteffort"), "be1", 0, 0)
 	unit := "cri-containerd-" + be1.Id + ".scope"
 
-	// c2 takes core 1 = {1,5}: the one write of the shrunk pool into
-	// be1's scope times out in systemd; the file takes it.
-	fake.failOnce(timedOut)
+	// c2 takes core 1 = {1,5}: writing the shrunk pool into be1's scope
+	// times out in systemd (in the start barrier's pass, and in the
+	// worker's if it comes after); the file takes it. Then systemd
+	// answers again, and only the retry can tell it.
+	fake.failSets(timedOut)
 	create(addSlicePod(rt, "g1", "guaranteed"), "c2", 2000, 2000)
 	settle(t, r.d)
+	fake.failSets(nil)
 	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
 		t.Fatalf("be1's scope file %q once c2 started, want 0,2-4,6-7", got)
 	}
 	if got := fake.allowed(unit); got != "" {
-		t.Fatalf("systemd holds %q for be1 after the timed-out call, want nothing", got)
+		t.Fatalf("systemd holds %q for be1 after the timed-out calls, want nothing", got)
 	}
-	retry, ok := timer.next()
-	if !ok {
-		t.Fatal("no retry scheduled after the timed-out write (the reconcile loop is off: nothing else would write it)")
-	}
-	if retry.wait != sdRetryFirst {
-		t.Errorf("first retry after %v, want %v", retry.wait, sdRetryFirst)
-	}
-	retry.run()
+	timer.first(t, "the timed-out write").run()
 	settle(t, r.d)
 	if got := fake.allowed(unit); got != "0,2-4,6-7" {
 		t.Errorf("systemd holds %q for be1 after the retry, want 0,2-4,6-7", got)
 	}
-	if s, ok := timer.next(); ok {
-		t.Errorf("another retry scheduled (after %v) though the retry wrote everything", s.wait)
-	}
+	timer.none(t, "though the retry wrote everything")
 
 	// An answer from systemd (access denied) is no reason to retry at
 	// once: c3 takes core 2 = {2,6}.
@@ -697,9 +709,7 @@ func TestDirectRetriesTimedOutWrite(t *testing.T) {
 	if got := cgroupCPUs(t, rt, be1); got != "0,3-4,7" {
 		t.Fatalf("be1's scope file %q once c3 started, want 0,3-4,7", got)
 	}
-	if s, ok := timer.next(); ok {
-		t.Errorf("a retry scheduled (after %v) for an error systemd answered", s.wait)
-	}
+	timer.none(t, "for an error systemd answered")
 
 	// systemd keeps timing out: sdRetries retries, each wait double the
 	// last, then the worker stops asking.
@@ -741,12 +751,7 @@ func TestDirectRetriesTimedOutWrite(t *testing.T) {
 // the request path after a short wait, the reconcile loop off, so that
 // systemd's next re-apply does not bring the kubelet's quota back.
 func TestQuotaLiftRetriedAfterTimeout(t *testing.T) {
-	topo := loadFixture(t, "ht-1s-4c")
-	rt := startSystemdRuntime(t)
-	fake := &fakeSystemd{version: 252}
-	timer := make(retryTimer, sdRetries+1)
-	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo,
-		WithSystemd(sdDial(fake, new(atomic.Int32))), withRetryTimer(timer.after))
+	rt, fake, timer, r := startRetrying(t)
 	// A shared container first: its scope makes the daemon reach systemd
 	// (seeDriver), as on a node where the root showed none.
 	createScope(t, rt, addSlicePod(rt, "be", "besteffort"), "be1", 0, 0)
@@ -758,18 +763,9 @@ func TestQuotaLiftRetriedAfterTimeout(t *testing.T) {
 	if fake.quotaLifted("kubepods-podg1.slice") {
 		t.Fatal("systemd holds no quota for g1's slice though the lift timed out")
 	}
-	retry, ok := timer.next()
-	if !ok {
-		t.Fatal("no retry scheduled after the timed-out quota lift (the reconcile loop is off)")
-	}
-	if retry.wait != sdRetryFirst {
-		t.Errorf("retry after %v, want %v", retry.wait, sdRetryFirst)
-	}
-	retry.run()
+	timer.first(t, "the timed-out quota lift").run()
 	if !fake.quotaLifted("kubepods-podg1.slice") {
 		t.Errorf("systemd still holds g1's quota after the retry; calls %q", fake.got())
 	}
-	if s, ok := timer.next(); ok {
-		t.Errorf("another retry scheduled (after %v) though the lift went through", s.wait)
-	}
+	timer.none(t, "though the lift went through")
 }
