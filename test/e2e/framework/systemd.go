@@ -71,7 +71,8 @@ func DaemonReexec(ctx context.Context) error {
 	}
 	var err error
 	for {
-		if _, err = UnitProperty(ctx, "", "Version"); err == nil {
+		// The manager's own property: no unit named.
+		if _, err = Systemctl(ctx, "show", "-p", "Version", "--value"); err == nil {
 			return nil
 		}
 		select {
