@@ -27,8 +27,8 @@
 #      guest's.
 #
 # What runs: VM_SUITES=subset (the default, what make test runs) runs the
-# specs labelled "vm" (ginkgo label) of both suites on both runtimes; the
-# list is printed before the boot. VM_SUITES=full runs both suites whole.
+# specs labelled "vm" (ginkgo label) of both suites on both runtimes (the
+# list below, at VM_LABEL, and printed before the boot). VM_SUITES=full runs both suites whole.
 # VM_RUNTIMES ("containerd crio"), VM_TESTS ("e2e kubelet": the suites,
 # test/e2e and test/kubelet; without kubelet no kubelet is built), VM_TIMEOUT (seconds for the guest, 3600),
 # VM_KEEP=1 keeps the run dir (serial output, console, results) also when
@@ -48,12 +48,17 @@ source "$(dirname "$0")/lib-e2e.sh"
 source "$(dirname "$0")/lib-kube.sh"
 check_prereqs
 
-# The subset make test runs is the specs with the ginkgo label "vm": the
-# topology specs only this VM's machine allows (test/e2e/topology_vm_test.go),
-# the kubelet with the plugin (test/kubelet/placement_test.go) and the
-# kubelet's own static policy on the same pods as the reference
-# (test/kubelet/topology_vm_test.go). About 6 minutes per runtime here; the
-# rest of the suites (VM_SUITES=full) would not fit in CI's 90 minutes
+# The subset make test runs is the specs with the ginkgo label "vm", on
+# each runtime: the topology specs only this VM's machine allows
+# (test/e2e/topology_vm_test.go); daemon-reload and daemon-reexec keeping
+# every cpuset with the runtime alone (test/e2e/systemd_reload_vm_test.go,
+# also labelled vm-systemd); the kubelet with the plugin
+# (test/kubelet/placement_test.go); daemon-reload, daemon-reexec and a
+# kubelet restart keeping every cpuset and the exclusive pod's lifted quota
+# under the kubelet (test/kubelet/systemd_vm_test.go); and the kubelet's own
+# static policy on the same pods as the reference
+# (test/kubelet/topology_vm_test.go). About 7-8 minutes per runtime here;
+# the rest of the suites (VM_SUITES=full) would not fit in CI's 90 minutes
 # beside the host passes.
 VM_LABEL=vm
 VM_SUITES=${VM_SUITES:-subset}

@@ -125,8 +125,15 @@ func TestRunConnects(t *testing.T) {
 	}
 	defer r.Stop()
 
+	// A cgroup v1 layout of its own, never the host's /sys/fs/cgroup: on a
+	// cgroup v2 host with systemd as PID 1 the daemon would see systemd
+	// there and dial the host's system bus.
+	cgroupRoot := filepath.Join(dir, "cgroup")
+	if err := os.MkdirAll(filepath.Join(cgroupRoot, "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	cfg := filepath.Join(dir, "cfg.toml")
-	if err := os.WriteFile(cfg, []byte("reserved_cpu_count = 2\nmetrics_address = \"127.0.0.1:0\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("reserved_cpu_count = 2\nmetrics_address = \"127.0.0.1:0\"\ncgroup_root = %q\n", cgroupRoot)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

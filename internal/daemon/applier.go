@@ -185,6 +185,7 @@ type updater struct {
 	log          *logrus.Logger
 	kickC        chan struct{}
 	kicks        kickCounter
+	quotaRetry   retryRun // pod quota lifts that failed in systemd (quota.go)
 }
 
 // newUpdater is an updater reading and writing cg; its writes tell

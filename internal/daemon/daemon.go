@@ -82,6 +82,7 @@ type options struct {
 	now         func() time.Time
 	store       Store
 	sdDial      func(ctx context.Context) (systemd.Manager, error)
+	sdAfter     func(d time.Duration, f func())
 }
 
 // WithTopology uses topo instead of reading sysfs_root.
@@ -209,6 +210,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		o.sdDial = dialSystemd
 	}
 	d.app.sd = newSysLink(o.sdDial)
+	d.app.sd.after = o.sdAfter
 	root := cgroups.New(cfg.CgroupRoot)
 	if err := chooseMode(&cfg, root, d.app.sd, "", o.log); err != nil {
 		return nil, err

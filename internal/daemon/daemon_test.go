@@ -334,14 +334,15 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		want []string
 	}{
 		{"static without reservation", "cpu_manager_policy = \"static\"\n", []string{`key "cpu_manager_policy"`, "reserved_system_cpus or reserved_cpu_count"}},
-		{"reserved CPU offline", "reserved_system_cpus = \"0,64\"\n", []string{`line 1: key "reserved_system_cpus"`, "not online"}},
+		{"reserved CPU offline", "reserved_system_cpus = \"0,64\"\n", []string{`line 2: key "reserved_system_cpus"`, "not online"}},
 		{"bad topology option", "reserved_cpu_count = 2\n[topology_manager_policy_options]\nmax-allowable-numa-nodes = \"many\"\n", []string{`key "topology_manager_policy_options"`}},
-		{"reserving every CPU", "reserved_cpu_count = 8\n", []string{`line 1: key "reserved_cpu_count"`}},
+		{"reserving every CPU", "reserved_cpu_count = 8\n", []string{`line 2: key "reserved_cpu_count"`}},
 		{"none with options", "cpu_manager_policy = \"none\"\n[cpu_manager_policy_options]\nfull-pcpus-only = true\n", []string{`key "cpu_manager_policy_options"`}},
 		{"pod-level resource managers", "reserved_cpu_count = 2\ntopology_manager_scope = \"pod\"\npod_level_resource_managers = true\n", []string{`line 3: key "pod_level_resource_managers"`, "simulate` only"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := config.Load([]byte(tc.doc))
+			// Before the document: its tables would capture a later key.
+			cfg, err := config.Load([]byte(offHostCgroups(t) + tc.doc))
 			if err != nil {
 				t.Fatalf("Load: %v", err)
 			}
@@ -357,7 +358,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		})
 	}
 	// The none policy needs no reservation.
-	cfg, _ := config.Load([]byte("cpu_manager_policy = \"none\"\n"))
+	cfg, _ := config.Load([]byte("cpu_manager_policy = \"none\"\n" + offHostCgroups(t)))
 	if _, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t))); err != nil {
 		t.Errorf("none policy: %v", err)
 	}
@@ -487,7 +488,7 @@ func TestStateMetricsHealth(t *testing.T) {
 
 func TestHealthzBeforeSync(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
-	cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\n"))
+	cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\n" + offHostCgroups(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +525,7 @@ func TestStateDirLocked(t *testing.T) {
 
 func TestConfigureFromRuntime(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
-	cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\n"))
+	cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\n" + offHostCgroups(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,6 +624,8 @@ func TestDeployExampleStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The example's cgroup_root is the host's: kept off it (offHostCgroups).
+	cfg.CgroupRoot = offHostRoot(t)
 	d, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatalf("example config: %v", err)
@@ -691,6 +694,7 @@ func TestConfigFromRuntimeDeferred(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
+	cfg.CgroupRoot = offHostRoot(t)
 	if _, err := New(cfg, WithTopology(topo), WithLogger(testLogger(t))); err == nil {
 		t.Fatal("default static config without a reservation accepted without WithConfigFromRuntime")
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -60,6 +62,9 @@ type direct struct {
 	// done is the generation (ledger.gen) of the newest state a pass
 	// wrote to every shared-pool cgroup there was.
 	done uint64
+	// retry is the run of prompt retries after transient systemd
+	// failures (settleRetries).
+	retry retryRun
 }
 
 // newDirect is the direct applier over u: every cgroup it writes goes
@@ -94,6 +99,50 @@ func (a *direct) forget(ids ...string) {
 	for _, id := range ids {
 		delete(a.written, id)
 	}
+}
+
+// settleRetries keeps the prompt retries of failed shared-pool writes
+// going after a pass or a start check: one that wrote everything (ok)
+// ends a run of retries; one that failed in systemd for a transient
+// reason has the worker pass again after the run's next wait (retryRun)
+// unless one is pending already or the run is used up. The retry is a
+// kick: the pass runs on the worker, never on the request path of the
+// StartContainer whose barrier may have seen the failure, and the
+// records forgotten after the failure make it write those cgroups again.
+// It returns the wait, 0 when no retry was scheduled.
+func (a *direct) settleRetries(ok, transient bool) time.Duration {
+	if ok {
+		a.retry.end()
+		return 0
+	}
+	if !transient {
+		return 0
+	}
+	wait := a.retry.next()
+	if wait > 0 {
+		a.sd.later(wait, func() {
+			a.retry.ran()
+			a.kick()
+		})
+	}
+	return wait
+}
+
+// retryText and retryFields say in a failure's log line who tries again:
+// the worker after retry (settleRetries), or, with none scheduled, the
+// next pass and the reconcile loop.
+func retryText(retry time.Duration) string {
+	if retry > 0 {
+		return "the worker retries after retry_in"
+	}
+	return "the next pass and the reconcile loop retry"
+}
+
+func retryFields(retry time.Duration) logrus.Fields {
+	if retry > 0 {
+		return logrus.Fields{"retry_in": retry.String()}
+	}
+	return nil
 }
 
 // synchronized answers the updates of exclusive containers, and of
@@ -188,6 +237,7 @@ func (a *direct) pass() {
 
 		var wrote, unknown []string
 		var failed []error
+		transient := false
 		for _, t := range todo {
 			err := a.writeCPUSet(t.path, shared, "")
 			switch {
@@ -196,6 +246,7 @@ func (a *direct) pass() {
 			case !errors.Is(err, cgroups.ErrGone):
 				failed = append(failed, fmt.Errorf("container %s of pod %s: %w", t.name, t.pod, err))
 				unknown = append(unknown, t.id)
+				transient = transient || systemd.Transient(err)
 			}
 		}
 
@@ -211,11 +262,12 @@ func (a *direct) pass() {
 		if caughtUp && gen > a.done {
 			a.done = gen
 		}
+		retry := a.settleRetries(len(failed) == 0, transient)
 		a.mu.Unlock()
 		l.Unlock()
 		if len(failed) > 0 {
-			a.log.WithError(errors.Join(failed...)).WithFields(logrus.Fields{"cpus": shared, "failed": len(failed)}).
-				Warn("writing the shared pool into cgroups failed; the next pass and the reconcile loop retry")
+			a.log.WithError(errors.Join(failed...)).WithFields(logrus.Fields{"cpus": shared, "failed": len(failed)}).WithFields(retryFields(retry)).
+				Warn("writing the shared pool into cgroups failed; " + retryText(retry))
 		}
 		if len(wrote) > 0 {
 			a.log.WithFields(logrus.Fields{"cpus": shared, "containers": len(wrote)}).Debug("shared pool written into cgroups")
@@ -251,9 +303,10 @@ func (a *direct) check(id string) {
 		if err := a.writeCPUSet(r.CgroupsPath, shared, ""); err != nil {
 			a.mu.Lock()
 			a.forget(id)
+			retry := a.settleRetries(false, systemd.Transient(err))
 			a.mu.Unlock()
-			a.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "cpus": shared}).
-				Warn("cannot write the shared pool into a starting container's cgroup; the next pass and the reconcile loop retry")
+			a.log.WithError(err).WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "cpus": shared}).WithFields(retryFields(retry)).
+				Warn("cannot write the shared pool into a starting container's cgroup; " + retryText(retry))
 			return
 		}
 		a.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "cpus": shared, "found_cpus": have.String()}).

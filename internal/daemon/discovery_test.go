@@ -24,7 +24,7 @@ func TestDiscoveryWarningLogged(t *testing.T) {
 	if err := os.WriteFile(sib, []byte("0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load([]byte(fmt.Sprintf("sysfs_root = %q\nstate_dir = %q\nmetrics_address = \"\"\n%s", root, t.TempDir(), reserveCore0)))
+	cfg, err := config.Load([]byte(fmt.Sprintf("sysfs_root = %q\nstate_dir = %q\nmetrics_address = \"\"\n%s%s", root, t.TempDir(), reserveCore0, offHostCgroups(t))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -144,7 +144,7 @@ func FuzzRestore(f *testing.F) {
 			return
 		}
 		dir := t.TempDir()
-		cfg, err := config.Load([]byte(fuzzConfig + "state_dir = \"" + dir + "\"\n"))
+		cfg, err := config.Load([]byte(fuzzConfig + "state_dir = \"" + dir + "\"\n" + offHostCgroups(t)))
 		if err != nil {
 			t.Fatal(err)
 		}

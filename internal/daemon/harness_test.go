@@ -201,6 +201,28 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 var _ io.Writer = testWriter{}
 
+// offHostRoot is the cgroup_root of a daemon that must stay off the
+// host's cgroups and systemd: a cgroup v1 layout in a temporary directory
+// (cpuset/, so that the default "direct" stays the mode, as on a cgroup
+// v1 host). With the default cgroup_root, /sys/fs/cgroup, a daemon on a
+// cgroup v2 host with systemd as PID 1 sees systemd there and dials the
+// host's system bus (chooseMode), and its cgroup writes would reach the
+// host's cgroups.
+func offHostRoot(t testing.TB) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// offHostCgroups is offHostRoot as a configuration line.
+func offHostCgroups(t testing.TB) string {
+	t.Helper()
+	return fmt.Sprintf("cgroup_root = %q\n", offHostRoot(t))
+}
+
 // startDaemon starts a daemon and waits for its first Synchronize.
 func startDaemon(t *testing.T, rt *fakeRuntime, cfg config.Config, topo *topology.Topology, opts ...Option) *running {
 	t.Helper()

@@ -33,7 +33,7 @@ type journalDaemon struct {
 
 func newJournalDaemon(t *testing.T, dir string, store Store, size int64) *journalDaemon {
 	t.Helper()
-	cfg, err := config.Load([]byte(fuzzConfig + fmt.Sprintf("state_dir = %q\n", dir)))
+	cfg, err := config.Load([]byte(fuzzConfig + fmt.Sprintf("state_dir = %q\n", dir) + offHostCgroups(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func BenchmarkPersist(b *testing.B) {
 				dir = b.TempDir()
 			}
 			defer os.RemoveAll(dir)
-			cfg, err := config.Load([]byte("cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n" + fmt.Sprintf("state_dir = %q\n", dir)))
+			cfg, err := config.Load([]byte("cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n" + fmt.Sprintf("state_dir = %q\n", dir) + offHostCgroups(b)))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 )
 
 // No CFS quota on exclusive CPUs, as the kubelet does under its feature
@@ -99,9 +102,69 @@ func withNoQuota(updates []*api.ContainerUpdate, id string) []*api.ContainerUpda
 }
 
 // liftPodQuota removes the quota of rec's pod cgroup, logging what it did.
+// A lift that failed in systemd for a transient reason (the call timed
+// out, the bus closed) has the whole reconcileQuota run again off the
+// request path, as a failed write of the shared pool is (direct's
+// settleRetries): until systemd holds no quota, its next re-apply
+// (daemon-reload) puts the kubelet's back, and the reconcile loop may be
+// off.
 func (p *plugin) liftPodQuota(rec ctrRecord, why string) {
 	d := p.d
-	logPodQuota(d.log, rec, why, d.applier().liftPodQuota(rec.CgroupsPath))
+	res := d.applier().liftPodQuota(rec.CgroupsPath)
+	logPodQuota(d.log, rec, why, res)
+	if systemd.Transient(res.err) {
+		d.applier().base().retryQuota()
+	}
+}
+
+// retryRun is a run of prompt retries after transient systemd failures:
+// at most sdRetries in a row, the first sdRetryFirst after the failure,
+// each wait double the last. Its mutex is a leaf.
+type retryRun struct {
+	mu      sync.Mutex
+	n       int  // retries scheduled in this run
+	pending bool // one is scheduled and has not run yet
+}
+
+// next returns the wait before the next retry, or 0 when one is
+// pending already or the run is used up; the caller schedules it.
+func (r *retryRun) next() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending || r.n >= sdRetries {
+		return 0
+	}
+	wait := sdRetryFirst << r.n
+	r.n++
+	r.pending = true
+	return wait
+}
+
+// ran notes that the scheduled retry runs now.
+func (r *retryRun) ran() {
+	r.mu.Lock()
+	r.pending = false
+	r.mu.Unlock()
+}
+
+// end ends the run: everything it retried went through.
+func (r *retryRun) end() {
+	r.mu.Lock()
+	r.n = 0
+	r.mu.Unlock()
+}
+
+// retryQuota schedules reconcileQuota after the run's next wait.
+func (u *updater) retryQuota() {
+	wait := u.quotaRetry.next()
+	if wait == 0 {
+		return
+	}
+	u.log.WithField("retry_in", wait.String()).Debug("lifting pod quotas again after a transient systemd failure")
+	u.sd.later(wait, func() {
+		u.quotaRetry.ran()
+		u.reconcileQuota()
+	})
 }
 
 type podQuotaResult struct {
@@ -141,14 +204,22 @@ func (u *updater) reconcileQuota() {
 	}
 	l.Unlock()
 	seen := make(map[string]bool, len(recs))
+	transient := false
 	for _, r := range recs {
 		pod, err := cgroups.PodCgroupsPath(r.CgroupsPath)
 		if err != nil || seen[pod] {
 			continue
 		}
 		seen[pod] = true
-		if res := u.liftPodQuota(r.CgroupsPath); res.lifted || (res.err != nil && !errors.Is(res.err, cgroups.ErrGone)) {
+		res := u.liftPodQuota(r.CgroupsPath)
+		if res.lifted || (res.err != nil && !errors.Is(res.err, cgroups.ErrGone)) {
 			logPodQuota(u.log, r, "reconcile", res)
 		}
+		transient = transient || systemd.Transient(res.err)
+	}
+	if transient {
+		u.retryQuota()
+	} else {
+		u.quotaRetry.end()
 	}
 }

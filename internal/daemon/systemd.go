@@ -44,12 +44,36 @@ func dialSystemd(ctx context.Context) (systemd.Manager, error) {
 	return c, nil
 }
 
+// A write of the shared pool that failed in systemd for a transient
+// reason (systemd.Transient: the call ran out of sdTimeout while systemd
+// was busy, as during a daemon-reload on a loaded node, or found the bus
+// closed) is tried again by the worker sdRetryFirst later, doubling up to
+// sdRetries times in a row (0.25 s to 8 s, 16 s in all: longer than a
+// reload takes on the emulated test node). It does not wait for the
+// reconcile loop, which may be off, nor for the next pool change, which
+// may never come: until systemd holds the pool, its next re-apply puts
+// the old cpuset back. Bounded, so a systemd that stays away costs a few
+// passes rather than a busy loop; the reconcile round and the next pass
+// still try after that.
+const (
+	sdRetryFirst = 250 * time.Millisecond
+	sdRetries    = 6
+)
+
+// withRetryTimer replaces how the daemon waits before a retry of a
+// failed systemd write (default time.AfterFunc): tests run the retry
+// when they choose, with no wall-clock wait.
+func withRetryTimer(after func(d time.Duration, f func())) Option {
+	return func(o *options) { o.sdAfter = after }
+}
+
 // sysLink is the daemon's way to systemd, dialed when first needed: a
 // node without systemd never dials. A failed dial is tried again at a
 // need sdRedial later (the bus may come up), not at every write of a
 // pass. Its mutex is a leaf.
 type sysLink struct {
 	dial     func(ctx context.Context) (systemd.Manager, error)
+	after    func(d time.Duration, f func()) // runs f after d (retries)
 	mu       sync.Mutex
 	mgr      systemd.Manager
 	err      error // the last dial's
@@ -61,6 +85,16 @@ const sdRedial = 10 * time.Second
 
 func newSysLink(dial func(ctx context.Context) (systemd.Manager, error)) *sysLink {
 	return &sysLink{dial: dial}
+}
+
+// later runs f after d, off the caller's path (time.AfterFunc unless a
+// test replaced it).
+func (s *sysLink) later(d time.Duration, f func()) {
+	if s != nil && s.after != nil {
+		s.after(d, f)
+		return
+	}
+	time.AfterFunc(d, f)
 }
 
 func (s *sysLink) get() (systemd.Manager, error) {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
@@ -57,6 +58,8 @@ type fakeSystemd struct {
 	calls   []string
 	lifted  map[string]bool // slice → systemd holds no quota
 	setErr  error
+	liftErr error             // the next LiftQuota's error only
+	held    map[string]string // unit → the AllowedCPUs of the last SetCPUSet that succeeded
 	version int
 	file    func(unit string) string
 }
@@ -75,7 +78,21 @@ func (f *fakeSystemd) SetCPUSet(_ context.Context, unit, cpus, mems string) erro
 	f.note("SetCPUSet %s cpus=%s mems=%s file=%s", unit, cpus, mems, held)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.setErr
+	if f.setErr != nil {
+		return f.setErr
+	}
+	if f.held == nil {
+		f.held = map[string]string{}
+	}
+	f.held[unit] = cpus
+	return nil
+}
+
+// allowed is what systemd holds for unit after the calls that succeeded.
+func (f *fakeSystemd) allowed(unit string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held[unit]
 }
 
 func (f *fakeSystemd) failSets(err error) {
@@ -88,11 +105,22 @@ func (f *fakeSystemd) LiftQuota(_ context.Context, unit string) error {
 	f.note("LiftQuota %s", unit)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.liftErr; err != nil {
+		f.liftErr = nil
+		return err
+	}
 	if f.lifted == nil {
 		f.lifted = map[string]bool{}
 	}
 	f.lifted[unit] = true
 	return nil
+}
+
+// quotaLifted reports whether systemd holds no quota for slice.
+func (f *fakeSystemd) quotaLifted(slice string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lifted[slice]
 }
 
 func (f *fakeSystemd) QuotaLifted(_ context.Context, unit string) (bool, error) {
@@ -567,4 +595,177 @@ func TestDirectRewritesAfterFailedWrite(t *testing.T) {
 	if calls := fake.got()[before:]; !slices.Contains(calls, want) {
 		t.Errorf("systemd calls of the reconcile round %q lack %q", calls, want)
 	}
+}
+
+// retryTimer stands in for time.AfterFunc: a test receives each retry the
+// daemon schedules, with its wait, and runs it when it chooses.
+type retryTimer chan scheduled
+
+type scheduled struct {
+	wait time.Duration
+	run  func()
+}
+
+func (r retryTimer) after(d time.Duration, f func()) { r <- scheduled{d, f} }
+
+// next is the retry scheduled so far, if any. Every pass that schedules
+// one has ended when settle returns (the worker's) or when the
+// StartContainer whose barrier ran it returned, so nothing is waited for.
+func (r retryTimer) next() (scheduled, bool) {
+	select {
+	case s := <-r:
+		return s, true
+	default:
+		return scheduled{}, false
+	}
+}
+
+// first is the first retry of a run, scheduled after what failed: it
+// must come, sdRetryFirst after the failure.
+func (r retryTimer) first(t *testing.T, after string) scheduled {
+	t.Helper()
+	s, ok := r.next()
+	if !ok {
+		t.Fatalf("no retry scheduled after %s (the reconcile loop is off: nothing else would redo it)", after)
+	}
+	if s.wait != sdRetryFirst {
+		t.Errorf("first retry after %v, want %v", s.wait, sdRetryFirst)
+	}
+	return s
+}
+
+// none checks that no retry is scheduled.
+func (r retryTimer) none(t *testing.T, why string) {
+	t.Helper()
+	if s, ok := r.next(); ok {
+		t.Errorf("a retry scheduled (after %v) %s", s.wait, why)
+	}
+}
+
+// startRetrying is a daemon on the systemd driver (ht-1s-4c, core 0
+// reserved, the reconcile loop off) over a fake systemd, whose retries
+// after transient systemd failures wait for timer.
+func startRetrying(t *testing.T) (*fakeRuntime, *fakeSystemd, retryTimer, *running) {
+	t.Helper()
+	rt := startSystemdRuntime(t)
+	fake := &fakeSystemd{version: 252}
+	timer := make(retryTimer, sdRetries+1)
+	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), loadFixture(t, "ht-1s-4c"),
+		WithSystemd(sdDial(fake, new(atomic.Int32))), withRetryTimer(timer.after))
+	if p := r.d.Config().ReconcilePeriod; p != 0 {
+		t.Fatalf("reconcile_period %v, want 0 (off)", p)
+	}
+	return rt, fake, timer, r
+}
+
+// TestDirectRetriesTimedOutWrite: a write of the shared pool whose call to
+// systemd timed out (systemd busy with a daemon-reload on the loaded VM
+// node) is tried again by the worker after a short wait, with the
+// reconcile loop off and no later pool change: systemd ends up holding the
+// pool, so its next re-apply keeps it. A systemd that keeps timing out
+// gets a bounded number of retries, each wait longer, then none; an error
+// systemd answers is not retried this way.
+func TestDirectRetriesTimedOutWrite(t *testing.T) {
+	rt, fake, timer, r := startRetrying(t)
+	create := func(pod *api.PodSandbox, name string, req, lim int64) *api.Container {
+		t.Helper()
+		c := createScope(t, rt, pod, name, req, lim)
+		if err := rt.StartContainer(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	timedOut := fmt.Errorf("systemd call: %w", context.DeadlineExceeded)
+	be1 := create(addSlicePod(rt, "be", "besteffort"), "be1", 0, 0)
+	unit := "cri-containerd-" + be1.Id + ".scope"
+
+	// c2 takes core 1 = {1,5}: writing the shrunk pool into be1's scope
+	// times out in systemd (in the start barrier's pass, and in the
+	// worker's if it comes after); the file takes it. Then systemd
+	// answers again, and only the retry can tell it.
+	fake.failSets(timedOut)
+	create(addSlicePod(rt, "g1", "guaranteed"), "c2", 2000, 2000)
+	settle(t, r.d)
+	fake.failSets(nil)
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Fatalf("be1's scope file %q once c2 started, want 0,2-4,6-7", got)
+	}
+	if got := fake.allowed(unit); got != "" {
+		t.Fatalf("systemd holds %q for be1 after the timed-out calls, want nothing", got)
+	}
+	timer.first(t, "the timed-out write").run()
+	settle(t, r.d)
+	if got := fake.allowed(unit); got != "0,2-4,6-7" {
+		t.Errorf("systemd holds %q for be1 after the retry, want 0,2-4,6-7", got)
+	}
+	timer.none(t, "though the retry wrote everything")
+
+	// An answer from systemd (access denied) is no reason to retry at
+	// once: c3 takes core 2 = {2,6}.
+	fake.failSets(errors.New("Access denied"))
+	g2 := addSlicePod(rt, "g2", "guaranteed")
+	create(g2, "c3", 2000, 2000)
+	settle(t, r.d)
+	if got := cgroupCPUs(t, rt, be1); got != "0,3-4,7" {
+		t.Fatalf("be1's scope file %q once c3 started, want 0,3-4,7", got)
+	}
+	timer.none(t, "for an error systemd answered")
+
+	// systemd keeps timing out: sdRetries retries, each wait double the
+	// last, then the worker stops asking.
+	fake.failSets(timedOut)
+	rt.removePod(g2)
+	settle(t, r.d)
+	var waits []time.Duration
+	for {
+		s, ok := timer.next()
+		if !ok {
+			break
+		}
+		if len(waits) > sdRetries {
+			t.Fatalf("more than %d retries: %v", sdRetries, waits)
+		}
+		waits = append(waits, s.wait)
+		s.run()
+		settle(t, r.d)
+	}
+	if len(waits) != sdRetries {
+		t.Errorf("%d retries %v, want %d", len(waits), waits, sdRetries)
+	}
+	for i := 1; i < len(waits); i++ {
+		if waits[i] != 2*waits[i-1] {
+			t.Errorf("retry waits %v: not doubling", waits)
+			break
+		}
+	}
+	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
+		t.Errorf("be1's scope file %q once g2 was removed, want 0,2-4,6-7", got)
+	}
+	if got := fake.allowed(unit); got != "0,2-4,6-7" {
+		t.Errorf("systemd holds %q for be1 while every call fails, want the last pool it took, 0,2-4,6-7", got)
+	}
+}
+
+// TestQuotaLiftRetriedAfterTimeout: lifting an exclusive pod's quota in
+// systemd at its CreateContainer timed out; the plugin lifts it again off
+// the request path after a short wait, the reconcile loop off, so that
+// systemd's next re-apply does not bring the kubelet's quota back.
+func TestQuotaLiftRetriedAfterTimeout(t *testing.T) {
+	rt, fake, timer, r := startRetrying(t)
+	// A shared container first: its scope makes the daemon reach systemd
+	// (seeDriver), as on a node where the root showed none.
+	createScope(t, rt, addSlicePod(rt, "be", "besteffort"), "be1", 0, 0)
+	fake.mu.Lock()
+	fake.liftErr = fmt.Errorf("systemd unit kubepods-podg1.slice: %w", context.DeadlineExceeded)
+	fake.mu.Unlock()
+	createScope(t, rt, addSlicePod(rt, "g1", "guaranteed"), "c2", 2000, 2000)
+	settle(t, r.d)
+	if fake.quotaLifted("kubepods-podg1.slice") {
+		t.Fatal("systemd holds no quota for g1's slice though the lift timed out")
+	}
+	timer.first(t, "the timed-out quota lift").run()
+	if !fake.quotaLifted("kubepods-podg1.slice") {
+		t.Errorf("systemd still holds g1's quota after the retry; calls %q", fake.got())
+	}
+	timer.none(t, "though the lift went through")
 }

@@ -298,6 +298,15 @@ func closed(err error) bool {
 	return errors.Is(err, dbus.ErrClosed) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF)
 }
 
+// Transient reports whether err is a call that may well succeed if made
+// again: it ran out of time (systemd busy, a daemon-reload under way) or
+// found the bus connection closed (dbus or systemd restarted; the next
+// call dials again). An error systemd answered (access denied, no such
+// property) is not.
+func Transient(err error) bool {
+	return err != nil && (errors.Is(err, context.DeadlineExceeded) || closed(err))
+}
+
 // noUnit maps systemd's "no such unit" (NoSuchUnit; a transient scope
 // not loaded: LoadFailed) to ErrNoUnit.
 func noUnit(err error) error {

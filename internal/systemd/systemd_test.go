@@ -196,6 +196,28 @@ func TestNoUnit(t *testing.T) {
 	}
 }
 
+// TestTransient: a call that timed out or found the connection closed
+// may be made again; an answer from systemd, or a missing unit, is final.
+func TestTransient(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"deadline", fmt.Errorf("systemd unit x.scope: %w", context.DeadlineExceeded), true},
+		{"closed", fmt.Errorf("call: %w", dbus.ErrClosed), true},
+		{"socket read", &net.OpError{Op: "read", Net: "unix", Err: net.ErrClosed}, true},
+		{"access denied", dbus.Error{Name: "org.freedesktop.DBus.Error.AccessDenied"}, false},
+		{"no unit", noUnit(dbus.Error{Name: "org.freedesktop.systemd1.NoSuchUnit"}), false},
+		{"canceled", context.Canceled, false},
+		{"nil", nil, false},
+	} {
+		if got := Transient(tc.err); got != tc.want {
+			t.Errorf("%s: Transient(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
 // fakeBus fails as a godbus connection does: once the context it was
 // dialed with ends, godbus closes it, and a call racing that close sees
 // the socket's read error; once it has noticed, ErrClosed.

@@ -4,9 +4,6 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
-	"strings"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -27,7 +24,7 @@ import (
 // loop is off: systemd's own record must hold. Label vm-systemd: it needs
 // a node with systemd as PID 1, cgroup v2 and the runtime's systemd driver
 // (make e2e-vm's guest); elsewhere it skips, saying why.
-var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver node with a real "+RuntimeName, Label("vm-systemd"), Ordered, Serial, func() {
+var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver node with a real "+RuntimeName, Label("vm", "vm-systemd"), Ordered, Serial, func() {
 	var (
 		plugin *Plugin
 		pods   = &Pods{}
@@ -36,19 +33,15 @@ var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver nod
 		shared []*framework.Container
 	)
 
-	systemctl := func(ctx context.Context, args ...string) string {
+	systemctl := func(ctx context.Context, args ...string) {
 		GinkgoHelper()
-		out, err := exec.CommandContext(ctx, "systemctl", args...).CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "systemctl %s: %s", strings.Join(args, " "), out)
-		return strings.TrimSpace(string(out))
+		_, err := framework.Systemctl(ctx, args...)
+		Expect(err).NotTo(HaveOccurred())
 	}
 	// allowed is systemd's AllowedCPUs of the container's scope.
 	allowed := func(g Gomega, ctx context.Context, ct *framework.Container) cpuset.CPUSet {
-		out, err := exec.CommandContext(ctx, "systemctl", "show", "-p", "AllowedCPUs", "--value", ct.CgroupName).CombinedOutput()
-		g.Expect(err).NotTo(HaveOccurred(), "systemctl show %s: %s", ct.CgroupName, out)
-		// systemd prints ranges separated by spaces ("0-1 4-7").
-		set, err := cpuset.Parse(strings.Join(strings.Fields(string(out)), ","))
-		g.Expect(err).NotTo(HaveOccurred(), "AllowedCPUs of %s: %q", ct.CgroupName, out)
+		set, err := framework.AllowedCPUs(ctx, ct.CgroupName)
+		g.Expect(err).NotTo(HaveOccurred())
 		return set
 	}
 	// expectAll checks every container in all three views.
@@ -66,11 +59,11 @@ var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver nod
 
 	BeforeAll(func(ctx SpecContext) {
 		RequireRuntime()
-		if !framework.Unified || CRI.CgroupDriver != framework.Systemd {
-			Skip("needs cgroup v2 and the runtime's systemd cgroup driver (make e2e-vm's guest)")
+		if why := framework.SystemdMissing(); why != "" {
+			Skip("needs systemd as PID 1 on cgroup v2 (make e2e-vm's guest): " + why)
 		}
-		if _, err := exec.LookPath("systemctl"); err != nil {
-			Skip("needs systemd as PID 1 (systemctl)")
+		if CRI.CgroupDriver != framework.Systemd {
+			Skip("needs the runtime's systemd cgroup driver (make e2e-vm's guest)")
 		}
 		if Host.CPUs.Size() < 4 {
 			Skip("needs 4 CPUs: one reserved, two exclusive, one more shared")
@@ -93,37 +86,11 @@ var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver nod
 
 	It("keeps every container's CPUs through daemon-reload and daemon-reexec, and a freed pod's CPUs through the next reload", func(ctx SpecContext) {
 		// The sampler: every second, every shared container's cgroup.
-		var (
-			mu       sync.Mutex
-			samples  int
-			overlaps []string
-			exclNow  = excl
-		)
-		sctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer GinkgoRecover()
-			defer close(done)
-			tick := time.NewTicker(time.Second)
-			defer tick.Stop()
-			for {
-				mu.Lock()
-				for _, ct := range shared {
-					if cs, err := framework.ReadCpuset(ct.CgroupsPath()); err == nil {
-						samples++
-						if cs.CPUs.Intersection(exclNow).Size() > 0 {
-							overlaps = append(overlaps, time.Now().Format(time.RFC3339)+" "+ct.Name+" on "+cs.CPUs.String())
-						}
-					}
-				}
-				mu.Unlock()
-				select {
-				case <-sctx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-		}()
+		cgroups := map[string]string{}
+		for _, ct := range shared {
+			cgroups[ct.Name] = ct.CgroupsPath()
+		}
+		sampler := framework.StartCpusetSampler(ctx, cgroups, excl)
 		pool := Host.CPUs.Difference(excl)
 
 		By("systemctl daemon-reload")
@@ -131,17 +98,15 @@ var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver nod
 		expectAll(ctx, "after daemon-reload", pool)
 
 		By("systemctl daemon-reexec")
-		systemctl(ctx, "daemon-reexec")
-		Eventually(func() error { return exec.CommandContext(ctx, "systemctl", "show", "-p", "Version").Run() }).
-			WithContext(ctx).WithTimeout(time.Minute).Should(Succeed(), "systemd did not come back after daemon-reexec")
+		reexec, cancel := context.WithTimeout(ctx, time.Minute)
+		Expect(framework.DaemonReexec(reexec)).To(Succeed())
+		cancel()
 		expectAll(ctx, "after daemon-reexec", pool)
 
 		By("removing the exclusive pod gives its CPUs back to the shared containers")
 		// From the removal's start: the pod's stop frees its CPUs before
 		// the removal returns.
-		mu.Lock()
-		exclNow = cpuset.New()
-		mu.Unlock()
+		sampler.SetExclusive(cpuset.New())
 		pods.Remove(ctx, pinned.Pod)
 		pinned = nil
 		Eventually(func(g Gomega) {
@@ -155,10 +120,7 @@ var _ = Describe("daemon-reload and daemon-reexec on a systemd cgroup driver nod
 		systemctl(ctx, "daemon-reload")
 		expectAll(ctx, "after the removal and a daemon-reload", Host.CPUs)
 
-		stop()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
+		samples, overlaps := sampler.Stop()
 		GinkgoWriter.Printf("%d samples of the shared containers' cgroups, %d on an exclusive CPU\n", samples, len(overlaps))
 		Expect(samples).To(BeNumerically(">", 0))
 		Expect(overlaps).To(BeEmpty(), "shared containers ran on the exclusive CPUs %s", excl)
