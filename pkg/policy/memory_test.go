@@ -10,7 +10,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
-	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
 
@@ -19,27 +19,12 @@ const (
 	gi = uint64(1) << 30
 )
 
-// machineMemory reads a fixture's per-node memory as the daemon does.
-func machineMemory(t testing.TB, fixture string) []memorymanager.NodeCapacity {
-	t.Helper()
-	spec, _ := sysfstest.Get(fixture)
-	fsys, err := sysfstest.FS(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes, err := sysfs.ReadMemoryFS(fsys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sysfs.Capacities(nodes)
-}
-
 func memStatic(t testing.TB, fixture, topoPolicy, reservedCPUs string, reserved ...memorymanager.Reservation) *policy.Engine {
 	t.Helper()
 	cfg := static(topoPolicy, reservedCPUs)
 	cfg.MemoryPolicy = policy.MemoryPolicyStatic
 	cfg.ReservedMemory = reserved
-	cfg.MachineMemory = machineMemory(t, fixture)
+	cfg.MachineMemory = policytest.MachineMemory(t, fixture)
 	return newEngine(t, fixture, cfg)
 }
 
@@ -289,7 +274,7 @@ func TestMemorySnapshot(t *testing.T) {
 func TestMemoryStaticConfigErrors(t *testing.T) {
 	cfg := static(hints.PolicyNone, "0,12")
 	cfg.MemoryPolicy = policy.MemoryPolicyStatic
-	cfg.MachineMemory = machineMemory(t, "ht-2s-6c")
+	cfg.MachineMemory = policytest.MachineMemory(t, "ht-2s-6c")
 	for _, tc := range []struct {
 		res  []memorymanager.Reservation
 		want string
@@ -314,7 +299,7 @@ func TestMemoryPodScope(t *testing.T) {
 	cfg := static(hints.PolicySingleNUMANode, "0,12")
 	cfg.TopologyScope = hints.ScopePod
 	cfg.MemoryPolicy = policy.MemoryPolicyStatic
-	cfg.MachineMemory = machineMemory(t, "ht-2s-6c")
+	cfg.MachineMemory = policytest.MachineMemory(t, "ht-2s-6c")
 	cfg.ReservedMemory = []memorymanager.Reservation{reserve(0, map[memorymanager.Resource]uint64{"memory": gi}), reserve(1, map[memorymanager.Resource]uint64{"memory": gi})}
 	e := newEngine(t, "ht-2s-6c", cfg)
 	// Another pod takes 7 GiB of node 0 first: the pod's 2 x 6 GiB then

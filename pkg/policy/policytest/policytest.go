@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
@@ -26,23 +27,30 @@ func Engine(t testing.TB, fixture, doc string) (config.Config, *policy.Engine) {
 		t.Fatal(err)
 	}
 	if pc.MemoryPolicy == policy.MemoryPolicyStatic {
-		spec, ok := sysfstest.Get(fixture)
-		if !ok {
-			t.Fatalf("no sysfs fixture %q", fixture)
-		}
-		fsys, err := sysfstest.FS(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes, err := sysfs.ReadMemoryFS(fsys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc.MachineMemory = sysfs.Capacities(nodes)
+		pc.MachineMemory = MachineMemory(t, fixture)
 	}
 	e, err := policy.New(sysfstest.Load(t, fixture), pc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cfg, e
+}
+
+// MachineMemory reads a fixture's per-node memory as the daemon reads the
+// host's.
+func MachineMemory(t testing.TB, fixture string) []memorymanager.NodeCapacity {
+	t.Helper()
+	spec, ok := sysfstest.Get(fixture)
+	if !ok {
+		t.Fatalf("no sysfs fixture %q", fixture)
+	}
+	fsys, err := sysfstest.FS(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := sysfs.ReadMemoryFS(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sysfs.Capacities(nodes)
 }
