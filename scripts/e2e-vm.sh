@@ -27,17 +27,20 @@
 #      guest's.
 #
 # What runs: VM_SUITES=subset (the default, what make test runs) runs the
-# specs labelled "vm" (ginkgo label) of both suites on both runtimes (the
-# list below, at VM_LABEL, and printed before the boot). VM_SUITES=full runs both suites whole.
-# VM_RUNTIMES ("containerd crio"), VM_TESTS ("e2e kubelet": the suites,
-# test/e2e and test/kubelet; without kubelet no kubelet is built), VM_TIMEOUT (seconds for the guest, 3600),
-# VM_KEEP=1 keeps the run dir (serial output, console, results) also when
-# it passed. VM_TESTS=bench (`make bench-vm`, on demand, never part of make
-# test) runs the start-latency benchmark (test/bench/cmd/crilatency) on
-# each runtime instead, with VM_BENCH_ARGS (default: 20 shared containers,
-# 10 rounds of plugin off / direct / in-answer in rotating order); its
-# tables are in the serial output and in the results' bench-RUNTIME.txt. Extra arguments go to both test binaries (after the label
-# filter), e.g. scripts/e2e-vm.sh -ginkgo.focus=NUMA.
+# specs with the ginkgo label VM_LABEL ("vm") of both suites on both
+# runtimes (listed before the boot); VM_SUITES=full runs both suites whole.
+# VM_RUNTIMES ("containerd crio"); VM_TESTS ("e2e kubelet": the suites,
+# test/e2e and test/kubelet; without kubelet no kubelet is built);
+# VM_TIMEOUT (seconds for the guest, 3600); VM_STALL (seconds without the
+# guest's one-a-minute heartbeat before it counts as frozen, 600); VM_KEEP=1
+# keeps the run dir (serial output, console, results) also when it passed.
+# VM_TESTS=bench (`make bench-vm`, on demand, never part of make test) runs
+# the start-latency benchmark (test/bench/cmd/crilatency) on each runtime
+# instead, with VM_BENCH_ARGS (default: 20 shared containers, 10 rounds of
+# plugin off / direct / in-answer in rotating order); its tables are in the
+# serial output and in the results' bench-RUNTIME.txt. Extra arguments go to
+# both test binaries (after the label filter), e.g.
+# scripts/e2e-vm.sh -ginkgo.focus=NUMA.
 #
 # One run at a time per machine: the VM holds /tmp/nri-cpualign-e2e.lock
 # while it runs, like the host e2e runs (it takes both cores).
@@ -60,7 +63,7 @@ check_prereqs
 # (test/kubelet/topology_vm_test.go). About 7-8 minutes per runtime here;
 # the rest of the suites (VM_SUITES=full) would not fit in CI's 90 minutes
 # beside the host passes.
-VM_LABEL=vm
+VM_LABEL=${VM_LABEL:-vm}
 VM_SUITES=${VM_SUITES:-subset}
 VM_RUNTIMES=${VM_RUNTIMES:-containerd crio}
 VM_TESTS=${VM_TESTS:-e2e kubelet}
@@ -208,23 +211,50 @@ touch "$RUN/serial.out"
 tail -n +1 -f --pid="$QEMU_PID" "$RUN/serial.out" 9>&- &
 TAIL_PID=$!
 
-# Wait for the guest's last line (or QEMU's exit, or the time limit).
+# Wait for the guest's last line, or QEMU's exit (a guest whose serial
+# port stopped powers off by itself and leaves its status on the results
+# disk), or the time limit. The guest's heartbeat (a kernel log line on the
+# console every minute, scripts/vm/guest-suites.sh) tells a guest that is
+# alive from one that froze: VM_STALL seconds without one end the run.
 deadline=$((SECONDS + VM_TIMEOUT))
+VM_STALL=${VM_STALL:-600}
+beat=$SECONDS beats=0
 while kill -0 "$QEMU_PID" 2>/dev/null && ! grep -q '^NRI-VM-END' "$RUN/serial.out"; do
-	[ "$SECONDS" -lt "$deadline" ] || { log "ERROR: the guest did not finish within VM_TIMEOUT=${VM_TIMEOUT}s"; exit 1; }
+	[ "$SECONDS" -lt "$deadline" ] || { tail -n 5 "$RUN/console.log" >&2; log "ERROR: the guest did not finish within VM_TIMEOUT=${VM_TIMEOUT}s (console above)"; exit 1; }
+	n=$(grep -ac 'nri-vm heartbeat' "$RUN/console.log" || true)
+	[ "$n" = "$beats" ] || { beats=$n beat=$SECONDS; }
+	if grep -q '^NRI-VM-BEGIN' "$RUN/serial.out" && [ $((SECONDS - beat)) -ge "$VM_STALL" ]; then
+		tail -n 5 "$RUN/console.log" >&2
+		log "ERROR: the guest froze: no heartbeat on its console for ${VM_STALL}s (VM_STALL; last ones above)"
+		exit 1
+	fi
 	sleep 2
 done
 end=$(grep -a '^NRI-VM-END' "$RUN/serial.out" | tail -n 1 || true)
-[ -n "$end" ] || { tail -n 30 "$RUN/console.log" >&2; die "QEMU exited before the guest finished (qemu log: $(cat "$RUN/qemu.log")); console above"; }
-log "guest finished after $((SECONDS - t))s: $end"
 # The guest synced the results disk before its last line and powers off by
 # itself, which can take a minute (udev workers); QEMU gets 10 s, then the
 # trap stops it: nothing of the guest is kept but the results disk.
 for _ in $(seq 20); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.5; done
+kill "$TAIL_PID" 2>/dev/null || true
 wait "$TAIL_PID" 2>/dev/null || true
 mkdir -p "$RUN/results"
 tar -C "$RUN/results" -xf "$RUN/results.img" 2>/dev/null || log "no results archive on the results disk"
 rm -f "$RUN/results.img"
-grep -aE '^\[run [0-9:]+\] ((e2e|kubelet|bench) on .*: exit|suites finished|.*setup failed)' "$RUN/serial.out" | sed 's/^/  /' >&2 || true
-rc=$(sed -n 's/^NRI-VM-END rc=\([0-9]*\).*/\1/p' <<<"$end")
+if [ -n "$end" ]; then
+	log "guest finished after $((SECONDS - t))s: $end"
+	rc=$(sed -n 's/^NRI-VM-END rc=\([0-9]*\).*/\1/p' <<<"$end")
+elif [ -f "$RUN/results/vm-rc" ]; then
+	# The serial port stopped taking the guest's output; the whole of it is
+	# on the results disk.
+	log "the guest's serial port stopped; its output from the results disk (the serial output above ends early):"
+	cat "$RUN/results/vm-output.log" >&2
+	rc=$(cat "$RUN/results/vm-rc")
+	log "guest finished after $((SECONDS - t))s with status $rc, its serial output cut short ($(grep -ac 'serial port did not take' "$RUN/console.log" || true) notice on the console)"
+else
+	tail -n 30 "$RUN/console.log" >&2
+	die "QEMU exited before the guest finished (qemu log: $(cat "$RUN/qemu.log")); console above"
+fi
+out=$RUN/serial.out
+[ -z "$end" ] && out=$RUN/results/vm-output.log
+grep -aE '^\[run [0-9:]+\] ((e2e|kubelet|bench) on .*: exit|suites finished|.*setup failed)' "$out" | sed 's/^/  /' >&2 || true
 status=${rc:-1}

@@ -5,10 +5,11 @@
 # and on CRI-O (cgroup_manager = "systemd"), with NRI on and cgroup v2. The
 # runtimes are set up by the project's own scripts from the payload's copy
 # of the repository, with the binaries built on the host (the payload's
-# cache); nothing is built here. Output: stdout (the host's serial file);
-# the work dir (plugin, runtime and kubelet logs, junit reports) goes as a
-# tar archive onto the results disk (/dev/vdc). Exit status: 0 when every
-# suite passed.
+# cache); nothing is built here. Output: stdout (the host's serial file),
+# copied from a file (see "never write to the serial port themselves" below); the work
+# dir (plugin, runtime and kubelet logs, junit reports, the whole output as
+# vm-output.log and the exit status as vm-rc) goes as a tar archive onto
+# the results disk (/dev/vdc). Exit status: 0 when every suite passed.
 #
 # Reads $PAYLOAD/vm.env: VM_RUNTIMES, VM_SUITES_RUN (e2e kubelet, or
 # bench: the start-latency benchmark test/bench/cmd/crilatency),
@@ -18,6 +19,69 @@ set -euo pipefail
 PAYLOAD=/mnt/payload
 # A systemd unit runs this without a login environment.
 export HOME=${HOME:-/root} PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+WORK=/var/tmp/nri-vm-work
+OUT=/var/tmp/nri-vm-output.log
+
+# The suites never write to the serial port themselves. A tty write blocks
+# while the UART's transmit buffer is full, and an emulated UART that misses
+# one transmit interrupt stops draining it: the suites, ginkgo's own timeout
+# reports included, would then stop dead with no trace. So the suites write
+# to a file, a streamer copies it to the serial port (our stdout) for the
+# host to follow, and the exit status and the whole output go onto the
+# results disk, which the host reads whether or not the serial port kept
+# up. A heartbeat in the kernel log (the console, written by polling, not by
+# interrupts) shows the host that the guest is alive and how far the output
+# got.
+if [ -z "${NRI_VM_DETACHED:-}" ]; then
+	rm -rf "$WORK" && mkdir -p "$WORK"
+	: >"$OUT"
+	rm -f "$OUT.done"
+	(
+		pos=0
+		while :; do
+			size=$(stat -c %s "$OUT")
+			if [ "$size" -gt "$pos" ]; then
+				# (head stops tail early when the file grew meanwhile)
+				tail -c +$((pos + 1)) "$OUT" 2>/dev/null | head -c $((size - pos)) || true
+				pos=$size
+			elif [ -e "$OUT.done" ]; then
+				break
+			fi
+			sleep 1
+		done
+	) &
+	streamer=$!
+	(
+		while sleep 60; do
+			echo "<3>nri-vm heartbeat: output $(stat -c %s "$OUT") bytes, load $(cut -d' ' -f1-3 /proc/loadavg)" >/dev/kmsg
+		done
+	) &
+	heartbeat=$!
+	rc=0
+	NRI_VM_DETACHED=1 "$0" "$@" >"$OUT" 2>&1 </dev/null || rc=$?
+	kill "$heartbeat" 2>/dev/null || true
+	touch "$OUT.done"
+	# The streamer gets a minute to catch up; one that cannot has a stuck
+	# serial port, and the host reads the output from the results disk.
+	drained=0
+	for _ in $(seq 60); do
+		kill -0 "$streamer" 2>/dev/null || { drained=1; break; }
+		sleep 1
+	done
+	[ "$drained" = 1 ] || echo "<3>nri-vm: the serial port did not take the output; it is on the results disk" >/dev/kmsg
+	cp "$OUT" "$WORK/vm-output.log"
+	echo "$rc" >"$WORK/vm-rc"
+	# The work dir for the host: a plain tar stream on the raw results disk.
+	tar -C "$WORK" -cf /dev/vdc . 2>/dev/null || echo "<3>nri-vm: cannot write the results disk" >/dev/kmsg
+	sync
+	if [ "$drained" != 1 ]; then
+		# nri-vm-run's last line would block on the same port: power off
+		# here; the host takes the status from the results disk.
+		kill "$streamer" 2>/dev/null || true
+		systemctl poweroff --no-block
+	fi
+	exit "$rc"
+fi
 REPO=$PAYLOAD/repo
 # shellcheck source=/dev/null
 source "$PAYLOAD/vm.env"
@@ -36,8 +100,6 @@ source "$REPO/scripts/lib-e2e.sh"
 # shellcheck source=scripts/lib-kube.sh
 source "$REPO/scripts/lib-kube.sh"
 export PLUGIN_BIN=$PAYLOAD/bin/nri-cpualign
-WORK=/var/tmp/nri-vm-work
-rm -rf "$WORK" && mkdir -p "$WORK"
 PIDFILE=$WORK/pids
 export E2E_KUBE_BIN=$E2E_CACHE/bin/kube
 T0=$SECONDS
@@ -112,7 +174,4 @@ done
 
 for l in "${summary[@]}"; do log "$l"; done
 log "suites finished in $((SECONDS - T0))s, status $status"
-# The work dir for the host: a plain tar stream on the raw results disk.
-tar -C "$WORK" -cf /dev/vdc . 2>/dev/null || log "cannot write the results disk"
-sync
 exit "$status"
