@@ -80,7 +80,7 @@ func main() {
 	shared := flag.String("shared", "0,20,50", "numbers of running shared-pool containers, one cell each")
 	modes := flag.String("modes", "direct,in-answer", "shared_pool_updates values measured against the plugin off")
 	work := flag.String("work", "", "work directory (default: a new temporary one, removed on success)")
-	settle := flag.Duration("settle", 10*time.Second, "how long the shared containers may take to reach a new pool after a start or a removal")
+	settle := flag.Duration("settle", 10*time.Second, "how long the shared containers may take to reach a new pool after a start or a removal (and the runtime to apply a plugin's Synchronize, at least 20s)")
 	flag.Parse()
 	var cells []int
 	for _, f := range strings.Split(*shared, ",") {
@@ -103,6 +103,11 @@ type plugin struct {
 	bin, work, log, pid string
 	proc                *framework.PluginProcess
 	metrics             string // host:port of the running one's metrics endpoint
+	// settle also bounds the wait for the runtime's "synchronized": under
+	// in-answer the runtime applies the Synchronize answer's update of
+	// every shared container first, one OCI runtime update each, which
+	// took 24 s for 20 containers in the emulated VM node.
+	settle time.Duration
 }
 
 func (p *plugin) start(ctx context.Context, mode string, reserved cpuset.CPUSet) error {
@@ -127,7 +132,7 @@ metrics_address = "127.0.0.1:0"
 		return err
 	}
 	p.proc = proc
-	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, max(20*time.Second, p.settle))
 	defer cancel()
 	if _, err := framework.WaitForLine(wctx, p.env.RuntimeLog, offset, "cpualign", "connected and synchronized"); err != nil {
 		return fmt.Errorf("plugin did not synchronize: %w (log %s)", err, p.log)
@@ -203,7 +208,7 @@ func run(bin string, n, block int, cells []int, modes []string, work string, set
 		return err
 	}
 	b := &bench{env: env, cli: cli, host: host, reserved: cpuset.New(host.CPUs.List()[0]), settle: settle,
-		p: &plugin{env: env, bin: bin, work: work, log: filepath.Join(work, "plugin.log"), pid: os.Getenv("NRI_CPUALIGN_E2E_PIDFILE")}}
+		p: &plugin{env: env, bin: bin, work: work, log: filepath.Join(work, "plugin.log"), pid: os.Getenv("NRI_CPUALIGN_E2E_PIDFILE"), settle: settle}}
 	defer func() { _ = b.p.stop(ctx) }()
 
 	fmt.Printf("CreateContainer+StartContainer of a Guaranteed 1-CPU container on the real %s (%s cgroup driver, cgroup %s, %d CPUs), with running shared-pool containers; %d paired samples per mode and cell, in blocks of %d; \"pool\" = from StartContainer's return until every shared container's cpuset.cpus held the new pool; \"plugin's own\" = its answers to the start's NRI events (CreateContainer, StartContainer, PostStartContainer) from its metrics, NRI's transport not included:\n\n", env.Runtime, cli.CgroupDriver, cgroupVersion(), host.CPUs.Size(), n, block)
