@@ -221,7 +221,7 @@ VM_STALL=${VM_STALL:-600}
 beat=$SECONDS beats=0
 while kill -0 "$QEMU_PID" 2>/dev/null && ! grep -q '^NRI-VM-END' "$RUN/serial.out"; do
 	[ "$SECONDS" -lt "$deadline" ] || { tail -n 5 "$RUN/console.log" >&2; log "ERROR: the guest did not finish within VM_TIMEOUT=${VM_TIMEOUT}s (console above)"; exit 1; }
-	n=$(grep -ac 'nri-vm heartbeat' "$RUN/console.log" || true)
+	n=$(grep -ac 'nri-vm heartbeat' "$RUN/console.log" 2>/dev/null || true)
 	[ "$n" = "$beats" ] || { beats=$n beat=$SECONDS; }
 	if grep -q '^NRI-VM-BEGIN' "$RUN/serial.out" && [ $((SECONDS - beat)) -ge "$VM_STALL" ]; then
 		tail -n 5 "$RUN/console.log" >&2
