@@ -293,7 +293,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 // record must be written there too.
 func TestRecordFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
-		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty baseline,omitempty memory,omitempty",
+		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty baseline,omitempty memory,omitempty pod_shared,omitempty",
 		reflect.TypeOf(ctrRecord{}):           "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty since,omitempty",
 		reflect.TypeOf(policy.SnapshotHint{}): "numa preferred",
 	} {
