@@ -45,6 +45,9 @@ func withReuse(st policy.State, req policy.Request, static bool, tracked func(na
 	}
 	held, running := cpuset.New(), cpuset.New()
 	for name, cpus := range assigned {
+		if name == policy.PodPoolEntry {
+			continue // a pod-level pod's block: its slices come from it (podlevel.go)
+		}
 		if tracked(name) {
 			running = running.Union(cpus)
 		} else {
