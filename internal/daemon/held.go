@@ -82,7 +82,8 @@ func heldAssignments(st policy.State, ctrs []ctrRecord) []heldAssignment {
 	assigned := st.Alloc.Assignments
 	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
 		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
-			if !tracked[podContainer{Pod: pod, Name: name}] {
+			// A pod-level pod's block is no container's (StateView.PodPools).
+			if name != policy.PodPoolEntry && !tracked[podContainer{Pod: pod, Name: name}] {
 				out = append(out, heldAssignment{Pod: pod, PodName: names[pod], Name: name, CPUs: assigned[pod][name]})
 			}
 		}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -91,6 +92,14 @@ func testPodLevelPools(t *testing.T, mode string) {
 	d := create(p, "d", 1000, 1000, "2")
 	both := map[*api.Container]string{be1: "0,3-12,15-23", be2: "0,3-12,15-23", a: "1,13", b: "14", c: "14", d: "2"}
 	expect("d admitted", both)
+
+	// /state shows the block and the pool, not the block as held.
+	sv := r.d.State()
+	if !reflect.DeepEqual(sv.PodPools, []PodPoolView{{PodUID: "p", Block: "1-2,13-14", Pool: "14", NUMA: []int{0}}}) ||
+		len(sv.Held) != 0 || sv.Shared != "0,3-12,15-23" {
+		t.Errorf("/state: pod pools %+v, held %+v, shared %s; want p's block 1-2,13-14 pool 14 on node 0, none held, 0,3-12,15-23",
+			sv.PodPools, sv.Held, sv.Shared)
+	}
 
 	// The NodeResourceTopology export counts the block as taken on node
 	// 0: 10 allocatable (12 less the reserved core), 6 available.
