@@ -608,20 +608,21 @@ func (a *inAnswer) reconcile() int {
 }
 
 // sharedUpdates are the updates moving every shared-pool container except
-// skip to the current shared pool. Failures are ignored by the runtime (a
-// container may be stopping); the reconcile loop repairs what is left.
-// the ledger is locked.
+// skip to its current pool: the node's shared pool, or its pod's private
+// pool (ledger.Pools). Failures are ignored by the runtime (a container
+// may be stopping); the reconcile loop repairs what is left. the ledger
+// is locked.
 func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
 	l := a.l
-	mask := l.Engine().SharedMask(l.State())
-	if mask.IsEmpty() {
-		return nil // no CPU for them (nothing reserved): never an empty cpuset
-	}
-	shared := mask.String()
+	pools := l.Pools()
 	targets := make([]cpuUpdate, 0, l.Len())
 	for id, r := range l.Records() {
-		if id != skip && !r.Exclusive {
-			targets = append(targets, cpuUpdate{ID: id, CPUs: shared})
+		if id == skip || r.Exclusive {
+			continue
+		}
+		// No CPU for it (nothing reserved): never an empty cpuset.
+		if cpus := pools.Of(r); cpus != "" {
+			targets = append(targets, cpuUpdate{ID: id, CPUs: cpus})
 		}
 	}
 	slices.SortFunc(targets, func(a, b cpuUpdate) int { return strings.Compare(a.ID, b.ID) })
@@ -632,11 +633,9 @@ func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
 // building the updates. The ledger is locked.
 func (a *inAnswer) anyShared() bool {
 	l := a.l
-	if l.Engine().SharedMask(l.State()).IsEmpty() {
-		return false
-	}
+	pools := l.Pools()
 	for _, r := range l.Records() {
-		if !r.Exclusive {
+		if !r.Exclusive && pools.Of(r) != "" {
 			return true
 		}
 	}

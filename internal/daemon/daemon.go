@@ -239,17 +239,6 @@ func (d *Daemon) kickExporter() {
 	}
 }
 
-// daemonPodLevelMsg refuses pod_level_resource_managers = true in the
-// daemon: the engine decides pod-level pods (pkg/policy/podlevel.go) and
-// `simulate` shows its decisions, but the daemon's shared-pool updates
-// (direct writes, in-answer updates, the reconcile loop, Synchronize)
-// know one node-wide shared pool, not a private pool per pod, so a
-// pod-pool container would be moved back onto the node's pool. The
-// journal's records (journal.go) do not carry State.PodShared either; only
-// a full snapshot (encode.go) writes it.
-const daemonPodLevelMsg = "the daemon does not apply pod-private pools yet: pod_level_resource_managers = true is for " +
-	"`nri-cpualign simulate` only; leave it false (the kubelet's default) on a node (docs/pod-level-resources.md)"
-
 // buildEngine checks the daemon's own rule (the static policy takes no
 // reserved CPUs only when told so explicitly: explicitZero, from
 // reserved_cpu_count = 0 written in the configuration) and builds the
@@ -260,9 +249,6 @@ func buildEngine(topo *topology.Topology, cfg config.Config, explicitZero bool) 
 			"the static policy needs a CPU reservation: set reserved_system_cpus or reserved_cpu_count "+
 				"(the kubelet refuses the static policy without one too); write reserved_cpu_count = 0 to run with none, "+
 				"which leaves shared-pool containers no CPU once exclusive containers take them all")
-	}
-	if cfg.PodLevelResourceManagers {
-		return nil, cfg.KeyError(config.KeyPodLevelResourceManagers, "true", daemonPodLevelMsg)
 	}
 	pc, err := cfg.Policy()
 	if err != nil {

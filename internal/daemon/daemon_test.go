@@ -338,7 +338,6 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"bad topology option", "reserved_cpu_count = 2\n[topology_manager_policy_options]\nmax-allowable-numa-nodes = \"many\"\n", []string{`key "topology_manager_policy_options"`}},
 		{"reserving every CPU", "reserved_cpu_count = 8\n", []string{`line 2: key "reserved_cpu_count"`}},
 		{"none with options", "cpu_manager_policy = \"none\"\n[cpu_manager_policy_options]\nfull-pcpus-only = true\n", []string{`key "cpu_manager_policy_options"`}},
-		{"pod-level resource managers", "reserved_cpu_count = 2\ntopology_manager_scope = \"pod\"\npod_level_resource_managers = true\n", []string{`line 4: key "pod_level_resource_managers"`, "simulate` only"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Before the document: its tables would capture a later key.

@@ -196,9 +196,10 @@ func (a *direct) startBarrier(id string) {
 	}
 }
 
-// target is one shared-pool cgroup a pass writes.
+// target is one shared-pool cgroup a pass writes, and the pool it gets:
+// the node's, or its pod's private pool (ledger.Pools).
 type target struct {
-	id, name, pod, path string
+	id, name, pod, path, cpus string
 }
 
 // pass writes the shared pool into every shared-pool container's cgroup
@@ -216,8 +217,8 @@ func (a *direct) pass() {
 			return
 		}
 		gen := l.Gen()
-		mask := l.Engine().SharedMask(l.State())
-		shared := mask.String()
+		pools := l.Pools()
+		shared := pools.Node
 		var todo []target
 		a.mu.Lock()
 		for id := range a.written {
@@ -225,24 +226,27 @@ func (a *direct) pass() {
 				delete(a.written, id)
 			}
 		}
-		if !mask.IsEmpty() { // never an empty cpuset (see emptypool.go)
-			for id, r := range l.Records() {
-				if !r.Exclusive && r.CgroupsPath != "" && a.written[id] != shared {
-					todo = append(todo, target{id: id, name: r.Name, pod: r.PodName, path: r.CgroupsPath})
-				}
+		for id, r := range l.Records() {
+			if r.Exclusive || r.CgroupsPath == "" {
+				continue
+			}
+			// never an empty cpuset (see emptypool.go)
+			if cpus := pools.Of(r); cpus != "" && a.written[id] != cpus {
+				todo = append(todo, target{id: id, name: r.Name, pod: r.PodName, path: r.CgroupsPath, cpus: cpus})
 			}
 		}
 		a.mu.Unlock()
 		l.Unlock()
 
-		var wrote, unknown []string
+		var wrote []target
+		var unknown []string
 		var failed []error
 		transient := false
 		for _, t := range todo {
-			err := a.writeCPUSet(t.path, shared, "")
+			err := a.writeCPUSet(t.path, t.cpus, "")
 			switch {
 			case err == nil:
-				wrote = append(wrote, t.id)
+				wrote = append(wrote, t)
 			case !errors.Is(err, cgroups.ErrGone):
 				failed = append(failed, fmt.Errorf("container %s of pod %s: %w", t.name, t.pod, err))
 				unknown = append(unknown, t.id)
@@ -253,9 +257,9 @@ func (a *direct) pass() {
 		l.Lock()
 		caughtUp := l.Gen() == gen
 		a.mu.Lock()
-		for _, id := range wrote {
-			if _, ok := l.Record(id); ok {
-				a.written[id] = shared
+		for _, t := range wrote {
+			if _, ok := l.Record(t.id); ok {
+				a.written[t.id] = t.cpus
 			}
 		}
 		a.forget(unknown...)
@@ -278,17 +282,21 @@ func (a *direct) pass() {
 	}
 }
 
-// check writes the current shared pool into a starting shared-pool
-// container's cgroup if it holds something else.
+// check writes the current pool (the node's, or its pod's private one)
+// into a starting shared-pool container's cgroup if it holds something
+// else.
 func (a *direct) check(id string) {
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
 	l := a.l
 	l.Lock()
 	r, ok := l.Record(id)
-	mask := l.Engine().SharedMask(l.State())
+	shared := ""
+	if ok {
+		shared = l.Pools().Of(r)
+	}
 	l.Unlock()
-	if !ok || r.Exclusive || mask.IsEmpty() {
+	if !ok || r.Exclusive || shared == "" {
 		return
 	}
 	have, _, err := a.cg.Read(r.CgroupsPath)
@@ -298,7 +306,6 @@ func (a *direct) check(id string) {
 		}
 		return
 	}
-	shared := mask.String()
 	if have.String() != shared {
 		if err := a.writeCPUSet(r.CgroupsPath, shared, ""); err != nil {
 			a.mu.Lock()

@@ -124,6 +124,7 @@ func (r *recordDelta) appendTo(b []byte) []byte {
 		b = append(b, `,"memory":`...)
 		b = append(b, r.mem...)
 	}
+	b = appendDelta(b, `,"pod_shared":{`, r.podPool, appendNames)
 	return append(b, '}')
 }
 
@@ -166,6 +167,18 @@ func appendAssignment(b []byte, sets map[string]cpuset.CPUSet) []byte {
 		b = jsonstr.Append(b, sets[name].String())
 	}
 	return append(b, '}')
+}
+
+// appendNames is a list of container names as JSON.
+func appendNames(b []byte, names []string) []byte {
+	b = append(b, '[')
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonstr.Append(b, n)
+	}
+	return append(b, ']')
 }
 
 // appendHint is policy.HintOf(h) as JSON.

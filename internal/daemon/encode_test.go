@@ -138,6 +138,11 @@ func randomEvent(rng *rand.Rand, e *policy.Engine, st policy.State, next map[str
 		req := policy.Request{Pod: pod, Container: name, QoS: qos, CPURequestMilli: milli, CPULimitMilli: milli,
 			Type:   allocator.ContainerType(rng.Intn(2)),
 			Memory: memorymanager.Request{memorymanager.Memory: uint64(milli) << 20}} // 1000 MiB per CPU
+		if e.Config().PodLevelResourceManagers {
+			// Every pod a pod-level pod of 4 CPUs: whole-CPU containers
+			// take slices, the 500m ones its pool.
+			req.QoS, req.PodCPURequestMilli, req.PodCPULimitMilli = policy.Guaranteed, 4000, 4000
+		}
 		if ns, dec, err := e.Add(st, req); err == nil {
 			st = ns
 			next[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: cgroupsPath(id),
@@ -184,15 +189,17 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 		fuzzConfig,
 		"cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"restricted\"\ntopology_manager_scope = \"pod\"\n",
 		memoryStaticConfig,
+		podLevelTOML,
 	} {
 		e := engineFor(t, "ht-2s-6c", doc)
 		rng := rand.New(rand.NewSource(11))
 		names := []string{"app", "side<car>", "init&1", "quote\"d", "ünï", "bad\xffutf8", "tab\there", "back\\slash"}
 		var s journalStore
 		st, ctrs := e.NewState(), map[string]ctrRecord{}
-		var seen [4]int                   // deltas of each map
+		var seen [5]int                   // deltas of each map
 		s.head, s.pool = s.headFor(e, st) // before s.engine is set: every text printed
 		s.engine, s.assign, s.aff, s.base, s.ctrs = e, st.Alloc.Assignments, st.PodAffinity, st.Baseline, cloneRecords(ctrs)
+		s.podPool = st.PodShared
 		s.mem, s.memText = st.Memory, e.MemorySnapshot(st)
 		memChanges := 0
 		for step := 0; step < 800; step++ {
@@ -211,6 +218,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			seen[1] += len(r.aff)
 			seen[2] += len(r.ctrs)
 			seen[3] += len(r.base)
+			seen[4] += len(r.podPool)
 
 			snap := e.Snapshot(st)
 			want := journalRecord{Shared: snap.Shared, Reserved: snap.Reserved, ReusablePod: snap.ReusablePod, Reusable: snap.Reusable}
@@ -242,6 +250,13 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 					want.Baseline[kd.key] = &texts
 				}
 			}
+			for _, kd := range r.podPool {
+				want.PodShared = putKey(want.PodShared, kd.key, (*[]string)(nil))
+				if !kd.gone {
+					names := snap.PodShared[kd.key]
+					want.PodShared[kd.key] = &names
+				}
+			}
 			if !bytes.Equal(snap.Memory, s.memText) {
 				want.Memory = snap.Memory
 				memChanges++
@@ -255,7 +270,8 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			}
 			// Applied to the state on disk, the record gives st (both
 			// through JSON, which replaces invalid UTF-8).
-			p := roundTrip(t, payload{Engine: e.Snapshot(policy.State{Alloc: allocator.State{Assignments: s.assign}, PodAffinity: s.aff, Baseline: s.base, Memory: s.mem}),
+			p := roundTrip(t, payload{Engine: e.Snapshot(policy.State{Alloc: allocator.State{Assignments: s.assign}, PodAffinity: s.aff, Baseline: s.base, Memory: s.mem,
+				PodShared: s.podPool}),
 				Containers: s.ctrs})
 			var dec journalRecord
 			if err := json.Unmarshal([]byte(got), &dec); err != nil {
@@ -277,12 +293,17 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			}
 			s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
 			s.assign, s.aff, s.base, s.ctrs = st.Alloc.Assignments, st.PodAffinity, st.Baseline, cloneRecords(ctrs)
+			s.podPool = st.PodShared
 			s.mem, s.memText = st.Memory, snap.Memory
 		}
 		if doc == memoryStaticConfig && memChanges == 0 {
 			t.Errorf("no record changed the memory manager's state: the test missed it")
 		}
-		if seen[0] == 0 || seen[2] == 0 || seen[3] == 0 || (strings.Contains(doc, "pod") && seen[1] == 0) {
+		if doc == podLevelTOML && seen[4] == 0 {
+			t.Errorf("no record changed the pod pools' containers: the test missed them")
+		}
+		// A slice is not resized (RulePodLevelSlice): no baselines there.
+		if seen[0] == 0 || seen[2] == 0 || (seen[3] == 0 && doc != podLevelTOML) || (strings.Contains(doc, "pod") && seen[1] == 0) {
 			t.Errorf("%s: records with %d assignments, %d affinities, %d containers, %d baselines: the test missed a kind", doc, seen[0], seen[1], seen[2], seen[3])
 		}
 	}
@@ -293,7 +314,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 // record must be written there too.
 func TestRecordFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
-		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty baseline,omitempty memory,omitempty",
+		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty baseline,omitempty memory,omitempty pod_shared,omitempty",
 		reflect.TypeOf(ctrRecord{}):           "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty since,omitempty",
 		reflect.TypeOf(policy.SnapshotHint{}): "numa preferred",
 	} {

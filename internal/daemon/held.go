@@ -45,6 +45,9 @@ func withReuse(st policy.State, req policy.Request, static bool, tracked func(na
 	}
 	held, running := cpuset.New(), cpuset.New()
 	for name, cpus := range assigned {
+		if name == policy.PodPoolEntry {
+			continue // a pod-level pod's block: its slices come from it (podlevel.go)
+		}
 		if tracked(name) {
 			running = running.Union(cpus)
 		} else {
@@ -79,7 +82,8 @@ func heldAssignments(st policy.State, ctrs []ctrRecord) []heldAssignment {
 	assigned := st.Alloc.Assignments
 	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
 		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
-			if !tracked[podContainer{Pod: pod, Name: name}] {
+			// A pod-level pod's block is no container's (StateView.PodPools).
+			if name != policy.PodPoolEntry && !tracked[podContainer{Pod: pod, Name: name}] {
 				out = append(out, heldAssignment{Pod: pod, PodName: names[pod], Name: name, CPUs: assigned[pod][name]})
 			}
 		}

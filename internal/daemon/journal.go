@@ -74,6 +74,9 @@ type journalRecord struct {
 	// Memory: the memory manager's whole state when it changed
 	// (policy.Snapshot.Memory; memory_manager_policy Static only).
 	Memory json.RawMessage `json:"memory,omitempty"`
+	// PodShared: the pod-level pods whose pool containers changed
+	// (policy.State.PodShared, pod_level_resource_managers).
+	PodShared map[string]*[]string `json:"pod_shared,omitempty"`
 }
 
 type journalHead struct{ shared, reserved, reusablePod, reusable string }
@@ -101,6 +104,7 @@ type onDisk struct {
 	assign   map[string]map[string]cpuset.CPUSet
 	aff      map[string]hints.Hint
 	base     map[string]map[string]cpuset.CPUSet
+	podPool  map[string][]string // policy.State.PodShared
 	ctrs     map[string]ctrRecord
 	// mem is the memory manager's state on disk, memText its encoding
 	// (see memDelta).
@@ -168,7 +172,7 @@ func (sto *store) persistJournal(v ledger.Save) error {
 		return err
 	}
 	s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
-	s.assign, s.aff, s.base = st.Alloc.Assignments, st.PodAffinity, st.Baseline
+	s.assign, s.aff, s.base, s.podPool = st.Alloc.Assignments, st.PodAffinity, st.Baseline, st.PodShared
 	s.mem = st.Memory
 	if r.mem != nil {
 		s.memText = r.mem
@@ -200,6 +204,9 @@ func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, c indexChange
 	}
 	if !sameMap(st.Baseline, s.base) {
 		diffAssign(&r.base, st.Baseline, s.base)
+	}
+	if !sameMap(st.PodShared, s.podPool) {
+		diffNames(&r.podPool, st.PodShared, s.podPool)
 	}
 	r.mem = s.memDelta(e, st)
 	if c.All != nil {
@@ -256,22 +263,40 @@ type keyDelta[V any] struct {
 // recordDelta is a record before encoding: the head and, per map, the
 // keys that changed, sorted (encoding/json's order for map keys).
 type recordDelta struct {
-	head   journalHead
-	assign []keyDelta[map[string]cpuset.CPUSet]
-	aff    []keyDelta[hints.Hint]
-	ctrs   []keyDelta[ctrRecord]
-	base   []keyDelta[map[string]cpuset.CPUSet]
-	mem    []byte // the memory manager's state, nil when unchanged
+	head    journalHead
+	assign  []keyDelta[map[string]cpuset.CPUSet]
+	aff     []keyDelta[hints.Hint]
+	ctrs    []keyDelta[ctrRecord]
+	base    []keyDelta[map[string]cpuset.CPUSet]
+	podPool []keyDelta[[]string]
+	mem     []byte // the memory manager's state, nil when unchanged
 }
 
 func (r *recordDelta) reset(h journalHead) {
 	clear(r.assign) // drop references to old maps
 	clear(r.base)
+	clear(r.podPool)
 	r.head, r.assign, r.aff, r.ctrs, r.base, r.mem = h, r.assign[:0], r.aff[:0], r.ctrs[:0], r.base[:0], nil
+	r.podPool = r.podPool[:0]
 }
 
 func (r *recordDelta) empty() bool {
-	return len(r.assign)+len(r.aff)+len(r.ctrs)+len(r.base)+len(r.mem) == 0
+	return len(r.assign)+len(r.aff)+len(r.ctrs)+len(r.base)+len(r.podPool)+len(r.mem) == 0
+}
+
+// diffNames is diffAssign for the pod-level pods' pool containers.
+func diffNames(out *[]keyDelta[[]string], cur, disk map[string][]string) {
+	for k, v := range cur {
+		if old, ok := disk[k]; !ok || !slices.Equal(old, v) {
+			*out = append(*out, keyDelta[[]string]{key: k, v: v})
+		}
+	}
+	for k := range disk {
+		if _, ok := cur[k]; !ok {
+			*out = append(*out, keyDelta[[]string]{key: k, gone: true})
+		}
+	}
+	sortDelta(*out)
 }
 
 // diffAssign appends to out the pods whose assignments differ between cur
@@ -379,7 +404,7 @@ func (sto *store) compact(v ledger.Save, ctrs map[string]ctrRecord) error {
 	s.j.Rewind()
 	s.head, s.pool = s.headFor(v.Engine, st) // s.engine is nil: every text printed
 	s.engine, s.fp, s.reusable = v.Engine, fp, st.Alloc.Reusable
-	s.assign, s.aff, s.base = st.Alloc.Assignments, st.PodAffinity, st.Baseline
+	s.assign, s.aff, s.base, s.podPool = st.Alloc.Assignments, st.PodAffinity, st.Baseline, st.PodShared
 	s.mem, s.memText = st.Memory, v.Engine.MemorySnapshot(st)
 	s.ctrs = cloneRecords(ctrs)
 	return nil
@@ -455,6 +480,7 @@ func applyRecord(p *payload, r *journalRecord) {
 	e.Assignments = apply(e.Assignments, r.Assign)
 	e.PodAffinity = apply(e.PodAffinity, r.Affinity)
 	e.Baseline = apply(e.Baseline, r.Baseline)
+	e.PodShared = apply(e.PodShared, r.PodShared)
 	if r.Memory != nil {
 		e.Memory = r.Memory
 	}

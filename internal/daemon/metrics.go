@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"encoding/json"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -315,6 +317,18 @@ type StateView struct {
 	// Memory is the memory manager's view per NUMA node and resource,
 	// absent under memory_manager_policy None.
 	Memory []MemoryView `json:"memory,omitempty"`
+	// PodPools are the pod-level pods' blocks and private pools
+	// (pod_level_resource_managers), absent when there are none.
+	PodPools []PodPoolView `json:"pod_pools,omitempty"`
+}
+
+// PodPoolView is one pod-level pod's block in StateView: all its CPUs,
+// and the pool its shared containers run on (the block less the slices).
+type PodPoolView struct {
+	PodUID string `json:"pod_uid"`
+	Block  string `json:"block"`
+	Pool   string `json:"pool"`
+	NUMA   []int  `json:"numa"`
 }
 
 // HeldView is one assignment held for a stopped container in StateView.
@@ -389,6 +403,12 @@ func stateView(lv ledgerView, connected bool) StateView {
 		})
 	}
 	v.Memory = memoryView(e, st)
+	for _, pod := range slices.Sorted(maps.Keys(st.Alloc.Assignments)) {
+		if block, ok := st.Alloc.Assignments[pod][policy.PodPoolEntry]; ok {
+			pool, _ := e.PodPoolCPUs(st, pod)
+			v.PodPools = append(v.PodPools, PodPoolView{PodUID: pod, Block: block.String(), Pool: pool.String(), NUMA: topo.NUMANodesOf(block)})
+		}
+	}
 	sort.Slice(v.Containers, func(i, j int) bool {
 		a, b := v.Containers[i], v.Containers[j]
 		if a.Pod != b.Pod {

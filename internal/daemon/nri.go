@@ -480,14 +480,53 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 		_, _ = l.Commit(ledger.Change{Life: removed}) // nothing durable: cannot fail
 	}
 	changed, err := false, error(nil)
-	if known && l.Engine() != nil && !l.PodHasContainers(pc.Pod) && !podUnknown(l.State(), pc.Pod) {
+	switch {
+	case !known || l.Engine() == nil:
+	case !l.PodHasContainers(pc.Pod) && !podUnknown(l.State(), pc.Pod):
 		changed, err = p.releaseAll(pc.Pod, ctr.GetName(), "its last container removed")
+	default:
+		changed, err = p.releaseSlice(pc)
 	}
 	l.Unlock()
 	if changed {
 		d.applier().kick()
 	}
 	return err
+}
+
+// releaseSlice gives the exclusive slice of a removed container of a
+// pod-level pod, or its place on the pod's private pool, (pod_level_resource_managers, pod scope) back to its
+// pod's private pool, when no instance of that name is left (a restart's
+// older instance removed leaves the slice to the new one). The pod keeps
+// its block until it ends; the pool's containers follow the grown pool
+// (the caller kicks the applier). Under the kubelet a container's CPUs
+// stay with its pod and name while the pod lives; a container of a
+// pod-level pod removed for good gives its slice to the pod's shared
+// containers instead. It reports whether a pool changed. the ledger is
+// locked.
+func (p *plugin) releaseSlice(pc podContainer) (bool, error) {
+	l := p.d.led
+	e, st := l.Engine(), l.State()
+	if _, block := e.Assignment(st, pc.Pod, policy.PodPoolEntry); !block || l.NameInUse(pc.Pod, pc.Name) {
+		return false, nil
+	}
+	cpus, ok := e.Assignment(st, pc.Pod, pc.Name)
+	if _, pooled := e.PodPoolOf(st, pc.Pod, pc.Name); !ok && !pooled {
+		return false, nil
+	}
+	// A pool container removed for good no longer keeps the pool from
+	// being emptied by a slice (EmptyPodSharedPoolError).
+	next := e.Remove(st, pc.Pod, pc.Name)
+	changed, err := l.Commit(ledger.Change{Next: &next})
+	if err != nil {
+		p.d.log.WithError(err).WithFields(logrus.Fields{"pod_uid": pc.Pod, "container": pc.Name}).
+			Error("cannot write the checkpoint; the removed container's slice stays assigned")
+		return false, err
+	}
+	pool, _ := e.PodPoolCPUs(l.State(), pc.Pod)
+	p.d.log.WithFields(logrus.Fields{"pod_uid": pc.Pod, "container": pc.Name, "cpus": cpus.String(), "pod_pool": pool.String()}).
+		Info("container of a pod-level pod removed: its exclusive slice, if any, is back in its pod's private pool")
+	return changed, nil
 }
 
 // StopPodSandbox ends the pod: the kubelet stops a sandbox once every

@@ -180,6 +180,13 @@ func (p *planner) releaseGone() {
 			p.plan.RemovedPods = append(p.plan.RemovedPods, pod)
 		}
 	}
+	// The pod-level pods' pool containers (their blocks went above).
+	for _, pod := range slices.Sorted(maps.Keys(p.plan.State.PodShared)) {
+		if !livePods[pod] {
+			p.plan.State = p.e.RemovePod(p.plan.State, pod)
+			p.plan.RemovedPods = append(p.plan.RemovedPods, pod)
+		}
+	}
 	// The memory manager's pods without exclusive CPUs (a Guaranteed
 	// container on the shared pool holds memory only).
 	for _, pod := range slices.Sorted(maps.Keys(p.plan.State.Memory.Assignments)) {

@@ -12,8 +12,10 @@ const (
 	// ignoreFailure: the runtime goes on when one fails (a container may
 	// be stopping); the reconcile loop repairs what is left.
 	ignoreFailure updateOpts = 1 << iota
-	// oneCPUSet: every target has the same cpuset (the shared pool's
-	// fan-out): one Linux part serves them all. The updates must then
+	// oneCPUSet: the targets share few cpusets (the shared pool's
+	// fan-out: the node's pool, and pod-level pods' private pools): one
+	// Linux part serves each run of targets with the same cpuset and no
+	// mems. The updates must then
 	// only be marshalled, never edited (withNoQuota edits exclusive
 	// containers' updates, which never come from a fan-out).
 	oneCPUSet
@@ -31,7 +33,7 @@ func cpusetUpdates(targets []cpuUpdate, opts updateOpts) []*api.ContainerUpdate 
 	out := make([]*api.ContainerUpdate, len(targets))
 	var lin *api.LinuxContainerUpdate
 	for i, t := range targets {
-		if lin == nil || opts&oneCPUSet == 0 {
+		if lin == nil || opts&oneCPUSet == 0 || lin.Resources.Cpu.Cpus != t.CPUs || lin.Resources.Cpu.Mems != t.Mems {
 			cpu := &api.LinuxCPU{Cpus: t.CPUs, Mems: t.Mems}
 			lin = &api.LinuxContainerUpdate{Resources: &api.LinuxResources{Cpu: cpu}}
 		}

@@ -226,8 +226,9 @@ var ErrNotConfigured = errors.New("not configured")
 // succeeds does anything change. A commit that changes the state (durable,
 // reconfigure, restore) bumps the generation, tells Deps.Changed, sets
 // the gauges and reports the shared pool's emptiness when it changed. It
-// reports whether the shared pool changed. A failed save returns a
-// PersistError. l is locked.
+// reports whether the shared pool changed: the node's, or a pod-level
+// pod's private pool (Pools). A failed save returns a PersistError. l is
+// locked.
 func (l *Ledger) Commit(c Change) (poolChanged bool, err error) {
 	persists := c.persists()
 	if persists {
@@ -294,7 +295,7 @@ func (l *Ledger) Commit(c Change) (poolChanged bool, err error) {
 	if prevEngine == nil {
 		return true, nil
 	}
-	return !prevEngine.SharedMask(prev).Equals(e.SharedMask(l.dur.st)), nil
+	return poolsChanged(prevEngine, prev, e, l.dur.st), nil
 }
 
 func orEmpty[M ~map[K]V, K comparable, V any](m M) M {

@@ -187,3 +187,51 @@ func TestIndexRemovalForgetsLifecycle(t *testing.T) {
 		t.Error("the stop of a container leaving the index was lost")
 	}
 }
+
+// A pod-level pod's shared containers run on its private pool, everyone
+// else's on the node's: RightCPUs and Pools agree, and a commit that
+// changes only a pod's pool reports a pool change. ht-2s-6c, core 0
+// (0,12) reserved, node 0 = 0-5,12-17, core k = {k, k+12}: p's block of
+// 4 is 1-2,13-14, a's slice 1,13, b's pool 2,14; c's slice takes 2, b's
+// pool is then 14 while the node's pool stays 0,3-12,15-23.
+func TestPodPools(t *testing.T) {
+	cfg, e := policytest.Engine(t, "ht-2s-6c", "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,12\"\n"+
+		"topology_manager_policy = \"single-numa-node\"\ntopology_manager_scope = \"pod\"\npod_level_resource_managers = true\n")
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	l := New(cfg, e.Topology(), e, nil, Deps{Store: &fakeStore{}, Obs: &fakeObs{}, Log: log})
+	l.Lock()
+	defer l.Unlock()
+	add := func(name string, req, lim int64) (bool, Record) {
+		t.Helper()
+		next, dec, err := e.Add(l.State(), policy.Request{Pod: "p", Container: name, QoS: policy.Guaranteed,
+			CPURequestMilli: req, CPULimitMilli: lim, PodCPURequestMilli: 4000, PodCPULimitMilli: 4000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := Record{ID: "p/" + name, Pod: "p", Name: name, Exclusive: dec.Exclusive}
+		changed, err := l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{r}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return changed, r
+	}
+	other := Record{ID: "be/x", Pod: "be", Name: "x"}
+	_, a := add("a", 2000, 2000)
+	_, b := add("b", 500, 1000)
+	for _, tc := range []struct {
+		r    Record
+		want string
+	}{{a, "1,13"}, {b, "2,14"}, {other, "0,3-12,15-23"}} {
+		if got := l.RightCPUs(tc.r).String(); got != tc.want {
+			t.Errorf("RightCPUs(%s) = %s, want %s", tc.r.Name, got, tc.want)
+		}
+	}
+	if got, want := l.Pools().Of(b)+" "+l.Pools().Of(other), "2,14 0,3-12,15-23"; got != want {
+		t.Errorf("Pools: %q, want %q", got, want)
+	}
+	changed, _ := add("c", 1000, 1000)
+	if !changed || l.Pools().Of(b) != "14" || l.Pools().Node != "0,3-12,15-23" {
+		t.Errorf("c's slice: pool changed %v, b's pool %q, node's %q; want true, 14, 0,3-12,15-23", changed, l.Pools().Of(b), l.Pools().Node)
+	}
+}

@@ -69,6 +69,9 @@ func (l *Ledger) RightCPUs(r Record) cpuset.CPUSet {
 	return cpus
 }
 
+// Pools is what the non-exclusive containers should run on now.
+func (l *Ledger) Pools() Pools { return PoolsOf(l.conf.engine, l.dur.st) }
+
 // Static reports cpu_manager_policy = static.
 func (l *Ledger) Static() bool { return l.conf.cfg.CPUManagerPolicy == policy.CPUPolicyStatic }
 
@@ -91,6 +94,20 @@ func (l *Ledger) SharedOthers(skip string) int {
 func (l *Ledger) Tracks(pod, name string) bool {
 	for _, r := range l.dur.ctrs {
 		if r.Pod == pod && r.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// NameInUse reports whether a container of pod by name is known,
+// tracked or stopped and not removed (a restart's older instance).
+func (l *Ledger) NameInUse(pod, name string) bool {
+	if l.Tracks(pod, name) {
+		return true
+	}
+	for _, pc := range l.life.stopped {
+		if pc.Pod == pod && pc.Name == name {
 			return true
 		}
 	}

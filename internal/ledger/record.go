@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	"k8s.io/utils/cpuset"
@@ -101,15 +102,81 @@ func CloneRecords(m map[string]Record) map[string]Record {
 	return map[string]Record{}
 }
 
-// RightCPUs is the cpuset a known container should have in st: its
-// exclusive assignment, else the shared pool.
+// RightCPUs is the cpuset a known container should have in st, the one
+// place the daemon derives it: its exclusive assignment; else, for a
+// shared container of a pod-level pod (pod_level_resource_managers), its
+// pod's private pool; else the node's shared pool.
 func RightCPUs(e *policy.Engine, st policy.State, r Record) cpuset.CPUSet {
 	if r.Exclusive {
 		if cpus, ok := e.Assignment(st, r.Pod, r.Name); ok {
 			return cpus
 		}
 	}
+	if cpus, ok := e.PodPoolOf(st, r.Pod, r.Name); ok {
+		return cpus
+	}
 	return e.SharedCPUs(st)
+}
+
+// Pools is what the non-exclusive containers run on in one state, as
+// texts, for the appliers that bring many of them along at once: the
+// node's shared pool (Node), and each pod-level pod's private pool for
+// its shared containers. "" is no CPU, which is never applied (the
+// daemon's emptypool.go). Of gives RightCPUs' answer for a non-exclusive
+// record without a cpuset per container.
+type Pools struct {
+	Node    string
+	pods    map[string]string   // pod -> its private pool
+	members map[string][]string // policy.State.PodShared
+}
+
+// PoolsOf is the pools of st.
+func PoolsOf(e *policy.Engine, st policy.State) Pools {
+	p := Pools{}
+	if m := e.SharedMask(st); !m.IsEmpty() {
+		p.Node = m.String()
+	}
+	if len(st.PodShared) == 0 {
+		return p
+	}
+	p.pods, p.members = make(map[string]string, len(st.PodShared)), st.PodShared
+	for pod := range st.PodShared {
+		if cpus, ok := e.PodPoolCPUs(st, pod); ok {
+			p.pods[pod] = cpus.String()
+		}
+	}
+	return p
+}
+
+// Of is the pool text of a non-exclusive container r.
+func (p Pools) Of(r Record) string {
+	if cpus, ok := p.pods[r.Pod]; ok && slices.Contains(p.members[r.Pod], r.Name) {
+		return cpus
+	}
+	return p.Node
+}
+
+// poolsChanged reports whether a non-exclusive container's cpuset may
+// differ between a and b: the node's shared pool changed, or a pod-level
+// pod's private pool (a slice taken or freed, the block taken or given
+// back).
+func poolsChanged(ea *policy.Engine, a policy.State, eb *policy.Engine, b policy.State) bool {
+	if !ea.SharedMask(a).Equals(eb.SharedMask(b)) {
+		return true
+	}
+	if len(a.PodShared) == 0 && len(b.PodShared) == 0 {
+		return false
+	}
+	for _, m := range []map[string][]string{a.PodShared, b.PodShared} {
+		for pod := range m {
+			pa, _ := ea.PodPoolCPUs(a, pod)
+			pb, _ := eb.PodPoolCPUs(b, pod)
+			if !pa.Equals(pb) || !slices.Equal(a.PodShared[pod], b.PodShared[pod]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // StampOf formats t as Record.Since.

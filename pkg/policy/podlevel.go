@@ -108,6 +108,17 @@ func (e *Engine) PodPoolCPUs(st State, pod string) (cpuset.CPUSet, bool) {
 	return block.Difference(e.podSlices(st, pod)), true
 }
 
+// PodPoolOf is the cpuset of a container that runs on its pod's private
+// pool (a shared container of a pod-level pod, State.PodShared): the
+// pod's block less its exclusive slices. false for every other container
+// (exclusive, or on the node's shared pool).
+func (e *Engine) PodPoolOf(st State, pod, container string) (cpuset.CPUSet, bool) {
+	if !slices.Contains(st.PodShared[pod], container) {
+		return cpuset.New(), false
+	}
+	return e.PodPoolCPUs(st, pod)
+}
+
 // podSlices is the union of a pod's exclusive slices (every assignment of
 // the pod but its block).
 func (e *Engine) podSlices(st State, pod string) cpuset.CPUSet {

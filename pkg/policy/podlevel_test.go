@@ -244,3 +244,24 @@ func keys[V any](m map[string]V) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestPodLevelSliceNotResized: a slice of a pod's block (a: 1,13 of
+// 1-2,13-14, as in TestPodLevelBlockSlicesAndPool) is neither grown nor
+// shrunk in place: an upsize would take CPUs outside the block, a
+// downsize would give the node CPUs of the block. The same size is
+// answered with its CPUs.
+func TestPodLevelSliceNotResized(t *testing.T) {
+	e := podLevel(t, "pod", true)
+	st, _ := add(t, e, e.NewState(), inPod("p", "a", 4, 2000, 2000))
+	for _, milli := range []int64{1000, 3000} {
+		_, _, err := e.Resize(st, inPod("p", "a", 4, milli, milli))
+		var re *policy.ResizeError
+		if !errors.As(err, &re) || re.Rule != policy.RulePodLevelSlice {
+			t.Errorf("resize to %dm: err %v, want rule %s", milli, err, policy.RulePodLevelSlice)
+		}
+	}
+	_, rd, err := e.Resize(st, inPod("p", "a", 4, 2000, 2000))
+	if err != nil || rd.Kind != policy.ResizeNone || rd.CPUs.String() != "1,13" {
+		t.Errorf("same size: %v %+v, want 1,13 unchanged", err, rd)
+	}
+}

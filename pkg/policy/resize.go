@@ -20,6 +20,10 @@ const (
 	RuleBelowBaseline     = "below-baseline"
 	RuleSharedToExclusive = "shared-to-exclusive"
 	RuleExclusiveToShared = "exclusive-to-shared"
+	// RulePodLevelSlice: the container's CPUs are a slice of its
+	// pod-level pod's block (podlevel.go); the plugin does not grow or
+	// shrink slices in place.
+	RulePodLevelSlice = "pod-level-slice"
 )
 
 // ResizeError is an in-place resize that KEP-5554's rules forbid: below
@@ -113,6 +117,10 @@ func (e *Engine) Resize(st State, req Request) (State, ResizeDecision, error) {
 	}
 	base, _ := e.Baseline(st, req.Pod, req.Container)
 	n := int(req.CPURequestMilli / 1000)
+	if _, block := st.Alloc.Assignments[req.Pod][PodPoolEntry]; block && n != cur.Size() {
+		return refuse(RulePodLevelSlice, "the container holds %s, a slice of its pod's CPUs (pod-level resources), and the resize asks for %d; "+
+			"slices are not resized in place, recreate the pod", cur, n)
+	}
 	rd := ResizeDecision{Before: cur, Baseline: base}
 	switch {
 	case n == cur.Size():

@@ -180,3 +180,117 @@ var _ = Describe("a pod with pod-level resources (spec.resources) through the AP
 		mustKubectl(ctx, "-n", podLevelNS, "delete", "pod", "budget", "--wait=true", "--timeout=60s")
 	}, SpecTimeout(3*time.Minute))
 })
+
+// podLevelOnNS holds the pods of the spec with the option on.
+const podLevelOnNS = "cpualign-e2e-podlevel-on"
+
+// The plugin with pod_level_resource_managers = true and the pod scope,
+// on the cluster's node: 2 CPUs, one reserved (reserved_cpu_count = 1:
+// the lowest, CPU 0), so a pod-level pod's block can hold one CPU. The
+// brief's pod, a Guaranteed 1-CPU container beside a fractional one,
+// needs a budget of 2 CPUs (the API server refuses container requests
+// above spec.resources): its block does not fit, and its first container
+// is refused for the pod's budget, not its own CPU. A pod of one CPU
+// with two fractional containers shows the pod-private pool: both run on
+// the block, the node's shared pool loses it until the pod goes.
+var _ = Describe("pod-level resource managers on (pod_level_resource_managers = true, pod scope), the plugin on the host", Ordered, Serial, func() {
+	var reserved, free cpuset.CPUSet
+
+	BeforeAll(func(ctx SpecContext) {
+		requireCluster()
+		if HostCPUs.Size() != 2 {
+			Skip(fmt.Sprintf("worked out for 2 CPUs (one reserved, one for the block); this machine has %s", HostCPUs))
+		}
+		waitNodeReady(ctx)
+		waitNodeEmpty(ctx)
+		startHostPlugin(ctx, filepath.Join(Env.Dir, "host-plugin-podlevel-on"),
+			map[string]string{"pod_level_resource_managers": "true", "topology_manager_scope": `"pod"`},
+			func(g Gomega, st daemon.StateView) { g.Expect(st.Reserved).NotTo(BeEmpty()) })
+		st := hostState(Default, ctx)
+		var err error
+		reserved, err = cpuset.Parse(st.Reserved)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(reserved.Size()).To(Equal(1), "reserved_cpu_count = 1")
+		free = HostCPUs.Difference(reserved)
+
+		mustKubectl(ctx, "create", "namespace", podLevelOnNS)
+		mustKubectl(ctx, "label", "namespace", podLevelOnNS, "nri-cpualign-e2e=true")
+		DeferCleanup(func(ctx SpecContext) {
+			_, err := kubectl(ctx, "delete", "namespace", podLevelOnNS, "--wait=true", "--timeout=90s")
+			Expect(err).NotTo(HaveOccurred())
+		}, NodeTimeout(2*time.Minute))
+	}, NodeTimeout(5*time.Minute))
+
+	// pod is a pod with spec.resources of cpu CPUs and 128Mi whose
+	// containers ask what ctrs give (name -> request/limit).
+	pod := func(name, cpu string, ctrs [][3]string) *corev1.Pod {
+		spec := podSpec(corev1.ResourceRequirements{})
+		spec.Resources = &corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("128Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		}
+		tmpl := spec.Containers[0]
+		spec.Containers = nil
+		for _, c := range ctrs {
+			ctr := tmpl
+			ctr.Name, ctr.Resources = c[0], resources(c[1], c[2], "32Mi")
+			spec.Containers = append(spec.Containers, ctr)
+		}
+		return &corev1.Pod{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: podLevelOnNS},
+			Spec:       spec,
+		}
+	}
+
+	It("refuses a pod whose budget (2 CPUs: a Guaranteed 1-CPU container and a 500m one) does not fit the one free CPU, for the budget: InsufficientCPUs requested=2", func(ctx SpecContext) {
+		apply(ctx, pod("mixed", "2", [][3]string{{"app", "1", "1"}, {"side", "500m", "500m"}}))
+		Eventually(func(g Gomega) {
+			var p corev1.Pod
+			g.Expect(getJSON(ctx, &p, "-n", podLevelOnNS, "get", "pod", "mixed")).To(Succeed())
+			var waiting *corev1.ContainerStateWaiting
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name == "app" {
+					waiting = cs.State.Waiting
+				}
+			}
+			g.Expect(waiting).NotTo(BeNil(), podSummary(p))
+			g.Expect(waiting.Reason).To(Equal("CreateContainerError"), podSummary(p))
+			g.Expect(waiting.Message).To(ContainSubstring(fmt.Sprintf("InsufficientCPUs: not enough cpus available to satisfy request: requested=2, available=%d", free.Size())))
+		}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
+		st := hostState(Default, ctx)
+		Expect(st.Shared).To(Equal(HostCPUs.String()), "a refused pod takes no block")
+		mustKubectl(ctx, "-n", podLevelOnNS, "delete", "pod", "mixed", "--wait=true", "--timeout=60s")
+	}, SpecTimeout(3*time.Minute))
+
+	It("runs a 1-CPU pod's fractional containers on its block (the free CPU), which the node's shared pool loses until the pod goes", func(ctx SpecContext) {
+		apply(ctx, pod("pool", "1", [][3]string{{"app", "500m", "500m"}, {"side", "250m", "500m"}}))
+		var p corev1.Pod
+		Eventually(func(g Gomega) {
+			g.Expect(getJSON(ctx, &p, "-n", podLevelOnNS, "get", "pod", "pool")).To(Succeed())
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), podSummary(p))
+			for _, name := range []string{"app", "side"} {
+				id := containerID(p, name)
+				g.Expect(id).NotTo(BeEmpty(), podSummary(p))
+				checkHost(g, p, id, free)
+			}
+		}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
+		Expect(p.Status.QOSClass).To(Equal(corev1.PodQOSGuaranteed))
+		st := hostState(Default, ctx)
+		Expect(st.Shared).To(Equal(reserved.String()), "the node's shared pool without the block")
+		n := 0
+		for _, c := range st.Containers {
+			if c.PodUID == string(p.UID) {
+				Expect(c.Exclusive).To(BeFalse(), "%+v", c)
+				Expect(c.CPUs).To(Equal(free.String()), "%+v", c)
+				n++
+			}
+		}
+		Expect(n).To(Equal(2), "/state: %+v", st.Containers)
+
+		mustKubectl(ctx, "-n", podLevelOnNS, "delete", "pod", "pool", "--wait=true", "--timeout=60s")
+		Eventually(func(g Gomega) {
+			g.Expect(hostState(g, ctx).Shared).To(Equal(HostCPUs.String()), "the block back in the node's pool")
+		}).WithContext(ctx).WithTimeout(60 * time.Second).Should(Succeed())
+	}, SpecTimeout(3*time.Minute))
+})
