@@ -121,19 +121,7 @@ var _ = Describe("a pod with pod-level resources (spec.resources) through the AP
 		})
 		// The kubelet creates app, then side; side is refused (below) and
 		// retried, so the pod never turns Ready.
-		var p corev1.Pod
-		Eventually(func(g Gomega) {
-			g.Expect(getJSON(ctx, &p, "-n", podLevelNS, "get", "pod", "budget")).To(Succeed())
-			var waiting *corev1.ContainerStateWaiting
-			for _, cs := range p.Status.ContainerStatuses {
-				if cs.Name == "side" {
-					waiting = cs.State.Waiting
-				}
-			}
-			g.Expect(waiting).NotTo(BeNil(), podSummary(p))
-			g.Expect(waiting.Reason).To(Equal("CreateContainerError"), podSummary(p))
-			g.Expect(waiting.Message).To(ContainSubstring("InsufficientCPUs: not enough cpus available to satisfy request: requested=2"))
-		}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
+		p := waitCreateError(ctx, podLevelNS, "budget", "side", "InsufficientCPUs: not enough cpus available to satisfy request: requested=2")
 		// The API server kept spec.resources (it drops the field with
 		// PodLevelResources off) and the pod is Guaranteed by it.
 		Expect(p.Spec.Resources).NotTo(BeNil(), "the API server dropped spec.resources: PodLevelResources is off")
@@ -245,19 +233,7 @@ var _ = Describe("pod-level resource managers on (pod_level_resource_managers = 
 
 	It("refuses a pod whose budget (2 CPUs: a Guaranteed 1-CPU container and a 500m one) does not fit the one free CPU, for the budget: InsufficientCPUs requested=2", func(ctx SpecContext) {
 		apply(ctx, pod("mixed", "2", [][3]string{{"app", "1", "1"}, {"side", "500m", "500m"}}))
-		Eventually(func(g Gomega) {
-			var p corev1.Pod
-			g.Expect(getJSON(ctx, &p, "-n", podLevelOnNS, "get", "pod", "mixed")).To(Succeed())
-			var waiting *corev1.ContainerStateWaiting
-			for _, cs := range p.Status.ContainerStatuses {
-				if cs.Name == "app" {
-					waiting = cs.State.Waiting
-				}
-			}
-			g.Expect(waiting).NotTo(BeNil(), podSummary(p))
-			g.Expect(waiting.Reason).To(Equal("CreateContainerError"), podSummary(p))
-			g.Expect(waiting.Message).To(ContainSubstring(fmt.Sprintf("InsufficientCPUs: not enough cpus available to satisfy request: requested=2, available=%d", free.Size())))
-		}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
+		waitCreateError(ctx, podLevelOnNS, "mixed", "app", fmt.Sprintf("InsufficientCPUs: not enough cpus available to satisfy request: requested=2, available=%d", free.Size()))
 		st := hostState(Default, ctx)
 		Expect(st.Shared).To(Equal(HostCPUs.String()), "a refused pod takes no block")
 		mustKubectl(ctx, "-n", podLevelOnNS, "delete", "pod", "mixed", "--wait=true", "--timeout=60s")
@@ -294,3 +270,23 @@ var _ = Describe("pod-level resource managers on (pod_level_resource_managers = 
 		}).WithContext(ctx).WithTimeout(60 * time.Second).Should(Succeed())
 	}, SpecTimeout(3*time.Minute))
 })
+
+// waitCreateError waits until the kubelet reports container name of pod
+// waiting in CreateContainerError with msg in its message (the plugin's
+// refusal as the runtime passes it on), and returns the pod.
+func waitCreateError(ctx SpecContext, ns, pod, name, msg string) corev1.Pod {
+	var p corev1.Pod
+	Eventually(func(g Gomega) {
+		g.Expect(getJSON(ctx, &p, "-n", ns, "get", "pod", pod)).To(Succeed())
+		var waiting *corev1.ContainerStateWaiting
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == name {
+				waiting = cs.State.Waiting
+			}
+		}
+		g.Expect(waiting).NotTo(BeNil(), podSummary(p))
+		g.Expect(waiting.Reason).To(Equal("CreateContainerError"), podSummary(p))
+		g.Expect(waiting.Message).To(ContainSubstring(msg))
+	}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
+	return p
+}
