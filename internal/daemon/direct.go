@@ -292,11 +292,12 @@ func (a *direct) check(id string) {
 	l.Lock()
 	r, ok := l.Record(id)
 	shared := ""
-	if ok {
-		shared = l.Pools().Of(r)
+	if ok && !r.Exclusive {
+		// one container: RightCPUs, not every pool (Pools)
+		shared = l.RightCPUs(r).String()
 	}
 	l.Unlock()
-	if !ok || r.Exclusive || shared == "" {
+	if shared == "" { // unknown, exclusive, or no CPU (never an empty cpuset)
 		return
 	}
 	have, _, err := a.cg.Read(r.CgroupsPath)

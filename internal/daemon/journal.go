@@ -276,8 +276,7 @@ func (r *recordDelta) reset(h journalHead) {
 	clear(r.assign) // drop references to old maps
 	clear(r.base)
 	clear(r.podPool)
-	r.head, r.assign, r.aff, r.ctrs, r.base, r.mem = h, r.assign[:0], r.aff[:0], r.ctrs[:0], r.base[:0], nil
-	r.podPool = r.podPool[:0]
+	r.head, r.assign, r.aff, r.ctrs, r.base, r.podPool, r.mem = h, r.assign[:0], r.aff[:0], r.ctrs[:0], r.base[:0], r.podPool[:0], nil
 }
 
 func (r *recordDelta) empty() bool {

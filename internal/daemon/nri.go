@@ -494,16 +494,16 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	return err
 }
 
-// releaseSlice gives the exclusive slice of a removed container of a
-// pod-level pod, or its place on the pod's private pool, (pod_level_resource_managers, pod scope) back to its
-// pod's private pool, when no instance of that name is left (a restart's
-// older instance removed leaves the slice to the new one). The pod keeps
-// its block until it ends; the pool's containers follow the grown pool
-// (the caller kicks the applier). Under the kubelet a container's CPUs
-// stay with its pod and name while the pod lives; a container of a
-// pod-level pod removed for good gives its slice to the pod's shared
-// containers instead. It reports whether a pool changed. the ledger is
-// locked.
+// releaseSlice gives a removed container of a pod-level pod
+// (pod_level_resource_managers, pod scope) out of its pod's state: its
+// exclusive slice, or its place on the pod's private pool, once no
+// instance of that name is left (removing a restart's older instance
+// leaves the slice to the new one). The pod keeps its block until it
+// ends; the pool's containers follow the grown pool (the caller kicks the
+// applier). Under the kubelet a container's CPUs stay with its pod and
+// name while the pod lives; here a container removed for good gives its
+// slice to its pod's shared containers. It reports whether a pool
+// changed. The ledger is locked.
 func (p *plugin) releaseSlice(pc podContainer) (bool, error) {
 	l := p.d.led
 	e, st := l.Engine(), l.State()
