@@ -178,14 +178,12 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 			GinkgoWriter.Printf("root cannot lower oom_score_adj here (no CAP_SYS_RESOURCE): a test NRI plugin makes CRI-O's negative scores 0, as containerd's restrict_oom_score_adj does\n")
 		}
 
-		mustKubectl(ctx, "create", "namespace", testNS)
-		mustKubectl(ctx, "label", "namespace", testNS, "nri-cpualign-e2e=true")
+		// Cleanups run last first: the namespace goes, then the label.
 		DeferCleanup(func(ctx SpecContext) {
-			_, err := kubectl(ctx, "delete", "namespace", testNS, "--wait=true", "--timeout=90s")
+			_, err := kubectl(ctx, "label", "node", Env.Node, nodeLabel+"-")
 			Expect(err).NotTo(HaveOccurred())
-			_, err = kubectl(ctx, "label", "node", Env.Node, nodeLabel+"-")
-			Expect(err).NotTo(HaveOccurred())
-		}, NodeTimeout(2*time.Minute))
+		}, NodeTimeout(time.Minute))
+		createNamespace(ctx, testNS)
 	}, NodeTimeout(3*time.Minute))
 
 	It("installs with make image, the archive imported into the runtime, "+install.name()+" and the node label; the pod turns Ready and the runtime logs the plugin connected and synchronized", func(ctx SpecContext) {

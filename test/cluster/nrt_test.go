@@ -165,12 +165,7 @@ profiles:
 			schedLog.Close()
 		})
 
-		mustKubectl(ctx, "create", "namespace", nrtNS)
-		mustKubectl(ctx, "label", "namespace", nrtNS, "nri-cpualign-e2e=true")
-		DeferCleanup(func(ctx SpecContext) {
-			_, err := kubectl(ctx, "delete", "namespace", nrtNS, "--wait=true", "--timeout=90s")
-			Expect(err).NotTo(HaveOccurred())
-		}, NodeTimeout(2*time.Minute))
+		createNamespace(ctx, nrtNS)
 	}, NodeTimeout(5*time.Minute))
 
 	// object is the node's NodeResourceTopology as the API server has it.

@@ -97,12 +97,7 @@ var _ = Describe("a pod with pod-level resources (spec.resources) through the AP
 		Expect(s.Start(context.Background())).To(Succeed())
 		DeferCleanup(s.Stop)
 
-		mustKubectl(ctx, "create", "namespace", podLevelNS)
-		mustKubectl(ctx, "label", "namespace", podLevelNS, "nri-cpualign-e2e=true")
-		DeferCleanup(func(ctx SpecContext) {
-			_, err := kubectl(ctx, "delete", "namespace", podLevelNS, "--wait=true", "--timeout=90s")
-			Expect(err).NotTo(HaveOccurred())
-		}, NodeTimeout(2*time.Minute))
+		createNamespace(ctx, podLevelNS)
 	}, NodeTimeout(5*time.Minute))
 
 	It("passes spec.resources (2 CPUs, 128Mi) to NRI as the sandbox's PodResources, not the containers' sum; a container without resources gets the pod's 2 CPUs as its own; at its defaults the plugin pins the 1-CPU container and refuses the other (InsufficientCPUs)", func(ctx SpecContext) {
@@ -201,12 +196,7 @@ var _ = Describe("pod-level resource managers on (pod_level_resource_managers = 
 		Expect(reserved.Size()).To(Equal(1), "reserved_cpu_count = 1")
 		free = HostCPUs.Difference(reserved)
 
-		mustKubectl(ctx, "create", "namespace", podLevelOnNS)
-		mustKubectl(ctx, "label", "namespace", podLevelOnNS, "nri-cpualign-e2e=true")
-		DeferCleanup(func(ctx SpecContext) {
-			_, err := kubectl(ctx, "delete", "namespace", podLevelOnNS, "--wait=true", "--timeout=90s")
-			Expect(err).NotTo(HaveOccurred())
-		}, NodeTimeout(2*time.Minute))
+		createNamespace(ctx, podLevelOnNS)
 	}, NodeTimeout(5*time.Minute))
 
 	// pod is a pod with spec.resources of cpu CPUs and 128Mi whose

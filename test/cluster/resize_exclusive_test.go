@@ -61,14 +61,9 @@ var _ = Describe("exclusive CPUs resized in place with kubectl patch --subresour
 		Expect(cfg.ReservedCPUCount).To(BeZero())
 		Expect(cfg.DisableCPUQuota).To(BeTrue())
 
-		mustKubectl(ctx, "create", "namespace", resizeNS)
-		mustKubectl(ctx, "label", "namespace", resizeNS, "nri-cpualign-e2e=true")
-		DeferCleanup(func(ctx SpecContext) {
-			// Before the plugin stops (cleanups run last first): its
-			// containers go while it still tracks them.
-			_, err := kubectl(ctx, "delete", "namespace", resizeNS, "--wait=true", "--timeout=90s")
-			Expect(err).NotTo(HaveOccurred())
-		}, NodeTimeout(2*time.Minute))
+		// Before the plugin stops (cleanups run last first): its
+		// containers go while it still tracks them.
+		createNamespace(ctx, resizeNS)
 	}, NodeTimeout(5*time.Minute))
 
 	It("grows a Guaranteed 1-CPU pod to 2 CPUs and back to 1: it keeps its first CPU throughout, the resize ends done, and no other container shares its CPUs", func(ctx SpecContext) {

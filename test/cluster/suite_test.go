@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -416,4 +417,24 @@ func pluginProcesses() []int {
 		}
 	}
 	return pids
+}
+
+// createNamespace creates namespace ns with the suite's label and returns
+// once the controller manager has made its "default" service account: the
+// API server refuses pods in a namespace without it (the service account
+// admission plugin), and the controller creates it asynchronously, seconds
+// late on a cold machine. The namespace is deleted when the calling node's
+// cleanups run.
+func createNamespace(ctx context.Context, ns string) {
+	GinkgoHelper()
+	mustKubectl(ctx, "create", "namespace", ns)
+	DeferCleanup(func(ctx SpecContext) {
+		_, err := kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=90s")
+		Expect(err).NotTo(HaveOccurred())
+	}, NodeTimeout(2*time.Minute))
+	mustKubectl(ctx, "label", "namespace", ns, "nri-cpualign-e2e=true")
+	// kubectl wait --for=create watches, so it returns as soon as the
+	// object exists; the bound is the condition's, named if it is missed.
+	_, err := kubectl(ctx, "wait", "-n", ns, "--for=create", "serviceaccount/default", "--timeout=60s")
+	Expect(err).NotTo(HaveOccurred(), "namespace %s: the controller manager did not create its default service account within 60 s", ns)
 }
