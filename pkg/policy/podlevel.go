@@ -194,7 +194,7 @@ func (e *Engine) addPodLevel(st State, req Request, budget int) (State, Decision
 	if k == pool.Size() && len(next.PodShared[req.Pod]) > 0 {
 		return st, Decision{}, &EmptyPodSharedPoolError{Pod: req.Pod, Container: req.Container, Budget: budget, Exclusive: e.podSlices(next, req.Pod).Size() + k}
 	}
-	cpus, err := e.static.Take(pool, k)
+	cpus, err := e.static.Take(pool, k, h.Affinity)
 	if err != nil {
 		return st, Decision{}, err
 	}
