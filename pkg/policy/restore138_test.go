@@ -5,7 +5,9 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
+	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
 
@@ -111,6 +113,35 @@ func TestStaticPolicyRestorePodAllocation(t *testing.T) {
 			if got := e.SharedCPUs(st).String(); got != c.wantPool {
 				t.Errorf("%s %s: node shared pool %s, want %s", c.name, v, got, c.wantPool)
 			}
+		}
+	}
+}
+
+// A pod-level pod whose first container fails after its pod's block was
+// carved (here the memory manager refuses it) leaves the block in the
+// node's shared pool: kubelet v1.38 releases the block when partitioning
+// fails (v1.37 left it out of the default set); the engine commits
+// nothing on an error, under both rule sets.
+func TestPodLevelFailedPartitionGivesBlockBack(t *testing.T) {
+	for _, v := range []kubever.Version{kubever.V137, kubever.V138} {
+		cfg := static("best-effort", "0,12")
+		cfg.TopologyScope, cfg.PodLevelResourceManagers, cfg.KubeletVersion = "pod", true, v
+		cfg.MemoryPolicy = policy.MemoryPolicyStatic
+		cfg.ReservedMemory = []memorymanager.Reservation{reserve(0, map[memorymanager.Resource]uint64{"memory": gi}), reserve(1, map[memorymanager.Resource]uint64{"memory": gi})}
+		cfg.MachineMemory = policytest.MachineMemory(t, "ht-2s-6c")
+		e := newEngine(t, "ht-2s-6c", cfg)
+		st := e.NewState()
+		before := e.SharedCPUs(st).String()
+		req := withMemory(inPod("p", "a", 4, 2000, 2000), map[memorymanager.Resource]uint64{"memory": 100 * gi})
+		next, _, err := e.Add(st, req)
+		if err == nil {
+			t.Fatalf("%s: Add admitted 100Gi on two 16Gi nodes", v)
+		}
+		if got := e.SharedCPUs(next).String(); got != before {
+			t.Errorf("%s: shared pool %s after the failure, want %s (the block given back)", v, got, before)
+		}
+		if _, held := e.Assignment(next, "p", policy.PodPoolEntry); held {
+			t.Errorf("%s: the pod's block is still held", v)
 		}
 	}
 }
