@@ -118,3 +118,32 @@ func TestKubelet138PodScopeHintSpread(t *testing.T) {
 		check(t, d, want{cpus: c.want, mems: "0-3", exclusive: true, numa: "0-1", preferred: true})
 	}
 }
+
+// Devices on several nodes (#139456's case, kubernetes#139430): 8 CPUs
+// with GPUs on all four nodes of ht-2s-4numa-80 (reserved 0,40). The
+// device hint is {0-3}; a CPU hint of one node ANDed with it is not
+// preferred (the affinities differ), so no combination is preferred and
+// the widest-wanted non-preferred one wins: {0-3}.
+//   - v1.38 spreads the 8 CPUs over the four hinted nodes, 2 each, whole
+//     cores first: 1,41 / 10,50 / 20,60 / 30,70.
+//   - v1.37 fits them in the node that leaves the free CPUs best balanced:
+//     node 1 (18 12 20 20: deviation 3.279; node 0 would leave 10 20 20
+//     20: 4.330; nodes 2 and 3 tie with node 1, which comes first): 10-13,
+//     50-53.
+func TestKubelet138DevicesOnSeveralNodes(t *testing.T) {
+	for _, c := range []struct {
+		v    kubever.Version
+		want string
+	}{{kubever.V137, "10-13,50-53"}, {kubever.V138, "1,10,20,30,41,50,60,70"}} {
+		e, err := policy.New(sysfstest.Load(t, "ht-2s-4numa-80"), policy.Config{CPUManagerPolicy: "static", TopologyPolicy: "best-effort",
+			TopologyScope: "container", ReservedCPUs: mustParse(t, "0,40"), CPUOptions: map[string]string{allocator.OptDistributeCPUsAcrossNUMA: "true"},
+			KubeletVersion: c.v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := policy.Request{Pod: "p", Container: "a", QoS: policy.Guaranteed, CPURequestMilli: 8000, CPULimitMilli: 8000,
+			Hints: map[string][]hints.Hint{"nvidia.com/gpu": e.DeviceHints([]int{0, 1, 2, 3})}}
+		_, d := add(t, e, e.NewState(), req)
+		check(t, d, want{cpus: c.want, mems: "0-3", exclusive: true, numa: "0-3", preferred: false})
+	}
+}
