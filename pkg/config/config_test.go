@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 func TestLoadValid(t *testing.T) {
@@ -31,6 +33,7 @@ log_format = "json"
 shared_pool_updates = "in-answer"
 memory_manager_policy = "None"
 disable_cpu_quota_with_exclusive_cpus = false
+kubelet_version = "1.37"
 
 [cpu_manager_policy_options]
 full-pcpus-only = true
@@ -62,6 +65,7 @@ max-allowable-numa-nodes = 16
 		LogFormat:                    "json",
 		MemoryManagerPolicy:          "None",
 		DisableCPUQuota:              false,
+		KubeletVersion:               "1.37",
 		NodeResourceTopology:         NRTOff,
 	}
 	got := c
@@ -72,11 +76,11 @@ max-allowable-numa-nodes = 16
 	if l := c.Line(KeyLogFormat); l != 15 {
 		t.Errorf("Line(log_format) = %d, want 15", l)
 	}
-	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 21 {
-		t.Errorf("Line(full-pcpus-only) = %d, want 21", l)
+	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 22 {
+		t.Errorf("Line(full-pcpus-only) = %d, want 22", l)
 	}
-	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 24 {
-		t.Errorf("Line(topology_manager_policy_options) = %d, want 24", l)
+	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 25 {
+		t.Errorf("Line(topology_manager_policy_options) = %d, want 25", l)
 	}
 
 	p, err := c.Policy()
@@ -413,5 +417,35 @@ func TestPodLevelResourceManagersKey(t *testing.T) {
 	want := `line 2: key "pod_level_resource_managers": wrong type: got a TOML string, want a boolean`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Load(string) = %v, want an error containing %q", err, want)
+	}
+}
+
+// kubelet_version is "1.38" by default, takes "1.37", reaches the engine's
+// configuration as a kubever.Version, and refuses anything else naming
+// the key and the accepted values.
+func TestKubeletVersionKey(t *testing.T) {
+	for doc, want := range map[string]kubever.Version{
+		"":                         kubever.V138,
+		`kubelet_version = "1.38"`: kubever.V138,
+		`kubelet_version = "1.37"`: kubever.V137,
+	} {
+		c, err := Load([]byte(doc))
+		if err != nil {
+			t.Fatalf("Load(%q): %v", doc, err)
+		}
+		p, err := c.Policy()
+		if err != nil || p.KubeletVersion != want {
+			t.Fatalf("Load(%q).Policy() = %v, %v; want %v", doc, p.KubeletVersion, err, want)
+		}
+	}
+	_, err := Load([]byte("\n" + `kubelet_version = "1.36"`))
+	want := `line 2: key "kubelet_version": bad value "1.36": want one of 1.38, 1.37`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Load(1.36) = %v, want an error containing %q", err, want)
+	}
+	_, err = Load([]byte(`kubelet_version = 1.37`))
+	want = `key "kubelet_version": wrong type: got a TOML float, want a string`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Load(float) = %v, want an error containing %q", err, want)
 	}
 }
