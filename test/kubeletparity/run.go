@@ -3,6 +3,7 @@ package kubeletparity
 import (
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
@@ -60,21 +61,34 @@ func envInt(t testing.TB, name string, def int) int {
 
 // Run runs the check of the engine under rule set v against the kubelet
 // newK builds: every machine and option set not excluded, PARITY_SEEDS
-// sequences (default 6) of PARITY_STEPS steps (default 40) each, seeds
-// PARITY_SEED (default 1) and up. A mismatch fails the machine's subtest
-// with the seed and step; the rest of that option set is skipped, the
-// other option sets go on.
+// sequences of PARITY_STEPS steps (default 40) each, seeds PARITY_SEED
+// (default 1) and up. By default the seeds shrink with the machine (6 up
+// to 64 CPUs, 1 from 256: the kubelet's hints and placement cost grow
+// with it), so a warm run takes about a minute. A mismatch fails the
+// machine's subtest with the seed and step; the rest of that option set
+// is skipped, the other option sets go on. Every exclusion is logged, one
+// line per machine and reason ("not run:").
 func Run(t *testing.T, v kubever.Version, newK NewKubelet) {
-	seeds := envInt(t, "PARITY_SEEDS", 6)
 	steps := envInt(t, "PARITY_STEPS", 40)
 	first := int64(envInt(t, "PARITY_SEED", 1))
 	for _, m := range Machines(t) {
+		seeds := envInt(t, "PARITY_SEEDS", min(6, max(1, 6*64/m.Topo.NumCPUs())))
 		t.Run(m.Name, func(t *testing.T) {
 			t.Parallel()
 			ran := 0
+			excluded := map[string][]string{}
+			var whys []string
+			defer func() {
+				for _, why := range whys {
+					t.Logf("not run: %s: %s", strings.Join(excluded[why], ", "), why)
+				}
+			}()
 			for _, o := range OptionSets() {
 				if ex := Excluded(m, o, v); ex != nil {
-					t.Logf("%s: not run: %s", o, ex.Why)
+					if excluded[ex.Why] == nil {
+						whys = append(whys, ex.Why)
+					}
+					excluded[ex.Why] = append(excluded[ex.Why], o.String())
 					continue
 				}
 				for s := range int64(seeds) {
@@ -90,7 +104,7 @@ func Run(t *testing.T, v kubever.Version, newK NewKubelet) {
 					ran++
 				}
 			}
-			t.Logf("%d sequences of %d steps agree", ran, steps)
+			t.Logf("%d sequences of %d steps agree (%d seeds per option set)", ran, steps, seeds)
 		})
 	}
 }
