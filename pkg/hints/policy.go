@@ -65,7 +65,9 @@ type Options struct {
 	MaxAllowableNUMANodes int
 	// KubeletVersion is the kubelet release whose merge rules are
 	// followed (config key kubelet_version; zero is 1.38). Not a
-	// topology manager option: ParseOptions leaves it zero.
+	// topology manager option: ParseOptions leaves it zero. No merge rule
+	// that decides an affinity differs between 1.37 and 1.38 (1.38 adds
+	// a hint Score, which decides nothing and is not carried here).
 	KubeletVersion kubever.Version
 }
 

@@ -45,13 +45,15 @@ func (v Version) Valid() bool { return v == V138 || v == V137 }
 // AtLeast138 reports whether v follows the 1.38 rules.
 func (v Version) AtLeast138() bool { return v == V138 }
 
-// Parse reads a configuration value: "1.38" or "1.37" (a leading "v" and
-// a patch level are accepted: "v1.37.2"). "" is Default.
+// Parse reads a configuration value: "1.38" or "1.37" (a leading "v", a
+// patch level and a pre-release are accepted: "v1.37.2", "1.38.0-beta.0").
+// "" is Default.
 func Parse(s string) (Version, error) {
 	t := strings.TrimPrefix(strings.TrimSpace(s), "v")
 	if t == "" {
 		return Default, nil
 	}
+	t, _, _ = strings.Cut(t, "-") // a pre-release: "1.38.0-beta.0"
 	if parts := strings.Split(t, "."); len(parts) == 3 {
 		t = parts[0] + "." + parts[1]
 	}
