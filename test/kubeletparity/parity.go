@@ -193,15 +193,14 @@ func Excluded(m Machine, o OptionSet, v kubever.Version) *Exclusion {
 		// doc.go: a core or socket counted free by the machine average
 		// while larger; kubelet v1.37 hands out its busy sibling. v1.38
 		// (#140498) compares real sizes: those machines run there.
-		return &Exclusion{"non-uniform cores or sockets: kubelet v1.37 takes a busy sibling (doc.go, first deviation)"}
+		return &Exclusion{"non-uniform cores or sockets: kubelet v1.37 takes a busy sibling (doc.go, free cores under v1.37)"}
 	}
 	if _, ok := o[allocator.OptDistributeCPUsAcrossNUMA]; ok && !v.AtLeast138() && m.Topo.NumNUMANodes() >= 5 {
-		// Found by this check, not (yet) in doc.go: kubelet v1.37 builds
-		// its NUMA combinations by append into a shared array, so from 4
-		// nodes up the combination it scored best is overwritten by a
-		// later one before it is used (#141238, fixed in v1.38). The 1.37
-		// rules place on the combination that scored best.
-		return &Exclusion{"distribute-cpus-across-numa on 5+ NUMA nodes: kubelet v1.37's combination slice aliasing (#141238) is not reproduced by the 1.37 rules (NOT in doc.go yet)"}
+		// doc.go: kubelet v1.37 builds its NUMA combinations by append
+		// into a shared array, so from 4 nodes up the combination it
+		// scored best can be overwritten by a later one before it is used
+		// (#141238, fixed in v1.38). The 1.37 rules place on the best.
+		return &Exclusion{"distribute-cpus-across-numa on 5+ NUMA nodes: kubelet v1.37 may place on another combination than the best (#141238; doc.go, combination aliasing)"}
 	}
 	return nil
 }
@@ -243,9 +242,9 @@ func uncoreSpansNUMA(t *topology.Topology) bool {
 // the machine, but under prefer-align-cpus-by-uncorecache with the v1.37
 // rules, on a machine whose uncore caches span NUMA nodes, less than one
 // cache: kubelet v1.37 lists such a cache once per node and takes it
-// twice in its whole-cache step (doc.go, second deviation), which only a
-// request of at least a cache reaches.
-// capped says the cap is that avoidance (no oversized requests then).
+// twice in its whole-cache step (doc.go, a group listed under two
+// parents), which only a request of at least a cache reaches. capped says
+// the cap is that avoidance (no oversized requests then).
 func requestCap(m Machine, o OptionSet, v kubever.Version) (n int, capped bool) {
 	n = max(2, m.Topo.NumCPUs()/3)
 	if _, ok := o[allocator.OptPreferAlignByUncoreCache]; ok && !v.AtLeast138() && uncoreSpansNUMA(m.Topo) {
@@ -258,8 +257,8 @@ func requestCap(m Machine, o OptionSet, v kubever.Version) (n int, capped bool) 
 // count. Under full-pcpus-only with distribute-cpus-across-numa and the
 // v1.37 rules it is whole cores only: a half-reserved core leaves a NUMA
 // node an odd number of free CPUs, where kubelet v1.37 never returns
-// (#140730; doc.go, third deviation). The v1.38 run keeps odd counts:
-// that is the hang fix's input.
+// (#140730; doc.go, remainder subsets in whole groups). The v1.38 run
+// keeps odd counts: that is the hang fix's input.
 func reservedCount(rng *rand.Rand, m Machine, o OptionSet, v kubever.Version) int {
 	per := m.Topo.CPUsPerCore()
 	if hangRisk(o, v) {
