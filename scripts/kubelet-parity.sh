@@ -35,7 +35,7 @@ check() {
 	# -v for the exclusions and counts; the passing subtests' lines go.
 	(cd "$ROOT/test/kubeletparity/$dir" &&
 		env "$env" go test -v -count=1 -timeout 20m ./... 2>&1 |
-		grep -Ev '^(=== (RUN|PAUSE|CONT)|    --- PASS|--- PASS)'
+		grep -Ev '^(=== (RUN|PAUSE|CONT|NAME)|    --- PASS|--- PASS)'
 		exit "${PIPESTATUS[0]}") || die "kubelet $1 parity check failed"
 }
 

@@ -80,7 +80,7 @@ func Run(t *testing.T, v kubever.Version, newK NewKubelet) {
 			var whys []string
 			defer func() {
 				for _, why := range whys {
-					t.Logf("not run: %s: %s", strings.Join(excluded[why], ", "), why)
+					t.Logf("%s: not run: %s: %s", m.Name, strings.Join(excluded[why], ", "), why)
 				}
 			}()
 			for _, o := range OptionSets() {
@@ -104,7 +104,7 @@ func Run(t *testing.T, v kubever.Version, newK NewKubelet) {
 					ran++
 				}
 			}
-			t.Logf("%d sequences of %d steps agree (%d seeds per option set)", ran, steps, seeds)
+			t.Logf("%s: %d sequences of %d steps agree (%d seeds per option set)", m.Name, ran, steps, seeds)
 		})
 	}
 }
