@@ -137,13 +137,18 @@ unavailable() {
 # go.mod requires.
 go_mod_version() {
 	local dir
-	dir=$(cd / && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
-	awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$dir/go.mod"
+	dir=$(cd / && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" 2>/dev/null |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p') || true
+	if [ -f "$dir/go.mod" ]; then
+		awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$dir/go.mod"
+	else
+		echo "(k8s.io/kubernetes@$KUBE_VERSION not downloadable)"
+	fi
 }
 
 missing=$(unavailable "$@")
 if [ -n "$missing" ]; then
-	echo "Kubernetes $KUBE_VERSION cannot be built here: the Go module proxy does not serve ${missing%, }" >&2
+	echo "Kubernetes $KUBE_VERSION cannot be built here: the Go module proxy does not provide ${missing%, }" >&2
 	exit 3
 fi
 mkdir -p "$BIN"
