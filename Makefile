@@ -30,10 +30,12 @@ build:
 ## the DaemonSet on a real control plane (each on containerd and CRI-O), and
 ## the VM pass: the subset labelled "vm" of the e2e and kubelet suites on a
 ## production-shaped node (cgroup v2, systemd driver, 2-socket SMT NUMA) in
-## QEMU (make e2e-vm). scripts/test-all.sh runs these stages in order, times
-## each and prints the times at the end; meanwhile it builds the later
-## suites' Kubernetes binaries in the background (scripts/prewarm.sh).
-## TEST_STAGES="unit e2e" runs a subset.
+## QEMU (make e2e-vm); and the allocator side by side with the kubelet's own
+## code, v1.37.2 and v1.38.0-beta.0 (make kubelet-parity).
+## scripts/test-all.sh runs these stages in order, times each and prints the
+## times at the end; meanwhile it builds the later suites' Kubernetes
+## binaries in the background (scripts/prewarm.sh). TEST_STAGES="unit e2e"
+## runs a subset.
 test:
 	bash scripts/test-all.sh
 
@@ -89,6 +91,21 @@ chart-check: helm-install
 	bin/helm lint --strict $(CHART) --set prometheusRule.enabled=true
 	bin/helm template nri-cpualign $(CHART) >/dev/null
 	HELM=$(CURDIR)/bin/helm $(GO) test -count=1 ./deploy
+
+## kubelet-parity: the allocator side by side with the kubelet's own static
+## policy (test/kubeletparity, one module per release): seeded add/remove
+## sequences of Guaranteed pods on every fixture machine and option set,
+## hints, admissions and CPU sets compared, against k8s.io/kubernetes
+## v1.37.2 (the 1.37 rules, project Go) and v1.38.0-beta.0 (the 1.38 rules,
+## GOTOOLCHAIN=go1.27.3), each with its negative check; the first run
+## downloads and compiles the kubelet's packages. kubelet-parity-bench: the
+## side-by-side benchmark (not part of make test)
+.PHONY: kubelet-parity kubelet-parity-bench
+kubelet-parity:
+	bash scripts/kubelet-parity.sh
+
+kubelet-parity-bench:
+	bash scripts/kubelet-parity.sh bench
 
 ## e2e: the real-runtime suite (test/e2e), run on containerd
 ## (scripts/setup-containerd.sh) and then CRI-O where the machine has one

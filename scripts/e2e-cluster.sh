@@ -12,6 +12,8 @@
 #
 # E2E_CLUSTER_RUNTIMES="containerd" (or "crio") runs one runtime only;
 # without a CRI-O on the machine the CRI-O pass says why in one line.
+# E2E_KUBE_VERSION_NEXT (v1.38.0-beta.0) is tried beside v1.37.2; when the
+# module proxy cannot provide it one line says why and the run goes on.
 # Extra arguments go to the test binary, e.g.
 #   scripts/e2e-cluster.sh -ginkgo.focus='refuses'
 # Keep the work dir (component and runtime logs, certificates, kubelet and
@@ -87,6 +89,7 @@ cleanup() {
 trap cleanup EXIT
 
 kube_binaries
+kube_next kubelet kube-apiserver
 cluster_kill_leftovers
 cd "$REPO_ROOT"
 color=()

@@ -12,6 +12,8 @@
 # without a CRI-O on the machine the CRI-O pass says why in one line);
 # E2E_KUBE_BIN=DIR uses DIR/kubelet instead of setup-kube.sh's;
 # E2E_KUBE_VERSION_PREV (v1.36.3) is the previous kubelet, empty for none;
+# E2E_KUBE_VERSION_NEXT (v1.38.0-beta.0) is tried, and when the module proxy
+# cannot provide it one line says why and the run goes on (kube_next);
 # extra arguments go to the test binary, e.g.
 #   scripts/e2e-kubelet.sh -ginkgo.focus='migrat'
 # The work dir (kubelet and plugin logs, configs, state) is kept with
@@ -59,6 +61,7 @@ else
 	setup_kube kubelet
 fi
 setup_kube_prev
+kube_next kubelet
 log "building the suite"
 (cd "$REPO_ROOT" && go test -tags e2e -c -o "$WORK/kubelet.test" ./test/kubelet) || die "building test/kubelet failed"
 

@@ -8,6 +8,13 @@
 # with CGO off into $E2E_CACHE/bin/kube-<version>/ and kept there. Starts
 # nothing. With no argument it builds the kubelet.
 #
+# A 1.38 release (KUBE_VERSION=v1.38.0-beta.0, what lib-kube.sh's
+# setup_kube_next tries) builds with Go 1.27 (GOTOOLCHAIN=$GO127, go1.27.3,
+# set here only). Before building, it checks that the module proxy serves
+# the modules that release's commands need beyond the staging ones it
+# publishes; when it does not, it prints one line saying which and exits
+# 3 (unavailable), without building anything.
+#
 # stdout: `export E2E_KUBE_BIN=DIR` (every binary is DIR/<name>) and
 # `export E2E_KUBE_VERSION=...`; logs on stderr. A cold build takes minutes
 # per binary on 2 CPUs (the first one longest: it downloads the modules).
@@ -29,6 +36,10 @@ KUBE_SRC=$E2E_CACHE/src/kubernetes-$KUBE_VERSION
 ETCD_SRC=$E2E_CACHE/src/etcd-server-$ETCD_VERSION
 
 command -v go >/dev/null || die "go not found (install Go 1.26 in /usr/local/go, see the README)"
+case $KUBE_VERSION in
+v1.3[0-7].* | v1.2*) ;;
+*) export GOTOOLCHAIN=${GO127:-go1.27.3} ;; # 1.38's go.mod says go 1.27.0
+esac
 [ $# -gt 0 ] || set -- kubelet
 for b in "$@"; do
 	case $b in
@@ -36,7 +47,6 @@ for b in "$@"; do
 	*) die "unknown binary $b (kubelet, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd)" ;;
 	esac
 done
-mkdir -p "$BIN"
 
 # module_dir MODULE@VERSION: downloads the module through the proxy and
 # prints the directory of its (read-only) source in the module cache.
@@ -110,6 +120,47 @@ build_etcd() {
 		die "building etcd failed"
 	mv -f "$BIN/etcd.part" "$BIN/etcd"
 }
+
+# unavailable BINARY...: for the binaries to build, the modules their
+# packages need that the release publishes nowhere but its own tree (and
+# the module proxy does not serve), as "module@version (why)" words; empty
+# when everything is there. Known for 1.38: cmd/kubelet imports
+# sigs.k8s.io/iptables-wrappers (pkg/kubelet/kubelet_network_linux.go),
+# cmd/kube-apiserver the clientset of the new staging module
+# k8s.io/apiextensions-api.
+unavailable() {
+	local b m want=()
+	for b in "$@"; do
+		[ -x "$BIN/$b" ] && continue
+		case $KUBE_VERSION:$b in
+		v1.38.*:kubelet) want+=("sigs.k8s.io/iptables-wrappers@$(go_mod_version sigs.k8s.io/iptables-wrappers)=cmd/kubelet") ;;
+		v1.38.*:kube-apiserver) want+=("k8s.io/apiextensions-api@v0.${KUBE_VERSION#v1.}=cmd/kube-apiserver") ;;
+		esac
+	done
+	for m in "${want[@]}"; do
+		(cd / && GOFLAGS=-mod=mod go mod download "${m%%=*}" >/dev/null 2>&1) || printf '%s (%s), ' "${m%%=*}" "${m#*=}"
+	done
+}
+
+# go_mod_version MODULE: the version k8s.io/kubernetes@$KUBE_VERSION's
+# go.mod requires.
+go_mod_version() {
+	local dir
+	dir=$(cd / && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" 2>/dev/null |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p') || true
+	if [ -f "$dir/go.mod" ]; then
+		awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$dir/go.mod"
+	else
+		echo "(k8s.io/kubernetes@$KUBE_VERSION not downloadable)"
+	fi
+}
+
+missing=$(unavailable "$@")
+if [ -n "$missing" ]; then
+	echo "Kubernetes $KUBE_VERSION cannot be built here: the Go module proxy does not provide ${missing%, }" >&2
+	exit 3
+fi
+mkdir -p "$BIN"
 
 # One build of a binary at a time: make test's prewarm (scripts/test-all.sh)
 # may be building it in the background when a suite asks for it; the suite

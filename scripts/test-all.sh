@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STAGES=${TEST_STAGES:-fmt-check tidy-check vet staticcheck unit fuzz-short chart-check e2e e2e-kubelet e2e-cluster e2e-vm}
+STAGES=${TEST_STAGES:-fmt-check tidy-check vet staticcheck unit fuzz-short chart-check kubelet-parity e2e e2e-kubelet e2e-cluster e2e-vm}
 MAKE=${MAKE:-make}
 
 times=()

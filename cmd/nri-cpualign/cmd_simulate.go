@@ -16,6 +16,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
@@ -32,6 +33,8 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := fs.String("sysfs-root", "", "directory that plays /sys (required; read only)")
 	cfgPath := fs.String("config", "", "the daemon's TOML configuration (default: built-in defaults)")
 	logLevel := fs.String("log-level", "warning", "log level of the messages on stderr")
+	kubeletVersion := fs.String("kubelet-version", "", "the kubelet release whose rules to follow: "+kubever.Accepted+
+		" (default: the configuration's kubelet_version); run twice to see what an upgrade moves")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -39,8 +42,17 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *root == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: nri-cpualign simulate --sysfs-root DIR [--config FILE.toml] < requests.jsonl")
+		fmt.Fprintln(stderr, "usage: nri-cpualign simulate --sysfs-root DIR [--config FILE.toml] [--kubelet-version 1.37|1.38] < requests.jsonl")
 		return 2
+	}
+	var kv *kubever.Version
+	if *kubeletVersion != "" {
+		v, err := kubever.Parse(*kubeletVersion)
+		if err != nil {
+			fmt.Fprintf(stderr, "nri-cpualign simulate: --kubelet-version %q: %v\n", *kubeletVersion, err)
+			return 2
+		}
+		kv = &v
 	}
 	log := logrus.New()
 	log.SetOutput(stderr)
@@ -72,6 +84,9 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		emit(errorLine{Error: err.Error(), Reason: "InvalidConfig"})
 		return 1
 	}
+	if kv != nil {
+		pcfg.KubeletVersion = *kv
+	}
 	topo, warns, err := sysfs.ReadWithWarnings(*root)
 	if err != nil {
 		emit(errorLine{Error: err.Error(), Reason: reasonOf(err, "TopologyDiscoveryError")})
@@ -101,6 +116,7 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		"sysfs_root": *root, "cpus": topo.NumCPUs(), "numa_nodes": topo.NUMANodes(),
 		"cpu_manager_policy": pcfg.CPUManagerPolicy, "topology_manager_policy": engine.Config().TopologyPolicy,
 		"scope": engine.Config().TopologyScope, "reserved": engine.Reserved().String(),
+		"kubelet_version": engine.Config().KubeletVersion.String(),
 	}).Info("simulate: ready")
 
 	sim := &simulator{engine: engine, state: engine.NewState(), log: log}

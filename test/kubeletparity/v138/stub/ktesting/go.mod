@@ -1,0 +1,3 @@
+module k8s.io/ktesting
+
+go 1.27.0
