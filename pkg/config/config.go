@@ -44,9 +44,12 @@ const (
 	KeyPodLevelResourceManagers = policy.KeyPodLevelResourceManagers
 	// KeyDisableCPUQuota is the kubelet's feature gate
 	// DisableCPUQuotaWithExclusiveCPUs (on by default since 1.33).
-	KeyDisableCPUQuota   = "disable_cpu_quota_with_exclusive_cpus"
-	KeyStateDir          = "state_dir"
-	KeySysfsRoot         = "sysfs_root"
+	KeyDisableCPUQuota = "disable_cpu_quota_with_exclusive_cpus"
+	KeyStateDir        = "state_dir"
+	KeySysfsRoot       = "sysfs_root"
+	// KeyProcfsRoot is where the NVIDIA driver's GPU files are read
+	// (<procfs_root>/driver/nvidia/gpus/*/information).
+	KeyProcfsRoot        = "procfs_root"
 	KeyCgroupRoot        = "cgroup_root"
 	KeySocketPath        = "socket_path"
 	KeyMetricsAddress    = "metrics_address"
@@ -74,6 +77,7 @@ const (
 const (
 	DefaultStateDir        = "/var/lib/nri-cpualign"
 	DefaultSysfsRoot       = "/sys"
+	DefaultProcfsRoot      = "/proc"
 	DefaultCgroupRoot      = "/sys/fs/cgroup"
 	DefaultSocketPath      = "/var/run/nri/nri.sock"
 	DefaultMetricsAddress  = "127.0.0.1:9464"
@@ -139,9 +143,11 @@ type Config struct {
 	PodLevelResourceManagers bool   `toml:"pod_level_resource_managers"`
 	StateDir                 string `toml:"state_dir"`
 	SysfsRoot                string `toml:"sysfs_root"`
-	CgroupRoot               string `toml:"cgroup_root"`
-	SocketPath               string `toml:"socket_path"`
-	MetricsAddress           string `toml:"metrics_address"`
+	// ProcfsRoot plays /proc for the device hints' GPU lookup.
+	ProcfsRoot     string `toml:"procfs_root"`
+	CgroupRoot     string `toml:"cgroup_root"`
+	SocketPath     string `toml:"socket_path"`
+	MetricsAddress string `toml:"metrics_address"`
 	// ReconcilePeriod is how often the reconcile loop compares cgroups with
 	// the assignments; 0 turns the loop off.
 	ReconcilePeriod Duration `toml:"reconcile_period"`
@@ -203,6 +209,7 @@ func Default() Config {
 		DisableCPUQuota:              true,
 		StateDir:                     DefaultStateDir,
 		SysfsRoot:                    DefaultSysfsRoot,
+		ProcfsRoot:                   DefaultProcfsRoot,
 		CgroupRoot:                   DefaultCgroupRoot,
 		SocketPath:                   DefaultSocketPath,
 		MetricsAddress:               DefaultMetricsAddress,
@@ -261,6 +268,7 @@ type raw struct {
 	PodLevelResourceManagers     *bool               `toml:"pod_level_resource_managers"`
 	StateDir                     *string             `toml:"state_dir"`
 	SysfsRoot                    *string             `toml:"sysfs_root"`
+	ProcfsRoot                   *string             `toml:"procfs_root"`
 	CgroupRoot                   *string             `toml:"cgroup_root"`
 	SocketPath                   *string             `toml:"socket_path"`
 	MetricsAddress               *string             `toml:"metrics_address"`
@@ -313,6 +321,7 @@ func load(data []byte, file string) (Config, error) {
 	setStr(&c.TopologyManagerScope, r.TopologyManagerScope)
 	setStr(&c.StateDir, r.StateDir)
 	setStr(&c.SysfsRoot, r.SysfsRoot)
+	setStr(&c.ProcfsRoot, r.ProcfsRoot)
 	setStr(&c.CgroupRoot, r.CgroupRoot)
 	setStr(&c.SocketPath, r.SocketPath)
 	setStr(&c.MetricsAddress, r.MetricsAddress)
@@ -463,7 +472,7 @@ func (c Config) problems() []*Error {
 		bad(KeyReconcilePeriod, time.Duration(c.ReconcilePeriod).String(), "want a duration >= 0 (0 = off)")
 	}
 	for _, k := range []struct{ key, value string }{
-		{KeyStateDir, c.StateDir}, {KeySysfsRoot, c.SysfsRoot}, {KeyCgroupRoot, c.CgroupRoot}, {KeySocketPath, c.SocketPath},
+		{KeyStateDir, c.StateDir}, {KeySysfsRoot, c.SysfsRoot}, {KeyProcfsRoot, c.ProcfsRoot}, {KeyCgroupRoot, c.CgroupRoot}, {KeySocketPath, c.SocketPath},
 	} {
 		if strings.TrimSpace(k.value) == "" {
 			bad(k.key, "", "must not be empty")
@@ -571,6 +580,7 @@ func (c Config) Summary() string {
 		KeyPodLevelResourceManagers:     strconv.FormatBool(c.PodLevelResourceManagers),
 		KeyStateDir:                     c.StateDir,
 		KeySysfsRoot:                    c.SysfsRoot,
+		KeyProcfsRoot:                   c.ProcfsRoot,
 		KeyCgroupRoot:                   c.CgroupRoot,
 		KeySocketPath:                   c.SocketPath,
 		KeyMetricsAddress:               strconv.Quote(c.MetricsAddress),
