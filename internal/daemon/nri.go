@@ -202,10 +202,12 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 			entry.WithError(ev.Err).Warn(noDeviceHintMsg)
 		case evRefused:
 			ev.Devices.log(entry)
+			entry = ev.Devices.withDevices(entry)
 			entry.WithError(ev.Err).WithField("reason", reasonOf(ev.Err)).
 				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
 		case evPlaced:
 			ev.Devices.log(entry)
+			entry = ev.Devices.withDevices(entry)
 			p.logDecision(entry, ev.Decision, "placed at synchronize")
 		}
 	}
@@ -251,6 +253,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
 	devInfo, devErr := p.deviceReader().nodes(ctr)
 	nodes := deviceNodes(devInfo, devErr, entry)
+	entry = devInfo.withDevices(entry)
 
 	l.Lock()
 	defer l.Unlock()
