@@ -36,10 +36,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 // runFlags are the command-line flags; each one that is set overrides the
 // configuration key of the same meaning.
 type runFlags struct {
-	configFile, importKubelet                                   string
+	configFile, importKubelet                                               string
 	socketPath, stateDir, sysfsRoot, procfsRoot, cgroupRoot, metricsAddress string
-	logLevel, logFormat, reconcilePeriod                        string
-	requireHealthz                                              bool
+	logLevel, logFormat, reconcilePeriod                                    string
+	requireHealthz                                                          bool
 }
 
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int {
