@@ -154,6 +154,20 @@ func (r deviceReader) nodes(ctr *api.Container) (deviceInfo, error) {
 	if r.topologyPolicy == "" || r.topologyPolicy == hints.PolicyNone {
 		return info, nil // the merge consults no provider
 	}
+	return r.locate(ctr)
+}
+
+// LocateDevices is the device hint provider's lookup for one container
+// outside the daemon (simulate's devices, env and mounts): what nodes
+// finds, reading sysfsRoot and procfsRoot, whatever the policy.
+func LocateDevices(sysfsRoot, procfsRoot string, ctr *api.Container) (nodes []int, devices []DeviceView, skipped []string, err error) {
+	info, err := deviceReader{sysfsRoot: sysfsRoot, procfsRoot: procfsRoot}.locate(ctr)
+	return info.Nodes, info.Devices, info.Skipped, err
+}
+
+// locate reads every device source and locates what they found.
+func (r deviceReader) locate(ctr *api.Container) (deviceInfo, error) {
+	var info deviceInfo
 	var c collected
 	for _, src := range deviceSources {
 		if err := src(r, ctr, &c); err != nil {
