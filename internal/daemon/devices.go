@@ -309,8 +309,14 @@ func (r deviceReader) noGPU(gpus *sysfs.NVIDIAGPUs, what string) error {
 	return fmt.Errorf("no GPU with %s in %s", what, filepath.Join(r.procfsRoot, "driver", "nvidia", "gpus", "*", "information"))
 }
 
-// maxDRAFiles bounds the DRA metadata files read per container.
-const maxDRAFiles = 16
+// maxDRAFiles bounds the DRA metadata files read per container, and
+// maxDRAEntries the directory entries looked at below one mounted
+// directory (KEP-5304 mounts files; a directory there is a pod's own
+// volume, which may be large).
+const (
+	maxDRAFiles   = 16
+	maxDRAEntries = 256
+)
 
 // fromDRAMetadata adds the devices of the container's DRA claims, from
 // the metadata KEP-5304 mounts at /var/run/dra-device-attributes/<claim>/
@@ -363,11 +369,15 @@ func draFiles(src string, limit int) ([]string, error) {
 		return []string{src}, nil
 	}
 	var out []string
+	seen := 0
 	var walk func(dir string, depth int) error
 	walk = func(dir string, depth int) error {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return fmt.Errorf("DRA metadata: %w", err)
+		}
+		if seen += len(entries); seen > maxDRAEntries {
+			return fmt.Errorf("DRA metadata: %s: more than %d entries below it; not a claim's metadata", src, maxDRAEntries)
 		}
 		for _, e := range entries {
 			p := filepath.Join(dir, e.Name())
