@@ -63,7 +63,7 @@ func ParseNVIDIAInformation(data []byte) (NVIDIAGPU, error) {
 		switch strings.TrimSpace(key) {
 		case "GPU UUID":
 			if haveUUID {
-				return g, errors.New("GPU UUID given twice")
+				return g, errors.New(`"GPU UUID" given twice`)
 			}
 			if !strings.HasPrefix(value, "GPU-") || len(value) > 64 || strings.ContainsAny(value, " \t,") {
 				return g, fmt.Errorf("GPU UUID %q: want GPU-<uuid>", shorten(value))
@@ -71,16 +71,16 @@ func ParseNVIDIAInformation(data []byte) (NVIDIAGPU, error) {
 			g.UUID, haveUUID = value, true
 		case "Bus Location":
 			if haveBus {
-				return g, errors.New("Bus Location given twice")
+				return g, errors.New(`"Bus Location" given twice`)
 			}
 			addr, err := ParsePCIAddress(value)
 			if err != nil {
-				return g, fmt.Errorf("Bus Location: %w", err)
+				return g, fmt.Errorf(`"Bus Location": %w`, err)
 			}
 			g.PCI, haveBus = addr, true
 		case "Device Minor":
 			if haveMinor {
-				return g, errors.New("Device Minor given twice")
+				return g, errors.New(`"Device Minor" given twice`)
 			}
 			n, err := strconv.Atoi(value)
 			if err != nil || n < 0 || n > NVIDIAMaxGPUMinor {

@@ -207,7 +207,7 @@ func TestParseNVIDIAInformation(t *testing.T) {
 		{"control minor", strings.Replace(real, "Minor: \t 0", "Minor: \t 255", 1), `Device Minor "255": want 0-253`},
 		{"minor not a number", strings.Replace(real, "Minor: \t 0", "Minor: \t zero", 1), `Device Minor "zero"`},
 		{"MIG UUID", strings.Replace(real, "GPU-f7", "MIG-f7", 1), "want GPU-<uuid>"},
-		{"two minors", real + "Device Minor: \t 1\n", "Device Minor given twice"},
+		{"two minors", real + "Device Minor: \t 1\n", `"Device Minor" given twice`},
 		{"bus not PCI", strings.Replace(real, "0000:00:06.0", "00:06.0", 1), "Bus Location"},
 	} {
 		if _, err := sysfs.ParseNVIDIAInformation([]byte(tc.content)); err == nil || !strings.Contains(err.Error(), tc.errHas) {
