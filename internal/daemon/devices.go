@@ -129,8 +129,10 @@ func (c *collected) skip(value string) {
 
 // deviceSource adds what one kind of signal says about the container's
 // devices to c; an error means the container's devices cannot all be
-// located (no device hint at all, rather than a partial one).
-type deviceSource func(r deviceReader, ctr *api.Container, c *collected) error
+// located (no device hint at all, rather than a partial one). pod is nil
+// outside the daemon (simulate). A source that knows a device's nodes
+// itself adds a sysfs.Device{Kind: "numa", Nodes: ...}.
+type deviceSource func(r deviceReader, pod *api.PodSandbox, ctr *api.Container, c *collected) error
 
 // deviceSources are read in this order: the device nodes the runtime
 // lists (NVIDIA's through procfs), the device plugins' variables, the
@@ -149,28 +151,28 @@ var deviceSources = []deviceSource{
 // container-controlled path. None when the topology manager consults no
 // provider. Devices without locality (the usual /dev/null, /dev/zero,
 // ...) give none.
-func (r deviceReader) nodes(ctr *api.Container) (deviceInfo, error) {
+func (r deviceReader) nodes(pod *api.PodSandbox, ctr *api.Container) (deviceInfo, error) {
 	var info deviceInfo
 	if r.topologyPolicy == "" || r.topologyPolicy == hints.PolicyNone {
 		return info, nil // the merge consults no provider
 	}
-	return r.locate(ctr)
+	return r.locate(pod, ctr)
 }
 
 // LocateDevices is the device hint provider's lookup for one container
 // outside the daemon (simulate's devices, env and mounts): what nodes
 // finds, reading sysfsRoot and procfsRoot, whatever the policy.
 func LocateDevices(sysfsRoot, procfsRoot string, ctr *api.Container) (nodes []int, devices []DeviceView, skipped []string, err error) {
-	info, err := deviceReader{sysfsRoot: sysfsRoot, procfsRoot: procfsRoot}.locate(ctr)
+	info, err := deviceReader{sysfsRoot: sysfsRoot, procfsRoot: procfsRoot}.locate(nil, ctr)
 	return info.Nodes, info.Devices, info.Skipped, err
 }
 
 // locate reads every device source and locates what they found.
-func (r deviceReader) locate(ctr *api.Container) (deviceInfo, error) {
+func (r deviceReader) locate(pod *api.PodSandbox, ctr *api.Container) (deviceInfo, error) {
 	var info deviceInfo
 	var c collected
 	for _, src := range deviceSources {
-		if err := src(r, ctr, &c); err != nil {
+		if err := src(r, pod, ctr, &c); err != nil {
 			info.Skipped = c.skipped
 			return info, err
 		}
@@ -199,7 +201,7 @@ func (r deviceReader) locate(ctr *api.Container) (deviceInfo, error) {
 // (nvidiactl 195:255, nvidia-modeset 195:254) carry no locality and are
 // left out. nvidia-uvm and nvidia-caps have dynamic majors and no sysfs
 // parent, so the sysfs walk finds nothing for them.
-func (r deviceReader) fromDeviceNodes(ctr *api.Container, c *collected) error {
+func (r deviceReader) fromDeviceNodes(_ *api.PodSandbox, ctr *api.Container, c *collected) error {
 	for _, dev := range ctr.GetLinux().GetDevices() {
 		kind := ""
 		switch dev.GetType() {
@@ -229,7 +231,7 @@ func (r deviceReader) fromDeviceNodes(ctr *api.Container, c *collected) error {
 
 // fromEnv adds the PCI functions the device plugins' variables name
 // (pciEnvPrefixes) and the GPUs NVIDIA_VISIBLE_DEVICES names by UUID.
-func (r deviceReader) fromEnv(ctr *api.Container, c *collected) error {
+func (r deviceReader) fromEnv(_ *api.PodSandbox, ctr *api.Container, c *collected) error {
 	env := ctr.GetEnv()
 	pciFromEnv(env, c)
 	return r.gpusFromEnv(env, c)
@@ -325,7 +327,7 @@ const (
 // directory), never a path inside the container. A device that
 // publishes resource.kubernetes.io/numaNode is on that node; one that
 // publishes only pciBusID is located in sysfs.
-func (r deviceReader) fromDRAMetadata(ctr *api.Container, c *collected) error {
+func (r deviceReader) fromDRAMetadata(_ *api.PodSandbox, ctr *api.Container, c *collected) error {
 	var files []string
 	for _, m := range ctr.GetMounts() {
 		if !within(path.Clean(m.GetDestination()), sysfs.DRAMetadataDir) || m.GetSource() == "" {
@@ -345,7 +347,7 @@ func (r deviceReader) fromDRAMetadata(ctr *api.Container, c *collected) error {
 		for _, d := range devs {
 			switch {
 			case d.HasNode:
-				c.add(sysfs.Device{Kind: "numa", Node: d.Node}, d.String())
+				c.add(sysfs.Device{Kind: "numa", Nodes: []int{d.Node}}, d.String())
 			case d.PCI != "":
 				c.add(sysfs.Device{Kind: "pci", PCI: d.PCI}, d.String())
 			}

@@ -171,7 +171,7 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		}
 		if pod := podByID[sc.SandboxID]; pod != nil && sc.Phase != phaseStopped {
 			sc.Request = requestFor(pod, c)
-			sc.Devices, sc.DeviceErr = devs.nodes(c)
+			sc.Devices, sc.DeviceErr = devs.nodes(pod, c)
 		}
 		in.Ctrs = append(in.Ctrs, sc)
 	}
@@ -251,7 +251,7 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	l := d.led
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
-	devInfo, devErr := p.deviceReader().nodes(ctr)
+	devInfo, devErr := p.deviceReader().nodes(pod, ctr)
 	nodes := deviceNodes(devInfo, devErr, entry)
 	entry = devInfo.withDevices(entry)
 

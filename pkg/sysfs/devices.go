@@ -99,13 +99,13 @@ func nodeAbove(dir, stop string) (node int, ok bool, err error) {
 // lists it (Kind "char" or "block" and its major:minor numbers), a PCI
 // function a device plugin handed over by address (Kind "pci", PCI in the
 // canonical form ParsePCIAddress gives), or a device whose driver named
-// its NUMA node itself (Kind "numa", Node: a DRA device's
-// resource.kubernetes.io/numaNode).
+// its NUMA nodes itself (Kind "numa", Nodes: a DRA device's
+// resource.kubernetes.io/numaNode, a device plugin's TopologyInfo).
 type Device struct {
 	Kind         string
 	Major, Minor int64
 	PCI          string
-	Node         int
+	Nodes        []int
 }
 
 // String names the device as sysfs knows it: "char 242:1", "pci 0000:af:02.1".
@@ -114,7 +114,11 @@ func (d Device) String() string {
 	case "pci":
 		return "pci " + d.PCI
 	case "numa":
-		return "numa " + strconv.Itoa(d.Node)
+		ns := make([]string, len(d.Nodes))
+		for i, n := range d.Nodes {
+			ns[i] = strconv.Itoa(n)
+		}
+		return "numa " + strings.Join(ns, ",")
 	}
 	return d.Kind + " " + strconv.FormatInt(d.Major, 10) + ":" + strconv.FormatInt(d.Minor, 10)
 }
@@ -128,7 +132,7 @@ func (d Device) String() string {
 // root/kernel/iommu_groups/<group>/devices give the nodes. The group
 // number is the kernel's name of the class device that major:minor leads
 // to, never the container's /dev/vfio/<N> path. A PCI function is read at
-// root/bus/pci/devices/<address>/numa_node. A "numa" device is its node.
+// root/bus/pci/devices/<address>/numa_node. A "numa" device is its nodes.
 //
 // Where a function's numa_node is -1 (the firmware names no node), its
 // local_cpulist is the locality left: the nodes whose CPUs it holds, when
@@ -160,10 +164,17 @@ func newLocator(root string) (*locator, error) {
 func (l *locator) nodes(d Device) ([]int, error) {
 	switch d.Kind {
 	case "numa":
-		if d.Node < 0 || d.Node >= maxDeviceNUMANode {
-			return nil, fmt.Errorf("sysfs: NUMA node %d: want 0-%d", d.Node, maxDeviceNUMANode-1)
+		var nodes []int
+		for _, n := range d.Nodes {
+			if n < 0 || n >= maxDeviceNUMANode {
+				return nil, fmt.Errorf("sysfs: NUMA node %d: want 0-%d", n, maxDeviceNUMANode-1)
+			}
+			if !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
 		}
-		return []int{d.Node}, nil
+		sort.Ints(nodes)
+		return nodes, nil
 	case "pci":
 		addr, err := ParsePCIAddress(d.PCI)
 		if err != nil {

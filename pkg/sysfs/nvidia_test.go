@@ -292,10 +292,13 @@ func TestNUMANodeMinusOneVFIO(t *testing.T) {
 
 func TestDeviceNodesNUMAKind(t *testing.T) {
 	root := t.TempDir()
-	if got, err := sysfs.DeviceNodes(root, sysfs.Device{Kind: "numa", Node: 3}); err != nil || !slices.Equal(got, []int{3}) {
-		t.Fatalf("numa 3: %v, %v", got, err)
+	if got, err := sysfs.DeviceNodes(root, sysfs.Device{Kind: "numa", Nodes: []int{3, 1, 3}}); err != nil || !slices.Equal(got, []int{1, 3}) {
+		t.Fatalf("numa 3,1,3: %v, %v; want [1 3]", got, err)
 	}
-	if _, err := sysfs.DeviceNodes(root, sysfs.Device{Kind: "numa", Node: 64}); err == nil {
+	if got, err := sysfs.DeviceNodes(root, sysfs.Device{Kind: "numa"}); err != nil || got != nil {
+		t.Fatalf("numa without nodes: %v, %v; want none", got, err)
+	}
+	if _, err := sysfs.DeviceNodes(root, sysfs.Device{Kind: "numa", Nodes: []int{64}}); err == nil {
 		t.Fatal("node 64 accepted")
 	}
 }
