@@ -61,6 +61,14 @@ writable_copy() {
 # v0.<minor>.<patch> of each instead.
 kube_source() {
 	[ -f "$KUBE_SRC/.ready" ] && return 0
+	# Two callers building different binaries share the copy.
+	mkdir -p "$(dirname "$KUBE_SRC")"
+	exec 6>"$KUBE_SRC.lock"
+	flock 6
+	if [ -f "$KUBE_SRC/.ready" ]; then
+		exec 6>&-
+		return 0
+	fi
 	log "fetching k8s.io/kubernetes@$KUBE_VERSION from the module proxy"
 	writable_copy "$(module_dir "k8s.io/kubernetes@$KUBE_VERSION")" "$KUBE_SRC"
 	rm -f "$KUBE_SRC/go.work" "$KUBE_SRC/go.work.sum"
@@ -71,6 +79,7 @@ kube_source() {
 	[ ${#edits[@]} -gt 0 ] || die "no staging replace directives in k8s.io/kubernetes@$KUBE_VERSION's go.mod"
 	(cd "$KUBE_SRC" && go mod edit "${edits[@]}")
 	touch "$KUBE_SRC/.ready"
+	exec 6>&-
 }
 
 # build_kube NAME: one Kubernetes command, stamped with its version (the
@@ -102,9 +111,17 @@ build_etcd() {
 	mv -f "$BIN/etcd.part" "$BIN/etcd"
 }
 
+# One build of a binary at a time: make test's prewarm (scripts/test-all.sh)
+# may be building it in the background when a suite asks for it; the suite
+# then waits for that build instead of starting a second one.
 for b in "$@"; do
 	[ -x "$BIN/$b" ] && continue
-	if [ "$b" = etcd ]; then build_etcd; else build_kube "$b"; fi
+	exec 7>"$BIN/.$b.lock"
+	flock 7
+	if ! [ -x "$BIN/$b" ]; then
+		if [ "$b" = etcd ]; then build_etcd; else build_kube "$b"; fi
+	fi
+	exec 7>&-
 done
 log "ready in $BIN: $*"
 echo "export E2E_KUBE_BIN=$BIN"

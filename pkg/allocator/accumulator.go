@@ -1,6 +1,10 @@
 package allocator
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
+)
 
 // accumulator is one run of the kubelet's topology-aware best fit: it claims
 // CPUs from the free set, whole groups first, until need reaches zero. It
@@ -10,12 +14,39 @@ type accumulator struct {
 	free   bitset // CPUs that may still be claimed
 	result bitset // CPUs claimed so far
 	need   int
+	v137   bool // kubelet v1.37.2's rules (fit.v137)
 
 	coreFree, sockFree, numaFree, l3Free []int // free CPUs per group
 	l1Free, l2Free                       []int // aliases by hierarchy level
 }
 
-func (m *machine) newAccumulator(avail bitset, need int) *accumulator {
+// fit is what one best-fit run reads besides the free CPUs and the need:
+// the options that steer it and the kubelet release whose rules it follows.
+type fit struct {
+	spread   bool // distribute-cpus-across-cores
+	uncore   bool // prefer-align-cpus-by-uncorecache (packed only)
+	bySocket bool // align-by-socket (distributed only)
+	v137     bool // kubelet v1.37.2's rules; false: v1.38's
+	// hintNUMAs is the topology manager hint's NUMA node count, the least
+	// number of nodes a distributed fit spreads over (v1.38; 0 = none).
+	hintNUMAs int
+}
+
+// fitOf is the fit of the static-policy options, without a hint.
+func fitOf(o Options) fit {
+	return fit{
+		spread:   o.DistributeCPUsAcrossCores,
+		uncore:   o.PreferAlignByUncoreCache,
+		bySocket: o.AlignBySocket,
+		v137:     o.KubeletVersion == kubever.V137,
+	}
+}
+
+// packedPart is the fit of the packed runs a distributed fit makes inside
+// single NUMA nodes: neither the uncore step nor the hint applies there.
+func (f fit) packedPart() fit { return fit{spread: f.spread, v137: f.v137} }
+
+func (m *machine) newAccumulator(avail bitset, need int, v137 bool) *accumulator {
 	// Accumulators are recycled through the machine's pool: their counters
 	// are most of a decision's garbage, and garbage is what makes the
 	// collector run and the slowest decisions slow.
@@ -47,6 +78,7 @@ func (m *machine) newAccumulator(avail bitset, need int) *accumulator {
 	clear(a.numaFree)
 	clear(a.l3Free)
 	a.need = need
+	a.v137 = v137
 	for wi, w := range a.free {
 		for w != 0 {
 			p := wi<<6 + bits.TrailingZeros64(w)
@@ -198,27 +230,53 @@ func (a *accumulator) takeFullNUMANodes() {
 	}
 }
 
-// takeFullSockets claims whole free sockets. A socket is free when its free
-// CPUs equal the machine average CPUs per socket, as in the kubelet.
+// takeFullSockets claims whole free sockets. A socket is free when all its
+// CPUs are free (kubelet v1.38); v1.37 compared its free CPUs with the
+// machine average CPUs per socket, so on sockets of different sizes a
+// socket of the average size counted as free with CPUs busy elsewhere.
 func (a *accumulator) takeFullSockets() {
-	for _, g := range a.freeGroups(a.sortedSockets(), a.sockFree, func(int) int { return a.m.cpusPerSocket }) {
+	for _, g := range a.freeGroups(a.sortedSockets(), a.sockFree, a.socketFull) {
 		if a.needsAtLeast(a.m.socks.size(g)) {
 			a.takeAll(a.m.socks.cpus[g])
 		}
 	}
 }
 
-// takeFullCores claims whole free cores (free CPUs == the machine average
-// CPUs per core, so on hybrid parts where that is 1 a two-thread core is
-// never "free").
+// socketFull is the free CPU count at which a socket counts as free: its
+// size (v1.38), or the machine average (v1.37).
+func (a *accumulator) socketFull(g int) int {
+	if a.v137 {
+		return a.m.cpusPerSocket
+	}
+	return a.m.socks.size(g)
+}
+
+// coreIsFree is the kubelet's isCoreFree: every CPU of the core is free
+// (v1.38). v1.37 compared the free CPUs with the machine average CPUs per
+// core, so on hybrid parts (average 1) a two-thread core with one busy
+// thread counted as free and a fully free one did not.
+func (a *accumulator) coreIsFree(c int) bool {
+	if a.v137 {
+		return a.coreFree[c] == a.m.cpusPerCore
+	}
+	return a.coreFree[c] == a.m.cores.size(c)
+}
+
+// takeFullCores claims whole free cores (coreIsFree) while the need is at
+// least the core's size. A v1.37 "free" core whose sibling is busy gives
+// its free CPUs only, never the busy one.
 func (a *accumulator) takeFullCores() {
 	m := a.m
+	smallest := m.cpusPerCore
+	if !a.v137 {
+		smallest = m.minThreads
+	}
 	a.walkCores(func(c int) bool {
 		// Once the need is below a free core's size nothing more is taken.
-		if a.need < m.cpusPerCore {
+		if a.need < smallest {
 			return false
 		}
-		if a.coreFree[c] == m.cpusPerCore && a.needsAtLeast(m.cores.size(c)) {
+		if a.coreIsFree(c) && a.needsAtLeast(m.cores.size(c)) {
 			a.takeAll(m.cores.cpus[c])
 		}
 		return true
@@ -254,8 +312,20 @@ func (a *accumulator) takeRemainingCPUs() {
 }
 
 // takeRemainingCPUsSpread is distribute-cpus-across-cores: sockets in
-// best-fit order, then the socket's free CPUs by ascending id.
+// best-fit order; inside each, v1.38 walks the socket's cores with free
+// CPUs by ascending free CPUs then id and takes one free thread of each
+// in turn (the lowest first) before any second one, v1.37 its free CPUs
+// by ascending id.
 func (a *accumulator) takeRemainingCPUsSpread() {
+	if !a.v137 {
+		for _, p := range a.spreadOrder() {
+			if a.satisfied() {
+				return
+			}
+			a.take(p)
+		}
+		return
+	}
 	for _, s := range a.sortedSockets() {
 		for _, p := range a.m.socks.cpus[s] {
 			if a.satisfied() {
@@ -268,18 +338,73 @@ func (a *accumulator) takeRemainingCPUsSpread() {
 	}
 }
 
+// spreadOrder is kubelet v1.38's sortAvailableCPUsSpread: for each socket
+// in best-fit order, its cores with free CPUs by ascending free CPUs then
+// id, round-robin: the first free CPU of each, then the second, ... The
+// order is fixed before any CPU is taken, as the kubelet sorts once.
+func (a *accumulator) spreadOrder() []int {
+	m := a.m
+	out := make([]int, 0, a.free.count())
+	var cores []int
+	for _, s := range a.sortedSockets() {
+		cores = cores[:0]
+		for _, p := range m.socks.cpus[s] {
+			if c := m.coreOf[p]; a.free.has(p) && !containsInt(cores, c) {
+				cores = append(cores, c)
+			}
+		}
+		sortInts(cores)
+		sortByFree(cores, a.coreFree)
+		for i := 0; i < m.maxThreads; i++ {
+			for _, c := range cores {
+				k := 0
+				for _, p := range m.cores.cpus[c] {
+					if !a.free.has(p) {
+						continue
+					}
+					if k == i {
+						out = append(out, p)
+						break
+					}
+					k++
+				}
+			}
+		}
+	}
+	return out
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
 // sortedUncore is the uncore-cache walk order: NUMA nodes in hierarchy
 // order, inside each the caches with free CPUs in that node by ascending
-// free CPUs (whole cache), then id. A cache spanning several NUMA nodes is
-// listed under each of them, as in the kubelet.
+// free CPUs (whole cache), then id. v1.37 lists a cache spanning several
+// NUMA nodes under each of them; v1.38 under the first only.
 func (a *accumulator) sortedUncore() []int {
 	m := a.m
 	var out []int
+	var seen []bool
+	if !a.v137 {
+		seen = make([]bool, len(a.l3Free))
+	}
 	for _, n := range a.sortedNUMA() {
 		start := len(out)
 		for k, u := range m.numaL3[n] {
+			if seen != nil && seen[u] {
+				continue // v1.38: listed under an earlier node
+			}
 			if a.l3Free[u] > 0 && m.numaL3Mask[n][k].intersects(a.free) {
 				out = append(out, u)
+				if seen != nil {
+					seen[u] = true
+				}
 			}
 		}
 		sortByFree(out[start:], a.l3Free)
@@ -287,8 +412,30 @@ func (a *accumulator) sortedUncore() []int {
 	return out
 }
 
-// takeUncoreCache is the prefer-align-cpus-by-uncorecache step.
+// takeUncoreCache is the prefer-align-cpus-by-uncorecache step. v1.38
+// makes two passes over the caches: every wholly free cache the need
+// still covers (its own size), then a partial take in each; v1.37 walks
+// them once, taking whole caches while the need is at least the machine
+// average cache size, then a partial take in the cache at hand.
 func (a *accumulator) takeUncoreCache() {
+	if !a.v137 {
+		order := a.sortedUncore()
+		for _, u := range order {
+			if sz := a.m.l3s.size(u); a.l3Free[u] == sz && a.needsAtLeast(sz) {
+				a.takeAll(a.m.l3s.cpus[u])
+			}
+			if a.satisfied() {
+				return
+			}
+		}
+		for _, u := range order {
+			a.takePartialUncore(u)
+			if a.satisfied() {
+				return
+			}
+		}
+		return
+	}
 	for _, u := range a.sortedUncore() {
 		if a.needsAtLeast(a.m.cpusPerL3) {
 			a.takeFullUncore()
@@ -362,9 +509,9 @@ func (a *accumulator) takePartialUncore(u int) {
 
 // takePacked is the kubelet's takeByTopologyNUMAPacked. It returns nil when
 // the request cannot be met from avail.
-func (m *machine) takePacked(avail bitset, n int, spread, uncore bool) bitset {
-	a := m.newAccumulator(avail, n)
-	return a.finish(a.packed(spread, uncore))
+func (m *machine) takePacked(avail bitset, n int, f fit) bitset {
+	a := m.newAccumulator(avail, n, f.v137)
+	return a.finish(a.packed(f.spread, f.uncore))
 }
 
 // packed runs the packed best fit; it reports whether the need was met.

@@ -4,6 +4,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 // Static-policy option names, identical to the kubelet's.
@@ -30,6 +31,10 @@ type Options struct {
 	// StrictUncoreCache is strict-align-cpus-by-uncorecache (off, strict
 	// or exclusive).
 	StrictUncoreCache UncoreStrictness
+	// KubeletVersion is the kubelet release whose placement rules are
+	// followed (config key kubelet_version; the zero value is 1.38). Not a
+	// kubelet option: ParseOptions leaves it zero and Map leaves it out.
+	KubeletVersion kubever.Version
 }
 
 // ContainerType tells app containers from init containers (whose CPUs the

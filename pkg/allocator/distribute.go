@@ -7,26 +7,27 @@ import "math"
 // in groups of groupSize CPUs, over the fewest NUMA nodes that can hold it,
 // the remainder striped to the subset that leaves the free CPUs best
 // balanced. Falls back to packed when no combination works. Returns nil
-// when the request cannot be met. bySocket is align-by-socket, which since
-// kubelet v1.37 prefers NUMA combinations within one socket and caps each
-// node's share at its free CPUs in whole groups.
-func (m *machine) takeDistributed(avail bitset, n, groupSize int, spread, bySocket bool) bitset {
+// when the request cannot be met. f.bySocket is align-by-socket, which
+// since kubelet v1.37 prefers NUMA combinations within one socket and caps
+// each node's share at its free CPUs in whole groups; f.hintNUMAs (v1.38)
+// raises the fewest nodes to the topology manager hint's node count.
+func (m *machine) takeDistributed(avail bitset, n, groupSize int, f fit) bitset {
 	if n%groupSize != 0 {
-		return m.takePacked(avail, n, spread, false)
+		return m.takePacked(avail, n, f.packedPart())
 	}
-	a := m.newAccumulator(avail, n)
-	ok, fallback := a.distributed(groupSize, spread, bySocket)
+	a := m.newAccumulator(avail, n, f.v137)
+	ok, fallback := a.distributed(groupSize, f)
 	got := a.finish(ok)
 	if fallback {
-		return m.takePacked(avail, n, spread, false)
+		return m.takePacked(avail, n, f.packedPart())
 	}
 	return got
 }
 
 // distributed runs the distributed fit: ok when the need was met, fallback
 // when no NUMA combination works and the packed fit should be used.
-func (a *accumulator) distributed(groupSize int, spread, bySocket bool) (ok, fallback bool) {
-	m, n := a.m, a.need
+func (a *accumulator) distributed(groupSize int, f fit) (ok, fallback bool) {
+	m, n, bySocket := a.m, a.need, f.bySocket
 	if a.satisfied() {
 		return true, false
 	}
@@ -34,7 +35,11 @@ func (a *accumulator) distributed(groupSize int, spread, bySocket bool) (ok, fal
 		return false, false
 	}
 	numas := a.sortedNUMA()
-	minK, maxK := a.rangeNUMANodesNeeded(groupSize)
+	hint := f.hintNUMAs
+	if f.v137 {
+		hint = 0 // v1.37 takes no hint
+	}
+	minK, maxK := a.rangeNUMANodesNeeded(groupSize, hint)
 	// after[i] is the free CPU count of numas[i] after a candidate
 	// allocation; pos maps a NUMA index to its place in numas.
 	pos := make([]int, len(m.numas.ids))
@@ -143,7 +148,7 @@ func (a *accumulator) distributed(groupSize int, spread, bySocket bool) (ok, fal
 		}
 		distribution := a.share(bestCombo, n, groupSize, bySocket)
 		for _, g := range bestCombo {
-			got := m.takePacked(a.free.and(m.numas.mask[g]), distribution, spread, false)
+			got := m.takePacked(a.free.and(m.numas.mask[g]), distribution, f.packedPart())
 			if got == nil {
 				return false, false
 			}
@@ -159,7 +164,7 @@ func (a *accumulator) distributed(groupSize int, spread, bySocket bool) (ok, fal
 				if a.numaFree[g] < groupSize {
 					continue
 				}
-				got := m.takePacked(a.free.and(m.numas.mask[g]), groupSize, spread, false)
+				got := m.takePacked(a.free.and(m.numas.mask[g]), groupSize, f.packedPart())
 				if got == nil {
 					return false, false
 				}
@@ -260,8 +265,11 @@ func stripe(free []int, subset []int, pos []int, remainder, groupSize int) bool 
 // rangeNUMANodesNeeded is the kubelet's bound on how many NUMA nodes a
 // distributed allocation may use: the minimum from CPU-group arithmetic on
 // the machine's total CPUs per node, the maximum the groups needed or the
-// nodes with free CPUs.
-func (a *accumulator) rangeNUMANodesNeeded(groupSize int) (int, int) {
+// nodes with free CPUs. A hint (kubelet v1.38: the topology manager
+// hint's NUMA count, 0 = none) above the minimum and within the maximum
+// becomes the minimum, so the CPUs spread over as many nodes as the hint
+// names; one above the maximum is ignored.
+func (a *accumulator) rangeNUMANodesNeeded(groupSize, hint int) (int, int) {
 	m := a.m
 	numNUMA := len(m.numas.ids)
 	available := 0
@@ -274,9 +282,9 @@ func (a *accumulator) rangeNUMANodesNeeded(groupSize int) (int, int) {
 	perNode := (groups-1)/numNUMA + 1
 	needed := (a.need-1)/groupSize + 1
 	minK := (needed-1)/perNode + 1
-	maxK := needed
-	if available < maxK {
-		maxK = available
+	maxK := min(needed, available)
+	if hint > minK && hint <= maxK {
+		minK = hint
 	}
 	return minK, maxK
 }

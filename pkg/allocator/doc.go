@@ -14,15 +14,45 @@
 // whole cores unless distribute-cpus-across-cores; then single CPUs),
 // always from the most-used group that can satisfy, ties by lowest id; and
 // distribute-cpus-across-numa is the kubelet's balanced split with its
-// rounded standard deviation. "Free" sockets and cores compare with the
-// machine averages CPUs/sockets and CPUs/cores, as there. Allocation inside
-// a hint takes min(n, aligned) CPUs from the hinted NUMA nodes (their
-// sockets under align-by-socket) and the rest from everything else.
+// rounded standard deviation. Allocation inside a hint takes min(n,
+// aligned) CPUs from the hinted NUMA nodes (their sockets under
+// align-by-socket) and the rest from everything else.
 //
 // # Kubelet versions followed
 //
-// Every rule follows kubelet v1.36.3 (the suites' reference), except two
-// that follow v1.37.2, where the kubelet changed them:
+// Options.KubeletVersion (config key kubelet_version) picks the rule set:
+// kubever.V138 (the zero value, the default) follows kubelet
+// v1.38.0-beta.0, kubever.V137 follows v1.37.2. The rules that differ
+// (kubelet138_test.go holds the v1.38 rows, under both):
+//   - distribute-cpus-across-cores (takeRemainingCPUsSpread): v1.38 walks
+//     each socket's cores with free CPUs by ascending free CPUs then core
+//     id and takes one thread of each before any sibling (#140766); v1.37
+//     took the socket's free CPUs by ascending id.
+//   - distribute-cpus-across-numa (rangeNUMANodesNeeded): v1.38 raises
+//     the fewest NUMA nodes to the topology manager hint's node count when
+//     that is within the feasible range (#139456): Allocate passes the
+//     merged hint's count to the aligned take, none to the rest; Take (a
+//     pod-level pod's slice of its block) the pod hint's. v1.37 took no
+//     hint.
+//   - "Free" cores and sockets (coreIsFree, socketFull): v1.38 compares a
+//     core's (socket's) free CPUs with its own size (#140498); v1.37 with
+//     the machine averages CPUs/cores and CPUs/sockets. The whole-core
+//     step stops once the need is below the smallest core (v1.38) or the
+//     average core (v1.37).
+//   - prefer-align-cpus-by-uncorecache (sortedUncore, takeUncoreCache):
+//     v1.38 lists a cache spanning NUMA nodes once, under its first node,
+//     and makes two passes: every wholly free cache the need covers (its
+//     own size), then a partial take in each; v1.37 listed such a cache
+//     under each node, and took whole caches only while the need was at
+//     least the average cache size, interleaved with the partial takes.
+//
+// Two v1.38 fixes hold under both rule sets, because the v1.37 code would
+// hang or allocate on nodes it did not choose (see the differences below):
+// a remainder subset must take the remainder in whole groups (#140730),
+// and the combination chosen is the one that scored best (#141238).
+//
+// Before v1.37 the rules followed v1.36.3; two changed in v1.37.2 and are
+// kept under both rule sets:
 //   - The existing-assignment return comes before the full-pcpus-only
 //     checks (Allocate): a restored container keeps its CPUs even when
 //     too few whole cores are free, or its count is not a multiple of the
@@ -34,11 +64,11 @@
 //     groups, so a socket's nodes can split a request one of them could
 //     not hold evenly. v1.36 ignored align-by-socket there.
 //
-// These are the only placement changes between the two: from v1.36.3 to
-// v1.37.2 the kubelet's cpu_assignment.go changed in the distributed fit
-// only, and policy_static.go's container path in the order of those two
-// steps (the rest is logging and the resize operation plumbing, which
-// leaves placement alone). Their new table rows, read from the
+// These are the only placement changes from v1.36.3 to v1.37.2: the
+// kubelet's cpu_assignment.go changed in the distributed fit only, and
+// policy_static.go's container path in the order of those two steps (the
+// rest is logging and the resize operation plumbing, which leaves
+// placement alone). Their new table rows, read from the
 // k8s.io/kubernetes@v1.37.2 module, are kubelet137_test.go.
 //
 // A Static precomputes every grouping once; a decision works on bitsets
@@ -53,17 +83,24 @@
 //
 // In placement, only where the kubelet's code would corrupt its own state
 // or hang:
-//   - A core (socket) counted "free" because its free CPUs equal the
-//     machine average while its real size is larger (hybrid P/E parts,
-//     sockets with offline CPUs) is taken for its free CPUs only; the
-//     kubelet adds the whole core to the result, busy sibling included.
+//   - Under v1.37, a core (socket) counted "free" because its free CPUs
+//     equal the machine average while its real size is larger (hybrid P/E
+//     parts, sockets with offline CPUs) is taken for its free CPUs only;
+//     the v1.37 kubelet adds the whole core to the result, busy sibling
+//     included. v1.38 never counts such a core free.
+//   - Under v1.37, the distributed fit allocates on the NUMA combination
+//     and remainder subset it scored best. The v1.37 kubelet shared the
+//     backing array of combinations of 4 or more nodes between siblings,
+//     so on machines with 5 or more NUMA nodes it could allocate on
+//     another combination than the best (v1.38 copies them, #141238).
 //   - A group that the nested best-fit order lists under two parents (a
 //     socket spanning NUMA nodes on a sockets-first machine, an uncore
 //     cache spanning NUMA nodes in the whole-cache step) is taken once; the
 //     kubelet would take it twice. The partial uncore walk keeps the
 //     kubelet's repeated visits, which are harmless.
 //   - distribute-cpus-across-numa skips a remainder subset that cannot take
-//     the remainder in whole groups (kubelet v1.36 loops forever there),
+//     the remainder in whole groups (kubelet v1.36 and v1.37 loop forever
+//     there, with the CPU manager's lock held; v1.38 skips it too, #140730),
 //     skips, under align-by-socket, a one-socket combination that no subset
 //     can take the remainder of (v1.37 would choose it for its socket and
 //     then loop forever handing the remainder out), and falls back to packed when one size has more than 100000 NUMA node

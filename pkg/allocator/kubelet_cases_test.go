@@ -116,33 +116,35 @@ func TestKubeletTakeByTopologyCases(t *testing.T) {
 		{"distributed live-machine failure", large, "distributed", 1, "0,128,30,31,158,159,43-47,171-175,62,63,190,191,75-79,203-207,94,96,222,223,101-111,229-239,126,127,254,255", 28, "43-47,75-79,96,101-105,171-174,203-206,229-232", false},
 	}...)
 	for _, c := range cases {
-		t.Run(c.mode+"/"+c.name, func(t *testing.T) {
-			m := newMachine(c.topo)
-			avail := m.toBits(mustParse(t, c.avail))
-			var got bitset
-			switch c.mode {
-			case "packed":
-				got = m.takePacked(avail, c.n, false, false)
-			case "spread":
-				got = m.takePacked(avail, c.n, true, false)
-			case "uncore":
-				got = m.takePacked(avail, c.n, false, true)
-			case "distributed":
-				got = m.takeDistributed(avail, c.n, c.group, false, false)
-			}
-			if c.fail {
-				if got != nil {
-					t.Fatalf("got %s, want no result", m.toSet(got))
+		for _, v137 := range []bool{true, false} {
+			t.Run(c.mode+"/"+c.name+versionName(v137), func(t *testing.T) {
+				m := newMachine(c.topo)
+				avail := m.toBits(mustParse(t, c.avail))
+				var got bitset
+				switch c.mode {
+				case "packed":
+					got = m.takePacked(avail, c.n, fit{v137: v137})
+				case "spread":
+					got = m.takePacked(avail, c.n, fit{spread: true, v137: v137})
+				case "uncore":
+					got = m.takePacked(avail, c.n, fit{uncore: true, v137: v137})
+				case "distributed":
+					got = m.takeDistributed(avail, c.n, c.group, fit{v137: v137})
 				}
-				return
-			}
-			if got == nil {
-				t.Fatal("no result")
-			}
-			if want := mustParse(t, c.expect); !m.toSet(got).Equals(want) {
-				t.Errorf("got %s, want %s", m.toSet(got), want)
-			}
-		})
+				if c.fail {
+					if got != nil {
+						t.Fatalf("got %s, want no result", m.toSet(got))
+					}
+					return
+				}
+				if got == nil {
+					t.Fatal("no result")
+				}
+				if want := mustParse(t, c.expect); !m.toSet(got).Equals(want) {
+					t.Errorf("got %s, want %s", m.toSet(got), want)
+				}
+			})
+		}
 	}
 }
 

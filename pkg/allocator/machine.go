@@ -127,6 +127,7 @@ type machine struct {
 	cpusPerSocket int
 	cpusPerL3     int
 	maxThreads    int
+	minThreads    int // CPUs of the smallest core
 
 	// numaFirst: NumSockets >= NumNUMANodes, so NUMA nodes are the first
 	// (larger) level of the hierarchy; otherwise sockets are.
@@ -176,10 +177,10 @@ func newMachine(t *topology.Topology) *machine {
 	m.cpusPerCore = m.n / len(m.cores.ids)
 	m.cpusPerSocket = m.n / len(m.socks.ids)
 	m.cpusPerL3 = m.n / len(m.l3s.ids)
+	m.minThreads = m.n
 	for _, c := range m.cores.cpus {
-		if len(c) > m.maxThreads {
-			m.maxThreads = len(c)
-		}
+		m.maxThreads = max(m.maxThreads, len(c))
+		m.minThreads = min(m.minThreads, len(c))
 	}
 	m.numaFirst = len(m.socks.ids) >= len(m.numas.ids)
 	var l1Of, l2Of []int

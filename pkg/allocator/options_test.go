@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -17,7 +19,7 @@ func TestParseOptions(t *testing.T) {
 		{"all on", map[string]string{
 			OptFullPCPUsOnly: "true", OptDistributeCPUsAcrossNUMA: "true", OptAlignBySocket: "true",
 			OptDistributeCPUsAcrossCores: "true", OptPreferAlignByUncoreCache: "true", OptStrictCPUReservation: "true",
-		}, Options{true, true, true, true, true, true, UncoreStrictOff}, ""},
+		}, Options{true, true, true, true, true, true, UncoreStrictOff, kubever.V138}, ""},
 		{"false is off", map[string]string{OptFullPCPUsOnly: "false"}, Options{}, ""},
 		{"strconv bools", map[string]string{OptFullPCPUsOnly: "1", OptStrictCPUReservation: "True"}, Options{FullPCPUsOnly: true, StrictCPUReservation: true}, ""},
 		{"bad value", map[string]string{OptFullPCPUsOnly: "yes"}, Options{}, `bad value for option "full-pcpus-only": strconv.ParseBool: parsing "yes": invalid syntax`},

@@ -238,7 +238,7 @@ func (s *Static) growDistributed(avail, own bitset, add int, aff hints.Mask) bit
 		if per[i] == 0 {
 			continue
 		}
-		got := m.takePacked(avail.and(m.numas.mask[g]), per[i], s.opts.DistributeCPUsAcrossCores, s.opts.PreferAlignByUncoreCache)
+		got := m.takePacked(avail.and(m.numas.mask[g]), per[i], fitOf(s.opts))
 		if got == nil {
 			return nil
 		}

@@ -48,7 +48,7 @@ func ReservedByCount(topo *topology.Topology, o Options, n int) (cpuset.CPUSet, 
 	if n > m.n {
 		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: m.n}
 	}
-	got := takeByTopology(m, o, m.all(), n)
+	got := takeByTopology(m, o, m.all(), n, 0)
 	if got == nil || got.count() != n {
 		return cpuset.New(), fmt.Errorf("reserved CPUs: unable to reserve %d CPUs", n)
 	}
@@ -56,16 +56,20 @@ func ReservedByCount(topo *topology.Topology, o Options, n int) (cpuset.CPUSet, 
 }
 
 // takeByTopology dispatches to the packed or the NUMA-distributed best fit
-// with the options, as the kubelet's static policy does.
-func takeByTopology(m *machine, o Options, avail bitset, n int) bitset {
+// with the options, as the kubelet's static policy does. hintNUMAs is the
+// NUMA node count of the topology manager hint the CPUs are taken for (0:
+// none), which the distributed fit spreads over under kubelet v1.38.
+func takeByTopology(m *machine, o Options, avail bitset, n, hintNUMAs int) bitset {
+	f := fitOf(o)
 	if o.DistributeCPUsAcrossNUMA {
 		group := 1
 		if o.FullPCPUsOnly {
 			group = m.cpusPerCore
 		}
-		return m.takeDistributed(avail, n, group, o.DistributeCPUsAcrossCores, o.AlignBySocket)
+		f.hintNUMAs = hintNUMAs
+		return m.takeDistributed(avail, n, group, f)
 	}
-	return m.takePacked(avail, n, o.DistributeCPUsAcrossCores, o.PreferAlignByUncoreCache)
+	return m.takePacked(avail, n, f)
 }
 
 // NewStatic validates the options against topo and the reserved CPUs (all
@@ -226,14 +230,14 @@ func (s *Static) place(allocatable bitset, n int, aff hints.Mask) bitset {
 		if n < k {
 			k = n
 		}
-		got := takeByTopology(m, s.opts, aligned, k)
+		got := takeByTopology(m, s.opts, aligned, k, aff.Count())
 		if got == nil {
 			return nil
 		}
 		result = got
 	}
 	if rest := n - result.count(); rest > 0 {
-		got := takeByTopology(m, s.opts, allocatable.andNot(result), rest)
+		got := takeByTopology(m, s.opts, allocatable.andNot(result), rest, 0)
 		if got == nil {
 			return nil
 		}
@@ -493,8 +497,10 @@ func (s *Static) Validate(st State) error {
 // (takeByTopology under the configured options), as the kubelet's
 // AllocatePod partitions a pod's CPUs among its containers. CPUs of from
 // that are not online are ignored. *InsufficientCPUsError when from holds
-// fewer than n online CPUs. It reads no State and changes nothing.
-func (s *Static) Take(from cpuset.CPUSet, n int) (cpuset.CPUSet, error) {
+// fewer than n online CPUs. aff is the pod's topology manager hint: under
+// kubelet v1.38 a distributed fit spreads over as many NUMA nodes as it
+// names (0: none). It reads no State and changes nothing.
+func (s *Static) Take(from cpuset.CPUSet, n int, aff hints.Mask) (cpuset.CPUSet, error) {
 	if n < 1 {
 		return cpuset.New(), nil
 	}
@@ -502,7 +508,7 @@ func (s *Static) Take(from cpuset.CPUSet, n int) (cpuset.CPUSet, error) {
 	if c := avail.count(); c < n {
 		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: c}
 	}
-	got := takeByTopology(s.m, s.opts, avail, n)
+	got := takeByTopology(s.m, s.opts, avail, n, aff.Count())
 	if got == nil {
 		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail.count()}
 	}

@@ -431,17 +431,17 @@ func TestTake(t *testing.T) {
 		// Offline CPUs (30) are ignored.
 		{"3,15,30", 2, "3,15"},
 	} {
-		got, err := s.Take(mustParse(t, tc.from), tc.n)
+		got, err := s.Take(mustParse(t, tc.from), tc.n, 0)
 		if err != nil || got.String() != tc.want {
 			t.Errorf("Take(%s, %d) = %s, %v; want %s", tc.from, tc.n, got, err, tc.want)
 		}
 	}
-	_, err := s.Take(mustParse(t, "2,14,30"), 3)
+	_, err := s.Take(mustParse(t, "2,14,30"), 3, 0)
 	var ins *InsufficientCPUsError
 	if !errors.As(err, &ins) || ins.Requested != 3 || ins.Available != 2 {
 		t.Errorf("Take(2,14,30, 3) = %v, want InsufficientCPUs{3, 2}", err)
 	}
-	if got, err := s.Take(mustParse(t, "1-3"), 0); err != nil || !got.IsEmpty() {
+	if got, err := s.Take(mustParse(t, "1-3"), 0, 0); err != nil || !got.IsEmpty() {
 		t.Errorf("Take(_, 0) = %s, %v; want empty", got, err)
 	}
 }

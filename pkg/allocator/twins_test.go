@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
@@ -60,7 +61,7 @@ func BenchmarkTakeByTopology(b *testing.B) {
 			avail := m.all()
 			b.ReportAllocs()
 			for b.Loop() {
-				if takeByTopology(m, mode.o, avail, 8) == nil {
+				if takeByTopology(m, mode.o, avail, 8, 0) == nil {
 					b.Fatal("no result")
 				}
 			}
@@ -140,18 +141,25 @@ func TestAverageCPUsPerCoreAccidents(t *testing.T) {
 	})
 	t.Run("i7-12850hx half-used P-core", func(t *testing.T) {
 		topo := sysfstest.Load(t, "i7-12850hx")
-		s := newStatic(t, topo, Options{}, "16")
-		st, err := s.Assign(s.NewState(), "x", "c", mustParse(t, "1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Core 0 now has one free CPU (0) = CPUsPerCore, so it counts as a
-		// free core and comes first (fewest free). The kubelet would add
-		// the whole core {0,1} — CPU 1 is held by x. Only its free CPU is
-		// taken, then the next free core, E-core 17.
-		_, got, err := alloc(t, s, st, "p", "c", 2, 0)
-		if err != nil || !got.Equals(mustParse(t, "0,17")) {
-			t.Errorf("got %s, %v; want 0,17", got, err)
+		// v1.37: core 0 now has one free CPU (0) = CPUsPerCore, so it
+		// counts as a free core and comes first (fewest free). The kubelet
+		// would add the whole core {0,1} — CPU 1 is held by x. Only its
+		// free CPU is taken, then the next free core, E-core 17.
+		// v1.38: core 0 is not free (1 of its 2 CPUs); the free cores with
+		// the fewest CPUs are the E-cores, 16 reserved: 17 and 18.
+		for _, c := range []struct {
+			v    kubever.Version
+			want string
+		}{{kubever.V137, "0,17"}, {kubever.V138, "17-18"}} {
+			s := newStatic(t, topo, Options{KubeletVersion: c.v}, "16")
+			st, err := s.Assign(s.NewState(), "x", "c", mustParse(t, "1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, got, err := alloc(t, s, st, "p", "c", 2, 0)
+			if err != nil || !got.Equals(mustParse(t, c.want)) {
+				t.Errorf("%s: got %s, %v; want %s", c.v, got, err, c.want)
+			}
 		}
 	})
 	t.Run("offline-cpu reserved count", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 // strict-align-cpus-by-uncorecache: this project's own extension of
@@ -267,13 +268,13 @@ func (m *machine) planStrict(avail bitset, n int) (strictPlan, bool, *UncoreCach
 
 // takeStrict turns a plan into CPUs: the whole caches, and the packed best
 // fit (whole cores first) inside the partly used cache.
-func (m *machine) takeStrict(avail bitset, p strictPlan) bitset {
+func (m *machine) takeStrict(avail bitset, p strictPlan, v137 bool) bitset {
 	out := newBitset(m.n)
 	for _, u := range p.whole {
 		out = out.or(m.l3s.mask[u])
 	}
 	if p.partial >= 0 {
-		got := m.takePacked(avail.and(m.l3s.mask[p.partial]), p.k, false, false)
+		got := m.takePacked(avail.and(m.l3s.mask[p.partial]), p.k, fit{v137: v137})
 		if got == nil {
 			return nil
 		}
@@ -290,7 +291,7 @@ func (s *Static) placeStrict(def, allocatable, reusable bitset, n int, aff hints
 	if aff != 0 {
 		inHint := avail.and(s.alignedMask(aff))
 		if plan, ok, _ := s.m.planStrict(inHint, n); ok {
-			if got := s.m.takeStrict(inHint, plan); got != nil {
+			if got := s.m.takeStrict(inHint, plan, s.opts.KubeletVersion == kubever.V137); got != nil {
 				return got, nil
 			}
 		}
@@ -300,7 +301,7 @@ func (s *Static) placeStrict(def, allocatable, reusable bitset, n int, aff hints
 		fail.Exclusive = s.opts.StrictUncoreCache == UncoreStrictExclusive
 		return nil, fail
 	}
-	got := s.m.takeStrict(avail, plan)
+	got := s.m.takeStrict(avail, plan, s.opts.KubeletVersion == kubever.V137)
 	if got == nil {
 		return nil, &InsufficientCPUsError{Requested: n, Available: allocatable.count()}
 	}

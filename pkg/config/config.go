@@ -24,6 +24,7 @@ import (
 	"github.com/pelletier/go-toml/v2/unstable"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
@@ -42,6 +43,9 @@ const (
 	// KeyPodLevelResourceManagers is the kubelet's feature gate
 	// PodLevelResourceManagers (KEP-5526; beta, off by default in 1.37).
 	KeyPodLevelResourceManagers = policy.KeyPodLevelResourceManagers
+	// KeyKubeletVersion selects the kubelet release whose rules the
+	// engine follows: "1.38" (the default) or "1.37".
+	KeyKubeletVersion = policy.KeyKubeletVersion
 	// KeyDisableCPUQuota is the kubelet's feature gate
 	// DisableCPUQuotaWithExclusiveCPUs (on by default since 1.33).
 	KeyDisableCPUQuota = "disable_cpu_quota_with_exclusive_cpus"
@@ -140,9 +144,12 @@ type Config struct {
 	// PodLevelResourceManagers: a Guaranteed pod with pod-level resources
 	// gets its CPUs as one block under the pod scope, as under the
 	// kubelet's feature gate PodLevelResourceManagers (off by default).
-	PodLevelResourceManagers bool   `toml:"pod_level_resource_managers"`
-	StateDir                 string `toml:"state_dir"`
-	SysfsRoot                string `toml:"sysfs_root"`
+	PodLevelResourceManagers bool `toml:"pod_level_resource_managers"`
+	// KubeletVersion is the kubelet release whose CPU, topology and
+	// memory manager rules the engine follows: "1.38" or "1.37".
+	KubeletVersion string `toml:"kubelet_version"`
+	StateDir       string `toml:"state_dir"`
+	SysfsRoot      string `toml:"sysfs_root"`
 	// ProcfsRoot plays /proc for the device hints' GPU lookup.
 	ProcfsRoot     string `toml:"procfs_root"`
 	CgroupRoot     string `toml:"cgroup_root"`
@@ -206,6 +213,7 @@ func Default() Config {
 		TopologyManagerScope:         "container",
 		TopologyManagerPolicyOptions: map[string]string{},
 		MemoryManagerPolicy:          policy.MemoryPolicyNone,
+		KubeletVersion:               kubever.Default.String(),
 		DisableCPUQuota:              true,
 		StateDir:                     DefaultStateDir,
 		SysfsRoot:                    DefaultSysfsRoot,
@@ -266,6 +274,7 @@ type raw struct {
 	MemoryManagerPolicy          *string             `toml:"memory_manager_policy"`
 	DisableCPUQuota              *bool               `toml:"disable_cpu_quota_with_exclusive_cpus"`
 	PodLevelResourceManagers     *bool               `toml:"pod_level_resource_managers"`
+	KubeletVersion               *string             `toml:"kubelet_version"`
 	StateDir                     *string             `toml:"state_dir"`
 	SysfsRoot                    *string             `toml:"sysfs_root"`
 	ProcfsRoot                   *string             `toml:"procfs_root"`
@@ -332,6 +341,7 @@ func load(data []byte, file string) (Config, error) {
 	setStr(&c.NodeResourceTopology, r.NodeResourceTopology)
 	setStr(&c.Kubeconfig, r.Kubeconfig)
 	setStr(&c.NodeName, r.NodeName)
+	setStr(&c.KubeletVersion, r.KubeletVersion)
 	if r.DisableCPUQuota != nil {
 		c.DisableCPUQuota = *r.DisableCPUQuota
 	}
@@ -449,6 +459,9 @@ func (c Config) problems() []*Error {
 	oneOf(KeyTopologyManagerPolicy, c.TopologyManagerPolicy, topologyPolicies)
 	oneOf(KeyTopologyManagerScope, c.TopologyManagerScope, topologyScopes)
 	oneOf(KeyMemoryManagerPolicy, c.MemoryManagerPolicy, memoryPolicies)
+	if _, err := kubever.Parse(c.KubeletVersion); err != nil {
+		bad(KeyKubeletVersion, c.KubeletVersion, "want one of %s (the kubelet release whose resource-manager rules are followed)", kubever.Accepted)
+	}
 	c.reservedMemoryProblems(bad)
 	oneOf(KeyLogLevel, c.LogLevel, logLevels)
 	oneOf(KeyLogFormat, c.LogFormat, logFormats)
@@ -511,6 +524,11 @@ func (c Config) Policy() (policy.Config, error) {
 		}
 		reserved = r
 	}
+	version, err := kubever.Parse(c.KubeletVersion)
+	if err != nil {
+		return policy.Config{}, &Error{File: c.source, Line: c.lines[KeyKubeletVersion], Key: KeyKubeletVersion,
+			Value: c.KubeletVersion, Msg: "want one of " + kubever.Accepted}
+	}
 	return policy.Config{
 		CPUManagerPolicy: c.CPUManagerPolicy,
 		ReservedCPUs:     reserved,
@@ -523,6 +541,7 @@ func (c Config) Policy() (policy.Config, error) {
 		ReservedMemory:   c.Reservations(),
 
 		PodLevelResourceManagers: c.PodLevelResourceManagers,
+		KubeletVersion:           version,
 	}, nil
 }
 
@@ -578,6 +597,7 @@ func (c Config) Summary() string {
 		KeyMemoryManagerPolicy:          c.MemoryManagerPolicy,
 		KeyDisableCPUQuota:              strconv.FormatBool(c.DisableCPUQuota),
 		KeyPodLevelResourceManagers:     strconv.FormatBool(c.PodLevelResourceManagers),
+		KeyKubeletVersion:               c.KubeletVersion,
 		KeyStateDir:                     c.StateDir,
 		KeySysfsRoot:                    c.SysfsRoot,
 		KeyProcfsRoot:                   c.ProcfsRoot,

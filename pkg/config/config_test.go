@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 func TestLoadValid(t *testing.T) {
@@ -32,6 +34,7 @@ log_format = "json"
 shared_pool_updates = "in-answer"
 memory_manager_policy = "None"
 disable_cpu_quota_with_exclusive_cpus = false
+kubelet_version = "1.37"
 
 [cpu_manager_policy_options]
 full-pcpus-only = true
@@ -64,6 +67,7 @@ max-allowable-numa-nodes = 16
 		LogFormat:                    "json",
 		MemoryManagerPolicy:          "None",
 		DisableCPUQuota:              false,
+		KubeletVersion:               "1.37",
 		NodeResourceTopology:         NRTOff,
 	}
 	got := c
@@ -74,11 +78,11 @@ max-allowable-numa-nodes = 16
 	if l := c.Line(KeyLogFormat); l != 16 {
 		t.Errorf("Line(log_format) = %d, want 16", l)
 	}
-	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 22 {
-		t.Errorf("Line(full-pcpus-only) = %d, want 22", l)
+	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 23 {
+		t.Errorf("Line(full-pcpus-only) = %d, want 23", l)
 	}
-	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 25 {
-		t.Errorf("Line(topology_manager_policy_options) = %d, want 25", l)
+	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 26 {
+		t.Errorf("Line(topology_manager_policy_options) = %d, want 26", l)
 	}
 
 	p, err := c.Policy()
@@ -334,10 +338,10 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 28 || all.PodLevelResourceManagers || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 30 || all.PodLevelResourceManagers || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress ||
 		len(all.Reservations()) != 1 || all.Reservations()[0].Limits["hugepages-2Mi"] != 64<<20 ||
-		all.NodeResourceTopology != NRTOn || all.NodeName != "worker-1" {
+		all.NodeResourceTopology != NRTOn || all.NodeName != "worker-1" || all.ProcfsRoot != "/proc" {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
 	}
 }
@@ -416,5 +420,35 @@ func TestPodLevelResourceManagersKey(t *testing.T) {
 	want := `line 2: key "pod_level_resource_managers": wrong type: got a TOML string, want a boolean`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Load(string) = %v, want an error containing %q", err, want)
+	}
+}
+
+// kubelet_version is "1.38" by default, takes "1.37", reaches the engine's
+// configuration as a kubever.Version, and refuses anything else naming
+// the key and the accepted values.
+func TestKubeletVersionKey(t *testing.T) {
+	for doc, want := range map[string]kubever.Version{
+		"":                         kubever.V138,
+		`kubelet_version = "1.38"`: kubever.V138,
+		`kubelet_version = "1.37"`: kubever.V137,
+	} {
+		c, err := Load([]byte(doc))
+		if err != nil {
+			t.Fatalf("Load(%q): %v", doc, err)
+		}
+		p, err := c.Policy()
+		if err != nil || p.KubeletVersion != want {
+			t.Fatalf("Load(%q).Policy() = %v, %v; want %v", doc, p.KubeletVersion, err, want)
+		}
+	}
+	_, err := Load([]byte("\n" + `kubelet_version = "1.36"`))
+	want := `line 2: key "kubelet_version": bad value "1.36": want one of 1.38, 1.37`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Load(1.36) = %v, want an error containing %q", err, want)
+	}
+	_, err = Load([]byte(`kubelet_version = 1.37`))
+	want = `key "kubelet_version": wrong type: got a TOML float, want a string`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Load(float) = %v, want an error containing %q", err, want)
 	}
 }

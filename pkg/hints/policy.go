@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 // Topology manager policy names, identical to the kubelet's
@@ -61,6 +63,12 @@ type Options struct {
 	// MaxAllowableNUMANodes is the most NUMA nodes the topology manager
 	// accepts on a machine.
 	MaxAllowableNUMANodes int
+	// KubeletVersion is the kubelet release whose merge rules are
+	// followed (config key kubelet_version; zero is 1.38). Not a
+	// topology manager option: ParseOptions leaves it zero. No merge rule
+	// that decides an affinity differs between 1.37 and 1.38 (1.38 adds
+	// a hint Score, which decides nothing and is not carried here).
+	KubeletVersion kubever.Version
 }
 
 // DefaultOptions are the options when none are given.

@@ -27,6 +27,14 @@
 //     an affinity that cannot hold the request, the kubelet's refusals and
 //     their texts, memory taken in node order, init-container memory reused
 //     by the later containers of the pod, sidecars never reused;
+//   - the kubelet version (kubever.Version, config key kubelet_version)
+//     decides two pod-scope rules: under v1.38 PodRequest counts resources
+//     only init containers request (#140816) and PodHints regenerates the
+//     hints of a pod with allocated containers from the first such
+//     container's blocks against its own request (#141070: its nodes,
+//     preferred); under v1.37 PodRequest lists the app containers'
+//     resources only and PodHints checks those blocks against the pod's
+//     request (nil, no preference, for a multi-container pod);
 //   - Remove and RemovePod free in node order and dissolve groups left
 //     without assignments; Compare is the kubelet's start-up check of a
 //     restored state against the machine;

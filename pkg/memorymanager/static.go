@@ -2,9 +2,11 @@ package memorymanager
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 // Request is a container's memory and hugepage requests in bytes (equal to
@@ -57,9 +59,11 @@ func checkRequest(r Request) error {
 // PodRequest returns the pod-scope request of a pod, per resource (the
 // kubelet's rule, KEP-753's for sidecars): the larger of the sum of the
 // app containers and sidecars and the most any init container needs while
-// it runs (itself plus the sidecars started before it). Resources no app
-// container requests are left out, as the kubelet leaves them out.
-func PodRequest(p Pod) Request {
+// it runs (itself plus the sidecars started before it). Every resource
+// any container requests is counted (kubelet v1.38, #140816); under v1.37
+// the resources no app container requests are left out, as that kubelet
+// leaves them out.
+func PodRequest(p Pod, v kubever.Version) Request {
 	initMax := Request{}
 	sidecars := Request{}
 	for _, c := range p.InitContainers {
@@ -77,9 +81,18 @@ func PodRequest(p Pod) Request {
 			apps[name] += q
 		}
 	}
+	names := maps.Clone(apps)
+	if v != kubever.V137 {
+		for name := range sidecars {
+			names[name] = 0
+		}
+		for name := range initMax {
+			names[name] = 0
+		}
+	}
 	out := Request{}
-	for name, q := range apps {
-		out[name] = max(q+sidecars[name], initMax[name])
+	for name := range names {
+		out[name] = max(apps[name]+sidecars[name], initMax[name])
 	}
 	return out
 }
@@ -114,10 +127,12 @@ func Hints(st State, pod Pod, container string) (map[string][]hints.Hint, error)
 
 // PodHints returns the hints for the whole pod (topology manager scope
 // pod): those of PodRequest, or, once any container of the pod has blocks,
-// the first such container's blocks checked against the pod's request (the
-// kubelet's short cut after a restart; with several containers the sizes
-// differ and the result is nil, no preference). It does not modify st.
-func PodHints(st State, pod Pod) (map[string][]hints.Hint, error) {
+// the first such container's blocks (init containers first) checked
+// against that container's own request (kubelet v1.38, #141070: its node,
+// preferred). Under v1.37 they are checked against the pod's request, so
+// with several containers the sizes differ and the result is nil, no
+// preference. It does not modify st.
+func PodHints(st State, pod Pod, v kubever.Version) (map[string][]hints.Hint, error) {
 	if !pod.Guaranteed {
 		return nil, nil
 	}
@@ -126,10 +141,13 @@ func PodHints(st State, pod Pod) (map[string][]hints.Hint, error) {
 			return nil, fmt.Errorf("pod %s container %q: %w", pod.UID, c.Name, err)
 		}
 	}
-	req := PodRequest(pod)
+	req := PodRequest(pod, v)
 	for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
 		if blocks, ok := st.Assignments[pod.UID][c.Name]; ok {
-			return regenerate(blocks, req), nil
+			if v == kubever.V137 {
+				return regenerate(blocks, req), nil
+			}
+			return regenerate(blocks, c.Request), nil
 		}
 	}
 	return calculateHints(st, pod.UID, req), nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 func TestNotGuaranteed(t *testing.T) {
@@ -15,7 +16,7 @@ func TestNotGuaranteed(t *testing.T) {
 	if err != nil || h != nil {
 		t.Errorf("Hints = %v, %v; want nil (no preference)", h, err)
 	}
-	if h, err := PodHints(st, pod); err != nil || h != nil {
+	if h, err := PodHints(st, pod, kubever.V138); err != nil || h != nil {
 		t.Errorf("PodHints = %v, %v; want nil", h, err)
 	}
 	next, a, err := Allocate(st, pod, "c", hint(true, 0))
@@ -345,19 +346,22 @@ func TestPodScope(t *testing.T) {
 		},
 		Containers: []Container{ctr("app", Request{Memory: 4 * Gi}), ctr("app2", Request{Memory: 3 * Gi})},
 	}
-	// hugepages-2Mi: no app container asks for it, so the kubelet's pod
-	// request leaves it out.
-	if got := PodRequest(pod); !reflect.DeepEqual(got, Request{Memory: 8 * Gi}) {
-		t.Errorf("PodRequest = %v, want memory 8Gi", got)
+	// hugepages-2Mi: no app container asks for it, so the v1.37 kubelet's
+	// pod request leaves it out; v1.38 counts the init container's 512Mi.
+	if got := PodRequest(pod, kubever.V137); !reflect.DeepEqual(got, Request{Memory: 8 * Gi}) {
+		t.Errorf("PodRequest v1.37 = %v, want memory 8Gi", got)
+	}
+	if got := PodRequest(pod, kubever.V138); !reflect.DeepEqual(got, Request{Memory: 8 * Gi, hp2M: 512 * Mi}) {
+		t.Errorf("PodRequest v1.38 = %v, want memory 8Gi, hugepages-2Mi 512Mi", got)
 	}
 	st := state2(t)
-	h, _ := PodHints(st, pod)
+	h, _ := PodHints(st, pod, kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 0), hint(true, 1), hint(false, 0, 1)}})
 
 	// 4 apps of 4Gi = 16Gi: more than a node's 12Gi.
 	wide := guaranteed("w", ctr("a", Request{Memory: 4 * Gi}), ctr("b", Request{Memory: 4 * Gi}),
 		ctr("c", Request{Memory: 4 * Gi}), ctr("d", Request{Memory: 4 * Gi}))
-	h, _ = PodHints(st, wide)
+	h, _ = PodHints(st, wide, kubever.V138)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 0, 1)}})
 	// Every container then allocates on the pod's affinity: 16Gi over
 	// {0,1}, node 0 full (12Gi), node 1 4Gi.
@@ -368,13 +372,17 @@ func TestPodScope(t *testing.T) {
 	wantTable(t, st, 1, Memory, tbl(16*Gi, Gi, 12*Gi, 4*Gi))
 	wantNode(t, st, 0, 4, 0, 1)
 	// Once allocated, the pod's hints come from its first container's
-	// blocks, which (4Gi) differ from the pod's 16Gi: no preference.
-	if h, _ := PodHints(st, wide); h != nil {
-		t.Errorf("PodHints after allocation = %v, want nil", h)
+	// blocks: v1.37 checks them (4Gi) against the pod's 16Gi, which
+	// differ: no preference; v1.38 against the container's own 4Gi: its
+	// blocks' nodes, preferred.
+	if h, _ := PodHints(st, wide, kubever.V137); h != nil {
+		t.Errorf("PodHints v1.37 after allocation = %v, want nil", h)
 	}
+	h, _ = PodHints(st, wide, kubever.V138)
+	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 0, 1)}})
 	one := guaranteed("one", ctr("a", Request{Memory: 2 * Gi}))
 	st, _ = mustAllocate(t, state2(t), one, "a", hint(true, 1))
-	h, _ = PodHints(st, one)
+	h, _ = PodHints(st, one, kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 1)}})
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 )
 
@@ -37,6 +38,9 @@ type Config struct {
 	// containers slices of it and its other containers the rest as a
 	// pod-private pool (podlevel.go).
 	PodLevelResourceManagers bool
+	// KubeletVersion is kubelet_version: the kubelet release whose CPU,
+	// topology and memory manager rules the engine follows (zero: 1.38).
+	KubeletVersion kubever.Version
 }
 
 // QoS is a pod's Kubernetes QoS class.

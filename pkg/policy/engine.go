@@ -12,6 +12,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
@@ -34,6 +35,9 @@ const (
 	KeyTopologyManagerPolicyOptions = "topology_manager_policy_options"
 	KeyMemoryManagerPolicy          = "memory_manager_policy"
 	KeyPodLevelResourceManagers     = "pod_level_resource_managers"
+	// KeyKubeletVersion selects the kubelet release whose rules the
+	// engine follows (kubever.Version).
+	KeyKubeletVersion = "kubelet_version"
 )
 
 // Values of memory_manager_policy, in the kubelet's spelling
@@ -149,6 +153,9 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	if cfg.MemoryPolicy == "" {
 		cfg.MemoryPolicy = MemoryPolicyNone
 	}
+	if !cfg.KubeletVersion.Valid() {
+		return nil, &ConfigError{Key: KeyKubeletVersion, Err: fmt.Errorf("unknown kubelet version %s (want one of %s)", cfg.KubeletVersion, kubever.Accepted)}
+	}
 	cfg.CPUOptions = copyOptions(cfg.CPUOptions)
 	cfg.TopologyOptions = copyOptions(cfg.TopologyOptions)
 	// Topology bounds CPU ids by MaxCPUID (= cpumask.MaxID): no error.
@@ -189,6 +196,8 @@ func New(topo *topology.Topology, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: err}
 	}
+	cpuOpts.KubeletVersion = cfg.KubeletVersion
+	topoOpts.KubeletVersion = cfg.KubeletVersion
 	if err := cpuOpts.Validate(nil); err != nil {
 		return nil, &ConfigError{Key: KeyCPUManagerPolicyOptions, Err: err}
 	}

@@ -103,7 +103,7 @@ func (e *Engine) memHints(st State, req Request) (map[string][]hints.Hint, error
 		// (PodRequest): the exited ones are not listed again.
 		whole := req
 		whole.MemoryReuse = nil
-		hs, err = memorymanager.PodHints(memoryReuse(st.Memory, req), memPod(whole, r))
+		hs, err = memorymanager.PodHints(memoryReuse(st.Memory, req), memPod(whole, r), e.cfg.KubeletVersion)
 	} else {
 		hs, err = memorymanager.Hints(memoryReuse(st.Memory, req), memPod(req, req.Memory), req.Container)
 	}

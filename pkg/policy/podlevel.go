@@ -21,6 +21,13 @@ package policy
 //   - the block goes back to the node's shared pool with the pod's last
 //     container.
 //
+// Kubelet v1.38 (kubelet_version) adds: the block and every slice are
+// taken with the pod hint's NUMA node count (distribute-cpus-across-numa
+// spreads over all the hint's nodes); a kubelet restart keeps the
+// checkpointed block and slices and carves the missing ones (the plugin
+// restores its own checkpoint, under either version); a failed partition
+// gives the block back (the engine commits nothing on an error).
+//
 // The plugin sees one container at a time (NRI CreateContainer), not the
 // pod's spec: the block is allocated with the pod's first container, the
 // slices as the containers come, and a refusal falls on the container that
@@ -194,7 +201,7 @@ func (e *Engine) addPodLevel(st State, req Request, budget int) (State, Decision
 	if k == pool.Size() && len(next.PodShared[req.Pod]) > 0 {
 		return st, Decision{}, &EmptyPodSharedPoolError{Pod: req.Pod, Container: req.Container, Budget: budget, Exclusive: e.podSlices(next, req.Pod).Size() + k}
 	}
-	cpus, err := e.static.Take(pool, k)
+	cpus, err := e.static.Take(pool, k, h.Affinity)
 	if err != nil {
 		return st, Decision{}, err
 	}

@@ -78,6 +78,11 @@ disable_cpu_quota_with_exclusive_cpus = {{ .Values.config.disable_cpu_quota_with
 # the daemon refuses true (docs/pod-level-resources.md).
 pod_level_resource_managers = {{ .Values.config.pod_level_resource_managers | toJson }}
 
+# The kubelet release whose CPU, topology and memory manager rules are
+# followed: "1.38" (the default) or "1.37", for a node whose kubelet is
+# still 1.37 (docs/migration.md, "Kubelet versions").
+kubelet_version = {{ .Values.config.kubelet_version | toJson }}
+
 # Where the checkpoint lives (a hostPath volume, so it survives restarts
 # and upgrades).
 state_dir = {{ .Values.config.state_dir | toString | toJson }}
@@ -87,6 +92,11 @@ state_dir = {{ .Values.config.state_dir | toString | toJson }}
 # the reconcile loop.
 sysfs_root = {{ .Values.config.sysfs_root | toString | toJson }}
 cgroup_root = {{ .Values.config.cgroup_root | toString | toJson }}
+
+# The NVIDIA driver's GPU files (driver/nvidia/gpus/*/information), which
+# map a container's /dev/nvidiaN or GPU UUID to its PCI function: the
+# container's own /proc shows the host's.
+procfs_root = {{ .Values.config.procfs_root | toString | toJson }}
 
 # The runtime's NRI socket (containerd socket_path / CRI-O nri_listen).
 socket_path = {{ .Values.config.socket_path | toString | toJson }}
