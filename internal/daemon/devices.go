@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -46,6 +47,10 @@ type deviceInfo struct {
 	// Skipped are environment values that are no PCI address, or beyond
 	// maxEnvAddresses (at most maxSkipped of them).
 	Skipped []string
+	// Unseen are DRA metadata files mounted into the container that the
+	// plugin cannot see (the kubelet's plugin directory not mounted into
+	// its own container).
+	Unseen []string
 }
 
 // log writes the debug line naming the devices and their nodes, and a
@@ -53,6 +58,9 @@ type deviceInfo struct {
 func (info deviceInfo) log(entry *logrus.Entry) {
 	for _, s := range info.Skipped {
 		entry.WithField("value", s).Warn("device plugin variable: not a PCI address, or more than 64 addresses or GPUs in the container; ignored for device hints")
+	}
+	for _, f := range info.Unseen {
+		entry.WithField("file", f).Warn("DRA metadata file not found where the container's mount takes it from (mount the kubelet's plugin directory into the plugin at the same path); ignored for device hints")
 	}
 	if info.Considered == 0 || !entry.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		return
@@ -110,6 +118,7 @@ type collected struct {
 	devs    []sysfs.Device
 	names   []string
 	skipped []string
+	unseen  []string
 	// gpus is the NVIDIA driver's GPU list, read once per container and
 	// only when it holds an NVIDIA GPU.
 	gpus   *sysfs.NVIDIAGPUs
@@ -164,7 +173,11 @@ func (r deviceReader) nodes(pod *api.PodSandbox, ctr *api.Container) (deviceInfo
 // finds, reading sysfsRoot and procfsRoot, whatever the policy.
 func LocateDevices(sysfsRoot, procfsRoot string, ctr *api.Container) (nodes []int, devices []DeviceView, skipped []string, err error) {
 	info, err := deviceReader{sysfsRoot: sysfsRoot, procfsRoot: procfsRoot}.locate(nil, ctr)
-	return info.Nodes, info.Devices, info.Skipped, err
+	skipped = info.Skipped
+	for _, f := range info.Unseen {
+		skipped = append(skipped, "DRA metadata "+f+": not found")
+	}
+	return info.Nodes, info.Devices, skipped, err
 }
 
 // locate reads every device source and locates what they found.
@@ -173,11 +186,11 @@ func (r deviceReader) locate(pod *api.PodSandbox, ctr *api.Container) (deviceInf
 	var c collected
 	for _, src := range deviceSources {
 		if err := src(r, pod, ctr, &c); err != nil {
-			info.Skipped = c.skipped
+			info.Skipped, info.Unseen = c.skipped, c.unseen
 			return info, err
 		}
 	}
-	info.Skipped = c.skipped
+	info.Skipped, info.Unseen = c.skipped, c.unseen
 	info.Considered = len(c.devs)
 	if len(c.devs) == 0 {
 		return info, nil
@@ -333,7 +346,15 @@ func (r deviceReader) fromDRAMetadata(_ *api.PodSandbox, ctr *api.Container, c *
 		if !within(path.Clean(m.GetDestination()), sysfs.DRAMetadataDir) || m.GetSource() == "" {
 			continue
 		}
-		found, err := draFiles(filepath.Clean(m.GetSource()), maxDRAFiles-len(files))
+		src := filepath.Clean(m.GetSource())
+		if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
+			// Not visible to the plugin: its other devices still count.
+			if len(c.unseen) < maxSkipped {
+				c.unseen = append(c.unseen, src)
+			}
+			continue
+		}
+		found, err := draFiles(src, maxDRAFiles-len(files))
 		if err != nil {
 			return err
 		}

@@ -362,6 +362,25 @@ func TestDRAMetadata(t *testing.T) {
 	if w := warnings(hook); len(w) != 1 || !strings.Contains(w[0], cut) || !strings.Contains(w[0], "not DeviceMetadata JSON") {
 		t.Fatalf("warnings = %q, want one naming %s", w, cut)
 	}
+
+	// A metadata file the plugin cannot see (the kubelet's plugin
+	// directory not mounted into its container) is a warning naming it;
+	// the container's GPU still steers it to node 1 ({8,20}).
+	hook.Reset()
+	pod := rt.addPod(podSpec{uid: "unseen", name: "unseen", qos: "guaranteed"})
+	c := rt.newCtr(pod, "c", 2000, 2000)
+	missing := filepath.Join(host, "not-mounted", "metadata.json")
+	c.Mounts = append(c.Mounts, draMount(missing, "claim-d", "gpu", "gpu.example.com"))
+	c.Linux.Devices = []*api.LinuxDevice{nvidia(0)}
+	if _, err := rt.CreateContainer(context.Background(), pod, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.cpus(c); got != "8,20" {
+		t.Fatalf("GPU on node 1 beside an unseen metadata file: got %q, want 8,20", got)
+	}
+	if w := warnings(hook); len(w) != 1 || !strings.Contains(w[0], missing) || !strings.Contains(w[0], "DRA metadata file not found") {
+		t.Fatalf("warnings = %q, want one naming %s", w, missing)
+	}
 }
 
 // TestDRAFiles: a mounted directory is searched for metadata files
