@@ -36,10 +36,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 // runFlags are the command-line flags; each one that is set overrides the
 // configuration key of the same meaning.
 type runFlags struct {
-	configFile, importKubelet                                   string
-	socketPath, stateDir, sysfsRoot, cgroupRoot, metricsAddress string
-	logLevel, logFormat, reconcilePeriod                        string
-	requireHealthz                                              bool
+	configFile, importKubelet                                               string
+	socketPath, stateDir, sysfsRoot, procfsRoot, cgroupRoot, metricsAddress string
+	logLevel, logFormat, reconcilePeriod                                    string
+	requireHealthz                                                          bool
 }
 
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -50,6 +50,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&f.socketPath, "socket-path", "", "NRI socket (socket_path, default "+config.DefaultSocketPath+")")
 	fs.StringVar(&f.stateDir, "state-dir", "", "directory of the checkpoint (state_dir, default "+config.DefaultStateDir+")")
 	fs.StringVar(&f.sysfsRoot, "sysfs-root", "", "directory playing /sys for topology discovery (sysfs_root, default /sys)")
+	fs.StringVar(&f.procfsRoot, "procfs-root", "", "directory playing /proc for the NVIDIA GPU lookup (procfs_root, default /proc)")
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", "", "cgroup mount point for the reconcile loop (cgroup_root, default /sys/fs/cgroup)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", "", `host:port for /metrics, /state and /healthz (metrics_address); "off" disables`)
 	fs.StringVar(&f.logLevel, "log-level", "", "log level (log_level: debug, info, warn, error)")
@@ -124,6 +125,8 @@ func loadRunConfig(fs *flag.FlagSet, f runFlags) (config.Config, error) {
 			cfg.StateDir = v
 		case "sysfs-root":
 			cfg.SysfsRoot = v
+		case "procfs-root":
+			cfg.ProcfsRoot = v
 		case "cgroup-root":
 			cfg.CgroupRoot = v
 		case "metrics-address":

@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -31,6 +34,7 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	root := fs.String("sysfs-root", "", "directory that plays /sys (required; read only)")
+	procRoot := fs.String("procfs-root", "", "directory that plays /proc for the GPUs of devices and env (default: the configuration's procfs_root, /proc)")
 	cfgPath := fs.String("config", "", "the daemon's TOML configuration (default: built-in defaults)")
 	logLevel := fs.String("log-level", "warning", "log level of the messages on stderr")
 	kubeletVersion := fs.String("kubelet-version", "", "the kubelet release whose rules to follow: "+kubever.Accepted+
@@ -42,7 +46,7 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *root == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: nri-cpualign simulate --sysfs-root DIR [--config FILE.toml] [--kubelet-version 1.37|1.38] < requests.jsonl")
+		fmt.Fprintln(stderr, "usage: nri-cpualign simulate --sysfs-root DIR [--procfs-root DIR] [--config FILE.toml] [--kubelet-version 1.37|1.38] < requests.jsonl")
 		return 2
 	}
 	var kv *kubever.Version
@@ -119,7 +123,11 @@ func cmdSimulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		"kubelet_version": engine.Config().KubeletVersion.String(),
 	}).Info("simulate: ready")
 
-	sim := &simulator{engine: engine, state: engine.NewState(), log: log}
+	procfs := cfg.ProcfsRoot
+	if *procRoot != "" {
+		procfs = *procRoot
+	}
+	sim := &simulator{engine: engine, state: engine.NewState(), log: log, sysfsRoot: *root, procfsRoot: procfs}
 	in := bufio.NewReaderSize(stdin, 64<<10)
 	for n := 1; ; n++ {
 		if in.Buffered() == 0 {
@@ -154,6 +162,9 @@ type simulator struct {
 	engine *policy.Engine
 	state  policy.State
 	log    *logrus.Logger
+	// sysfsRoot and procfsRoot are where the devices of a line's devices,
+	// env and mounts are looked up, as the daemon looks them up.
+	sysfsRoot, procfsRoot string
 	// slow decodes every line with encoding/json (tests: the reference
 	// the fast parser is compared with).
 	slow bool
@@ -189,11 +200,47 @@ type requestLine struct {
 	// DeviceNUMA is the NUMA nodes of the container's devices, as the
 	// daemon reads them from sysfs: the "devices" provider's hints.
 	DeviceNUMA []int `json:"device_numa"`
+	// Devices, Env and Mounts are the container's device nodes,
+	// variables and mounts as the runtime hands them to the plugin: the
+	// daemon's device lookup (sysfs, procfs, DRA metadata) gives the
+	// "devices" provider's hints from them.
+	Devices []deviceJSON `json:"devices"`
+	Env     []string     `json:"env"`
+	Mounts  []mountJSON  `json:"mounts"`
 	// Memory and PodMemory are memory and hugepage limits by resource
 	// name ("memory", "hugepages-2Mi") as quantities ("4Gi"), for the
 	// memory manager (memory_manager_policy Static).
 	Memory    map[string]string `json:"memory"`
 	PodMemory map[string]string `json:"pod_memory"`
+}
+
+// deviceJSON is a device node as the runtime lists it: type "c" or
+// "b", major and minor ("/dev/nvidia0", "c", 195, 0).
+type deviceJSON struct {
+	Path  string `json:"path"`
+	Type  string `json:"type"`
+	Major int64  `json:"major"`
+	Minor int64  `json:"minor"`
+}
+
+// mountJSON is a mount as the runtime lists it (a DRA claim's metadata:
+// source on the host, destination under /var/run/dra-device-attributes).
+type mountJSON struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+// locatedJSON is a device that gave NUMA nodes, as /state shows it.
+type locatedJSON struct {
+	Device string `json:"device"`
+	NUMA   []int  `json:"numa"`
+}
+
+// devicesFound is what the device lookup of a line found.
+type devicesFound struct {
+	Located []locatedJSON
+	// Err is why the container got no device hint (the daemon's warning).
+	Err string
 }
 
 // affinityJSON is the merged hint on the wire; NUMA null = any node.
@@ -209,11 +256,13 @@ type errorLine struct {
 }
 
 type containerError struct {
-	Pod       string        `json:"pod"`
-	Container string        `json:"container"`
-	Error     string        `json:"error"`
-	Reason    string        `json:"reason"`
-	Affinity  *affinityJSON `json:"affinity,omitempty"`
+	Pod         string        `json:"pod"`
+	Container   string        `json:"container"`
+	Error       string        `json:"error"`
+	Reason      string        `json:"reason"`
+	Affinity    *affinityJSON `json:"affinity,omitempty"`
+	Devices     []locatedJSON `json:"devices,omitempty"`
+	DeviceError string        `json:"device_error,omitempty"`
 }
 
 type assignResult struct {
@@ -236,6 +285,10 @@ type addResult struct {
 	// PodPool: a shared container of a pod-level pod, on its pod's
 	// private pool (pod_level_resource_managers).
 	PodPool bool `json:"pod_pool,omitempty"`
+	// Devices and DeviceError: what the line's devices, env and mounts
+	// gave (the devices with NUMA nodes), or why they gave no hint.
+	Devices     []locatedJSON `json:"devices,omitempty"`
+	DeviceError string        `json:"device_error,omitempty"`
 }
 
 type hintsResult struct {
@@ -244,7 +297,9 @@ type hintsResult struct {
 	Hints     map[string][]hintJSON `json:"hints"`
 	// StrictUncore is strict-align-cpus-by-uncorecache when on: the CPU
 	// hints then leave out NUMA nodes no strict placement fits in.
-	StrictUncore string `json:"strict_align_cpus_by_uncorecache,omitempty"`
+	StrictUncore string        `json:"strict_align_cpus_by_uncorecache,omitempty"`
+	Devices      []locatedJSON `json:"devices,omitempty"`
+	DeviceError  string        `json:"device_error,omitempty"`
 }
 
 type removeResult struct {
@@ -375,8 +430,55 @@ func (s *simulator) assign(req requestLine) any {
 	return assignResult{Pod: req.Pod, Container: req.Container, CPUs: cpus.String(), Exclusive: true}
 }
 
-// request converts an add or hints line to the engine's Request.
-func (s *simulator) request(req requestLine) (policy.Request, error) {
+// request converts an add or hints line to the engine's Request, with
+// what its devices, env and mounts gave.
+func (s *simulator) request(req requestLine) (policy.Request, devicesFound, error) {
+	r, err := s.requestHints(req)
+	if err != nil || (len(req.Devices) == 0 && len(req.Env) == 0 && len(req.Mounts) == 0) {
+		return r, devicesFound{}, err
+	}
+	bad := func(format string, args ...any) error {
+		return &policy.RequestError{Pod: req.Pod, Container: req.Container, Field: "devices", Msg: fmt.Sprintf(format, args...)}
+	}
+	if len(req.DeviceNUMA) > 0 {
+		return r, devicesFound{}, bad("device_numa and devices/env/mounts both give the device provider's hints")
+	}
+	if _, dup := r.Hints[deviceProvider]; dup {
+		return r, devicesFound{}, bad("hints.%s and devices/env/mounts both give the device provider's hints", deviceProvider)
+	}
+	ctr := &api.Container{Env: req.Env, Linux: &api.LinuxContainer{}}
+	for i, d := range req.Devices {
+		if d.Type != "c" && d.Type != "b" {
+			return r, devicesFound{}, bad("devices[%d]: type %q: want \"c\" or \"b\"", i, d.Type)
+		}
+		ctr.Linux.Devices = append(ctr.Linux.Devices, &api.LinuxDevice{Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor})
+	}
+	for _, m := range req.Mounts {
+		ctr.Mounts = append(ctr.Mounts, &api.Mount{Source: m.Source, Destination: m.Destination, Type: "bind"})
+	}
+	nodes, located, skipped, err := daemon.LocateDevices(s.sysfsRoot, s.procfsRoot, ctr)
+	for _, v := range skipped {
+		s.log.WithField("value", v).Warn("simulate: device plugin variable ignored for device hints")
+	}
+	if err != nil {
+		s.log.WithError(err).Warn("simulate: cannot read the NUMA node of a device; no device hint")
+		return r, devicesFound{Err: err.Error()}, nil
+	}
+	found := devicesFound{}
+	for _, d := range located {
+		found.Located = append(found.Located, locatedJSON{Device: d.Device, NUMA: d.NUMA})
+	}
+	if len(nodes) > 0 {
+		if r.Hints == nil {
+			r.Hints = map[string][]hints.Hint{}
+		}
+		r.Hints[deviceProvider] = s.engine.DeviceHints(nodes)
+	}
+	return r, found, nil
+}
+
+// requestHints converts the line's request and given hints.
+func (s *simulator) requestHints(req requestLine) (policy.Request, error) {
 	bad := func(field, format string, args ...any) error {
 		return &policy.RequestError{Pod: req.Pod, Container: req.Container, Field: field, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -465,7 +567,7 @@ func memoryRequest(in map[string]string) (memorymanager.Request, error) {
 }
 
 func (s *simulator) add(req requestLine) any {
-	r, err := s.request(req)
+	r, found, err := s.request(req)
 	if err == nil {
 		var next policy.State
 		var d policy.Decision
@@ -483,7 +585,8 @@ func (s *simulator) add(req requestLine) any {
 				cpus = s.engine.SharedMask(next).String()
 			}
 			res := addResult{Pod: req.Pod, Container: req.Container, CPUs: cpus, Mems: cpuList(d.Mems),
-				Exclusive: d.Exclusive, Affinity: toAffinity(d.Affinity), PodPool: d.PodPool}
+				Exclusive: d.Exclusive, Affinity: toAffinity(d.Affinity), PodPool: d.PodPool,
+				Devices: found.Located, DeviceError: found.Err}
 			if s.log.IsLevelEnabled(logrus.DebugLevel) { // the fields cost more than the decision
 				s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "cpus": res.CPUs,
 					"mems": res.Mems, "exclusive": d.Exclusive, "numa": d.Affinity.Affinity.String()}).Debug("simulate: add")
@@ -494,7 +597,8 @@ func (s *simulator) add(req requestLine) any {
 			return res
 		}
 	}
-	out := containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error")}
+	out := containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error"),
+		Devices: found.Located, DeviceError: found.Err}
 	var tae *hints.TopologyAffinityError
 	if errors.As(err, &tae) {
 		a := toAffinity(tae.Hint)
@@ -507,20 +611,22 @@ func (s *simulator) add(req requestLine) any {
 }
 
 func (s *simulator) hints(req requestLine) any {
-	r, err := s.request(req)
+	r, found, err := s.request(req)
 	if err != nil {
 		return containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error")}
 	}
 	if err := s.engine.CheckRequest(r); err != nil {
 		return containerError{Pod: req.Pod, Container: req.Container, Error: err.Error(), Reason: reasonOf(err, "Error")}
 	}
-	out := hintsResult{Pod: req.Pod, Container: req.Container, Hints: map[string][]hintJSON{}}
+	out := hintsResult{Pod: req.Pod, Container: req.Container, Hints: map[string][]hintJSON{},
+		Devices: found.Located, DeviceError: found.Err}
 	if u := s.engine.StrictUncore(); u != allocator.UncoreStrictOff {
 		out.StrictUncore = u.String()
 	}
 	providers := s.engine.Hints(s.state, r)
-	if len(req.DeviceNUMA) > 0 {
-		providers[deviceProvider] = r.Hints[deviceProvider]
+	fromDevices := len(req.DeviceNUMA) > 0 || len(req.Devices) > 0 || len(req.Env) > 0 || len(req.Mounts) > 0
+	if dh, ok := r.Hints[deviceProvider]; ok && fromDevices {
+		providers[deviceProvider] = dh
 	}
 	for name, list := range providers {
 		if list == nil {
@@ -545,7 +651,7 @@ func (s *simulator) snapshot() any {
 // request (Engine.Resize); a downsize gives its CPUs back at once (the
 // daemon waits for the runtime's PostUpdateContainer).
 func (s *simulator) resize(req requestLine) any {
-	r, err := s.request(req)
+	r, _, err := s.request(req)
 	if err == nil {
 		var next policy.State
 		var d policy.ResizeDecision

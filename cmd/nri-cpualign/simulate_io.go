@@ -168,6 +168,9 @@ func (p *fastParser) intInto(dst *int64) bool {
 func appendAnswer(b []byte, v any) []byte {
 	switch a := v.(type) {
 	case addResult:
+		if len(a.Devices) > 0 || a.DeviceError != "" {
+			break // rare: encoding/json below
+		}
 		b = append(b, `{"pod":`...)
 		b = jsonstr.Append(b, a.Pod)
 		b = append(b, `,"container":`...)
@@ -197,6 +200,9 @@ func appendAnswer(b []byte, v any) []byte {
 		b = strconv.AppendBool(b, a.Removed)
 		return append(b, '}')
 	case containerError:
+		if len(a.Devices) > 0 || a.DeviceError != "" {
+			break
+		}
 		b = append(b, `{"pod":`...)
 		b = jsonstr.Append(b, a.Pod)
 		b = append(b, `,"container":`...)

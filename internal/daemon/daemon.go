@@ -526,7 +526,7 @@ func warnIgnoredKeys(log *logrus.Logger, cfg config.Config, source string) {
 // configure applies a configuration handed over by the runtime (the
 // pre-registered plugin's config file): policy keys, log settings and the
 // reconcile period take effect; process-level keys (state_dir,
-// socket_path, sysfs_root, cgroup_root, metrics_address) are fixed at
+// socket_path, sysfs_root, procfs_root, cgroup_root, metrics_address) are fixed at
 // start-up and only logged when they differ. shared_pool_updates is fixed
 // once the plugin runs: a configuration asking for another value is
 // refused, since the way the pool reaches the cgroups is chosen by the
@@ -662,6 +662,7 @@ func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.T
 			{config.KeyStateDir, in.StateDir, cur.StateDir},
 			{config.KeySocketPath, in.SocketPath, cur.SocketPath},
 			{config.KeySysfsRoot, in.SysfsRoot, cur.SysfsRoot},
+			{config.KeyProcfsRoot, in.ProcfsRoot, cur.ProcfsRoot},
 			{config.KeyCgroupRoot, in.CgroupRoot, cur.CgroupRoot},
 			{config.KeyMetricsAddress, in.MetricsAddress, cur.MetricsAddress},
 		} {
@@ -680,6 +681,7 @@ func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.T
 	}{
 		{config.KeyStateDir, &next.StateDir, &in.StateDir},
 		{config.KeySysfsRoot, &next.SysfsRoot, &in.SysfsRoot},
+		{config.KeyProcfsRoot, &next.ProcfsRoot, &in.ProcfsRoot},
 		{config.KeyCgroupRoot, &next.CgroupRoot, &in.CgroupRoot},
 		{config.KeyMetricsAddress, &next.MetricsAddress, &in.MetricsAddress},
 	} {

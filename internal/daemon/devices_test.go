@@ -241,7 +241,9 @@ func TestPCIFromEnv(t *testing.T) {
 		"NVIDIA_VISIBLE_DEVICES=GPU-0a1b",
 		"NOEQUALS",
 	}
-	devs, names, skipped := pciFromEnv(env)
+	var c collected
+	pciFromEnv(env, &c)
+	devs, names, skipped := c.devs, c.names, c.skipped
 	want := []string{"PCIDEVICE_A 0000:3b:02.0", "PCIDEVICE_A 0000:af:02.1", "PCI_RESOURCE_KUBEVIRT_IO_NIC 0000:af:00.0"}
 	if fmt.Sprint(names) != fmt.Sprint(want) || len(devs) != 3 || devs[0].PCI != "0000:3b:02.0" || devs[2].Kind != "pci" {
 		t.Fatalf("pciFromEnv names = %q, devs = %+v; want %q", names, devs, want)
@@ -256,7 +258,9 @@ func TestPCIFromEnv(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		many = append(many, fmt.Sprintf("0000:%02x:00.0", i))
 	}
-	devs, _, skipped = pciFromEnv([]string{"PCIDEVICE_MANY=" + strings.Join(many, ",")})
+	c = collected{}
+	pciFromEnv([]string{"PCIDEVICE_MANY=" + strings.Join(many, ",")}, &c)
+	devs, skipped = c.devs, c.skipped
 	if len(devs) != 64 || len(skipped) != 8 || skipped[0] != "PCIDEVICE_MANY=0000:40:00.0" {
 		t.Fatalf("100 addresses: %d read, skipped %q; want 64 and 8 starting at 0000:40:00.0", len(devs), skipped)
 	}

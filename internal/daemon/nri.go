@@ -171,7 +171,7 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		}
 		if pod := podByID[sc.SandboxID]; pod != nil && sc.Phase != phaseStopped {
 			sc.Request = requestFor(pod, c)
-			sc.Devices, sc.DeviceErr = devs.nodes(c)
+			sc.Devices, sc.DeviceErr = devs.nodes(pod, c)
 		}
 		in.Ctrs = append(in.Ctrs, sc)
 	}
@@ -202,10 +202,12 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 			entry.WithError(ev.Err).Warn(noDeviceHintMsg)
 		case evRefused:
 			ev.Devices.log(entry)
+			entry = ev.Devices.withDevices(entry)
 			entry.WithError(ev.Err).WithField("reason", reasonOf(ev.Err)).
 				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
 		case evPlaced:
 			ev.Devices.log(entry)
+			entry = ev.Devices.withDevices(entry)
 			p.logDecision(entry, ev.Decision, "placed at synchronize")
 		}
 	}
@@ -249,8 +251,9 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	l := d.led
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
-	devInfo, devErr := p.deviceReader().nodes(ctr)
+	devInfo, devErr := p.deviceReader().nodes(pod, ctr)
 	nodes := deviceNodes(devInfo, devErr, entry)
+	entry = devInfo.withDevices(entry)
 
 	l.Lock()
 	defer l.Unlock()

@@ -48,9 +48,12 @@ const (
 	KeyKubeletVersion = policy.KeyKubeletVersion
 	// KeyDisableCPUQuota is the kubelet's feature gate
 	// DisableCPUQuotaWithExclusiveCPUs (on by default since 1.33).
-	KeyDisableCPUQuota   = "disable_cpu_quota_with_exclusive_cpus"
-	KeyStateDir          = "state_dir"
-	KeySysfsRoot         = "sysfs_root"
+	KeyDisableCPUQuota = "disable_cpu_quota_with_exclusive_cpus"
+	KeyStateDir        = "state_dir"
+	KeySysfsRoot       = "sysfs_root"
+	// KeyProcfsRoot is where the NVIDIA driver's GPU files are read
+	// (<procfs_root>/driver/nvidia/gpus/*/information).
+	KeyProcfsRoot        = "procfs_root"
 	KeyCgroupRoot        = "cgroup_root"
 	KeySocketPath        = "socket_path"
 	KeyMetricsAddress    = "metrics_address"
@@ -78,6 +81,7 @@ const (
 const (
 	DefaultStateDir        = "/var/lib/nri-cpualign"
 	DefaultSysfsRoot       = "/sys"
+	DefaultProcfsRoot      = "/proc"
 	DefaultCgroupRoot      = "/sys/fs/cgroup"
 	DefaultSocketPath      = "/var/run/nri/nri.sock"
 	DefaultMetricsAddress  = "127.0.0.1:9464"
@@ -146,6 +150,8 @@ type Config struct {
 	KubeletVersion string `toml:"kubelet_version"`
 	StateDir       string `toml:"state_dir"`
 	SysfsRoot      string `toml:"sysfs_root"`
+	// ProcfsRoot plays /proc for the device hints' GPU lookup.
+	ProcfsRoot     string `toml:"procfs_root"`
 	CgroupRoot     string `toml:"cgroup_root"`
 	SocketPath     string `toml:"socket_path"`
 	MetricsAddress string `toml:"metrics_address"`
@@ -211,6 +217,7 @@ func Default() Config {
 		DisableCPUQuota:              true,
 		StateDir:                     DefaultStateDir,
 		SysfsRoot:                    DefaultSysfsRoot,
+		ProcfsRoot:                   DefaultProcfsRoot,
 		CgroupRoot:                   DefaultCgroupRoot,
 		SocketPath:                   DefaultSocketPath,
 		MetricsAddress:               DefaultMetricsAddress,
@@ -270,6 +277,7 @@ type raw struct {
 	KubeletVersion               *string             `toml:"kubelet_version"`
 	StateDir                     *string             `toml:"state_dir"`
 	SysfsRoot                    *string             `toml:"sysfs_root"`
+	ProcfsRoot                   *string             `toml:"procfs_root"`
 	CgroupRoot                   *string             `toml:"cgroup_root"`
 	SocketPath                   *string             `toml:"socket_path"`
 	MetricsAddress               *string             `toml:"metrics_address"`
@@ -322,6 +330,7 @@ func load(data []byte, file string) (Config, error) {
 	setStr(&c.TopologyManagerScope, r.TopologyManagerScope)
 	setStr(&c.StateDir, r.StateDir)
 	setStr(&c.SysfsRoot, r.SysfsRoot)
+	setStr(&c.ProcfsRoot, r.ProcfsRoot)
 	setStr(&c.CgroupRoot, r.CgroupRoot)
 	setStr(&c.SocketPath, r.SocketPath)
 	setStr(&c.MetricsAddress, r.MetricsAddress)
@@ -476,7 +485,7 @@ func (c Config) problems() []*Error {
 		bad(KeyReconcilePeriod, time.Duration(c.ReconcilePeriod).String(), "want a duration >= 0 (0 = off)")
 	}
 	for _, k := range []struct{ key, value string }{
-		{KeyStateDir, c.StateDir}, {KeySysfsRoot, c.SysfsRoot}, {KeyCgroupRoot, c.CgroupRoot}, {KeySocketPath, c.SocketPath},
+		{KeyStateDir, c.StateDir}, {KeySysfsRoot, c.SysfsRoot}, {KeyProcfsRoot, c.ProcfsRoot}, {KeyCgroupRoot, c.CgroupRoot}, {KeySocketPath, c.SocketPath},
 	} {
 		if strings.TrimSpace(k.value) == "" {
 			bad(k.key, "", "must not be empty")
@@ -591,6 +600,7 @@ func (c Config) Summary() string {
 		KeyKubeletVersion:               c.KubeletVersion,
 		KeyStateDir:                     c.StateDir,
 		KeySysfsRoot:                    c.SysfsRoot,
+		KeyProcfsRoot:                   c.ProcfsRoot,
 		KeyCgroupRoot:                   c.CgroupRoot,
 		KeySocketPath:                   c.SocketPath,
 		KeyMetricsAddress:               strconv.Quote(c.MetricsAddress),

@@ -24,6 +24,7 @@ topology_manager_policy = "single-numa-node"
 topology_manager_scope = "pod"
 state_dir = "/tmp/state"
 sysfs_root = "/host/sys"
+procfs_root = "/host/proc"
 cgroup_root = "/host/sys/fs/cgroup"
 socket_path = "/run/nri/nri.sock"
 metrics_address = ""
@@ -56,6 +57,7 @@ max-allowable-numa-nodes = 16
 		TopologyManagerPolicyOptions: map[string]string{"prefer-closest-numa-nodes": "true", "max-allowable-numa-nodes": "16"},
 		StateDir:                     "/tmp/state",
 		SysfsRoot:                    "/host/sys",
+		ProcfsRoot:                   "/host/proc",
 		CgroupRoot:                   "/host/sys/fs/cgroup",
 		SocketPath:                   "/run/nri/nri.sock",
 		MetricsAddress:               "",
@@ -73,14 +75,14 @@ max-allowable-numa-nodes = 16
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load =\n%#v\nwant\n%#v", got, want)
 	}
-	if l := c.Line(KeyLogFormat); l != 15 {
-		t.Errorf("Line(log_format) = %d, want 15", l)
+	if l := c.Line(KeyLogFormat); l != 16 {
+		t.Errorf("Line(log_format) = %d, want 16", l)
 	}
-	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 22 {
-		t.Errorf("Line(full-pcpus-only) = %d, want 22", l)
+	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 23 {
+		t.Errorf("Line(full-pcpus-only) = %d, want 23", l)
 	}
-	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 25 {
-		t.Errorf("Line(topology_manager_policy_options) = %d, want 25", l)
+	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 26 {
+		t.Errorf("Line(topology_manager_policy_options) = %d, want 26", l)
 	}
 
 	p, err := c.Policy()
@@ -197,6 +199,7 @@ func TestLoadErrors(t *testing.T) {
 		{"empty state dir", "state_dir = \"\"\n", "state_dir", 1, "", "must not be empty"},
 		{"empty socket", "socket_path = \" \"\n", "socket_path", 1, "", "must not be empty"},
 		{"empty sysfs root", "sysfs_root = \"\"\n", "sysfs_root", 1, "", "must not be empty"},
+		{"empty procfs root", "procfs_root = \"\"\n", "procfs_root", 1, "", "must not be empty"},
 		{"empty cgroup root", "cgroup_root = \"\"\n", "cgroup_root", 1, "", "must not be empty"},
 		{"metrics address without port", "metrics_address = \"localhost\"\n", "metrics_address", 1, "localhost", "host:port"},
 		{"metrics address bad port", "metrics_address = \":99999\"\n", "metrics_address", 1, ":99999", "port"},
@@ -335,10 +338,10 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 28 || all.PodLevelResourceManagers || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 30 || all.PodLevelResourceManagers || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress ||
 		len(all.Reservations()) != 1 || all.Reservations()[0].Limits["hugepages-2Mi"] != 64<<20 ||
-		all.NodeResourceTopology != NRTOn || all.NodeName != "worker-1" {
+		all.NodeResourceTopology != NRTOn || all.NodeName != "worker-1" || all.ProcfsRoot != "/proc" {
 		t.Errorf("uncommented %d settings, got %+v", n, all)
 	}
 }

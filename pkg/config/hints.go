@@ -19,7 +19,7 @@ func keys() []string {
 	return []string{
 		KeyCPUManagerPolicy, KeyCPUManagerPolicyOptions, KeyReservedSystemCPUs, KeyReservedCPUCount,
 		KeyTopologyManagerPolicy, KeyTopologyManagerScope, KeyTopologyManagerPolicyOptions,
-		KeyMemoryManagerPolicy, KeyDisableCPUQuota, KeyStateDir, KeySysfsRoot, KeyCgroupRoot, KeySocketPath, KeyMetricsAddress, KeyReconcilePeriod,
+		KeyMemoryManagerPolicy, KeyDisableCPUQuota, KeyStateDir, KeySysfsRoot, KeyProcfsRoot, KeyCgroupRoot, KeySocketPath, KeyMetricsAddress, KeyReconcilePeriod,
 		KeySharedPoolUpdates, KeyLogLevel, KeyLogFormat, KeyReservedMemory, KeyNodeResourceTopology, KeyKubeconfig, KeyNodeName,
 	}
 }

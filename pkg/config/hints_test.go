@@ -11,7 +11,7 @@ import (
 func TestKubeletNamesAndTypos(t *testing.T) {
 	const allKeys = "cpu_manager_policy, cpu_manager_policy_options, reserved_system_cpus, reserved_cpu_count, " +
 		"topology_manager_policy, topology_manager_scope, topology_manager_policy_options, memory_manager_policy, " +
-		"disable_cpu_quota_with_exclusive_cpus, state_dir, sysfs_root, " +
+		"disable_cpu_quota_with_exclusive_cpus, state_dir, sysfs_root, procfs_root, " +
 		"cgroup_root, socket_path, metrics_address, reconcile_period, shared_pool_updates, " +
 		"log_level, log_format, reserved_memory, node_resource_topology, kubeconfig, node_name"
 	const cpuOpts = "align-by-socket, distribute-cpus-across-cores, distribute-cpus-across-numa, full-pcpus-only, " +

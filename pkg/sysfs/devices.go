@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"k8s.io/utils/cpuset"
 )
 
 // DeviceNUMANode returns the NUMA node of a character ("char") or block
@@ -94,19 +96,29 @@ func nodeAbove(dir, stop string) (node int, ok bool, err error) {
 }
 
 // Device is one device of a container: a device node as the runtime
-// lists it (Kind "char" or "block" and its major:minor numbers), or a PCI
+// lists it (Kind "char" or "block" and its major:minor numbers), a PCI
 // function a device plugin handed over by address (Kind "pci", PCI in the
-// canonical form ParsePCIAddress gives).
+// canonical form ParsePCIAddress gives), or a device whose driver named
+// its NUMA nodes itself (Kind "numa", Nodes: a DRA device's
+// resource.kubernetes.io/numaNode, a device plugin's TopologyInfo).
 type Device struct {
 	Kind         string
 	Major, Minor int64
 	PCI          string
+	Nodes        []int
 }
 
 // String names the device as sysfs knows it: "char 242:1", "pci 0000:af:02.1".
 func (d Device) String() string {
-	if d.Kind == "pci" {
+	switch d.Kind {
+	case "pci":
 		return "pci " + d.PCI
+	case "numa":
+		ns := make([]string, len(d.Nodes))
+		for i, n := range d.Nodes {
+			ns[i] = strconv.Itoa(n)
+		}
+		return "numa " + strings.Join(ns, ",")
 	}
 	return d.Kind + " " + strconv.FormatInt(d.Major, 10) + ":" + strconv.FormatInt(d.Minor, 10)
 }
@@ -120,38 +132,197 @@ func (d Device) String() string {
 // root/kernel/iommu_groups/<group>/devices give the nodes. The group
 // number is the kernel's name of the class device that major:minor leads
 // to, never the container's /dev/vfio/<N> path. A PCI function is read at
-// root/bus/pci/devices/<address>/numa_node.
+// root/bus/pci/devices/<address>/numa_node. A "numa" device is its nodes.
+//
+// Where a function's numa_node is -1 (the firmware names no node), its
+// local_cpulist is the locality left: the nodes whose CPUs it holds, when
+// that is fewer than all the machine's nodes with CPUs (NodesOfCPUs).
 func DeviceNodes(root string, d Device) ([]int, error) {
-	if d.Kind == "pci" {
+	l, err := newLocator(root)
+	if err != nil {
+		return nil, err
+	}
+	return l.nodes(d)
+}
+
+// locator looks devices up under one sysfs root. It reads the NUMA
+// nodes' CPU lists once, and only when a function without numa_node
+// needs them.
+type locator struct {
+	realRoot string
+	nodeCPUs map[int]cpuset.CPUSet // nil until read
+}
+
+func newLocator(root string) (*locator, error) {
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("sysfs: root: %w", err)
+	}
+	return &locator{realRoot: realRoot}, nil
+}
+
+func (l *locator) nodes(d Device) ([]int, error) {
+	switch d.Kind {
+	case "numa":
+		var nodes []int
+		for _, n := range d.Nodes {
+			if n < 0 || n >= maxDeviceNUMANode {
+				return nil, fmt.Errorf("sysfs: NUMA node %d: want 0-%d", n, maxDeviceNUMANode-1)
+			}
+			if !slices.Contains(nodes, n) {
+				nodes = append(nodes, n)
+			}
+		}
+		sort.Ints(nodes)
+		return nodes, nil
+	case "pci":
 		addr, err := ParsePCIAddress(d.PCI)
 		if err != nil {
 			return nil, err
 		}
-		node, ok, err := PCINUMANode(root, addr)
-		if err != nil || !ok {
+		dir, err := inDevices(l.realRoot, filepath.Join(l.realRoot, "bus", "pci", "devices", addr))
+		if err != nil || dir == "" {
 			return nil, err
 		}
-		return []int{node}, nil
+		return l.nodesAbove(dir)
 	}
-	realRoot, dir, err := resolveDevice(root, d.Kind, d.Major, d.Minor)
+	if d.Kind != "char" && d.Kind != "block" {
+		return nil, fmt.Errorf("sysfs: device kind %q: want char, block, pci or numa", d.Kind)
+	}
+	if d.Major < 0 || d.Minor < 0 {
+		return nil, fmt.Errorf("sysfs: device %s %d:%d: negative major or minor", d.Kind, d.Major, d.Minor)
+	}
+	link := filepath.Join(l.realRoot, "dev", d.Kind, strconv.FormatInt(d.Major, 10)+":"+strconv.FormatInt(d.Minor, 10))
+	dir, err := inDevices(l.realRoot, link)
 	if err != nil || dir == "" {
 		return nil, err
 	}
-	node, ok, err := nodeAbove(dir, filepath.Join(realRoot, "devices"))
-	if err != nil {
-		return nil, err
+	nodes, found, err := l.nodesAt(dir)
+	if err != nil || found {
+		return nodes, err
 	}
-	if ok {
-		return []int{node}, nil
-	}
-	if d.Kind != "char" || filepath.Dir(dir) != filepath.Join(realRoot, "devices", "virtual", "vfio") {
+	if d.Kind != "char" || filepath.Dir(dir) != filepath.Join(l.realRoot, "devices", "virtual", "vfio") {
 		return nil, nil
 	}
 	group, ok := vfioGroup(filepath.Base(dir))
 	if !ok {
 		return nil, nil // /dev/vfio/vfio is misc, not here; anything else is unknown
 	}
-	return iommuGroupNodes(realRoot, group)
+	return l.iommuGroupNodes(group)
+}
+
+// nodesAbove is nodesAt without telling whether a numa_node was found.
+func (l *locator) nodesAbove(dir string) ([]int, error) {
+	nodes, _, err := l.nodesAt(dir)
+	return nodes, err
+}
+
+// nodesAt walks up from dir towards root/devices to the first numa_node
+// file (found): its node, or for -1 the nodes of the local_cpulist beside
+// it. Nothing found, or a -1 without a narrowing CPU list, is no node.
+func (l *locator) nodesAt(dir string) (nodes []int, found bool, err error) {
+	stop := filepath.Join(l.realRoot, "devices")
+	for d := dir; within(d, stop) && d != stop; d = filepath.Dir(d) {
+		p := filepath.Join(d, "numa_node")
+		data, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, true, fmt.Errorf("sysfs: %w", err)
+		}
+		text := strings.TrimSpace(string(data))
+		n, err := strconv.Atoi(text)
+		if err != nil || n >= maxDeviceNUMANode {
+			return nil, true, fmt.Errorf("sysfs: %s: want a NUMA node id (or -1) below %d, content %q", p, maxDeviceNUMANode, shorten(text))
+		}
+		if n >= 0 {
+			return []int{n}, true, nil
+		}
+		nodes, err := l.byLocalCPUs(d)
+		return nodes, true, err
+	}
+	return nil, false, nil
+}
+
+// byLocalCPUs is the locality of a function whose numa_node is -1: the
+// nodes its local_cpulist names CPUs of (NodesOfCPUs). No local_cpulist
+// (a bridge, a virtual device) is no node.
+func (l *locator) byLocalCPUs(dir string) ([]int, error) {
+	p := filepath.Join(dir, "local_cpulist")
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sysfs: %w", err)
+	}
+	cpus, err := ParseList(strings.TrimSpace(string(data)))
+	if err != nil {
+		return nil, fmt.Errorf("sysfs: %s: %w", p, err)
+	}
+	if l.nodeCPUs == nil {
+		if l.nodeCPUs, err = readNodeCPUs(l.realRoot); err != nil {
+			return nil, err
+		}
+	}
+	return NodesOfCPUs(cpus, l.nodeCPUs), nil
+}
+
+// readNodeCPUs reads root/devices/system/node/node<N>/cpulist, the nodes
+// that have CPUs; none when the tree has no node directory.
+func readNodeCPUs(realRoot string) (map[int]cpuset.CPUSet, error) {
+	dir := filepath.Join(realRoot, "devices", "system", "node")
+	entries, err := os.ReadDir(dir)
+	out := map[int]cpuset.CPUSet{}
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sysfs: %w", err)
+	}
+	for _, e := range entries {
+		n, ok, err := numbered(e.Name(), "node")
+		if err != nil || !ok {
+			continue // not a node<N> directory (has_cpu, online, ...)
+		}
+		if n >= maxDeviceNUMANode {
+			return nil, fmt.Errorf("sysfs: %s: node %d, want below %d", filepath.Join(dir, e.Name()), n, maxDeviceNUMANode)
+		}
+		p := filepath.Join(dir, e.Name(), "cpulist")
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("sysfs: %w", err)
+		}
+		cpus, err := ParseList(strings.TrimSpace(string(data)))
+		if err != nil {
+			return nil, fmt.Errorf("sysfs: %s: %w", p, err)
+		}
+		if !cpus.IsEmpty() {
+			out[n] = cpus
+		}
+	}
+	return out, nil
+}
+
+// NodesOfCPUs is the locality a function's local_cpulist gives when its
+// numa_node is -1: the nodes (of nodeCPUs, the machine's nodes with CPUs)
+// that local holds CPUs of, ascending. When that is every node, or none,
+// the list does not narrow anything and there is no node: the kernel
+// writes all online CPUs for a function it knows no node of (the real
+// H200 host's GPU: local_cpulist 0-15 on a one-node machine).
+func NodesOfCPUs(local cpuset.CPUSet, nodeCPUs map[int]cpuset.CPUSet) []int {
+	var nodes []int
+	for n, cpus := range nodeCPUs {
+		if !cpus.Intersection(local).IsEmpty() {
+			nodes = append(nodes, n)
+		}
+	}
+	if len(nodes) == len(nodeCPUs) {
+		return nil
+	}
+	sort.Ints(nodes)
+	return nodes
 }
 
 // vfioGroup is the IOMMU group of a VFIO group class device's name.
@@ -171,17 +342,18 @@ func IOMMUGroupNUMANodes(root string, group int) ([]int, error) {
 	if group < 0 {
 		return nil, fmt.Errorf("sysfs: IOMMU group %d: negative", group)
 	}
-	realRoot, err := filepath.EvalSymlinks(root)
+	l, err := newLocator(root)
 	if err != nil {
-		return nil, fmt.Errorf("sysfs: root: %w", err)
+		return nil, err
 	}
-	return iommuGroupNodes(realRoot, group)
+	return l.iommuGroupNodes(group)
 }
 
 // maxGroupDevices bounds how many members of one IOMMU group are read.
 const maxGroupDevices = 256
 
-func iommuGroupNodes(realRoot string, group int) ([]int, error) {
+func (l *locator) iommuGroupNodes(group int) ([]int, error) {
+	realRoot := l.realRoot
 	dir := filepath.Join(realRoot, "kernel", "iommu_groups", strconv.Itoa(group), "devices")
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -193,7 +365,6 @@ func iommuGroupNodes(realRoot string, group int) ([]int, error) {
 	if len(entries) > maxGroupDevices {
 		return nil, fmt.Errorf("sysfs: %s: %d devices, more than the %d read", dir, len(entries), maxGroupDevices)
 	}
-	stop := filepath.Join(realRoot, "devices")
 	var nodes []int
 	for _, e := range entries {
 		member, err := inDevices(realRoot, filepath.Join(dir, e.Name()))
@@ -203,12 +374,14 @@ func iommuGroupNodes(realRoot string, group int) ([]int, error) {
 			}
 			continue
 		}
-		node, ok, err := nodeAbove(member, stop)
+		ns, err := l.nodesAbove(member)
 		if err != nil {
 			return nil, err
 		}
-		if ok && !slices.Contains(nodes, node) {
-			nodes = append(nodes, node)
+		for _, node := range ns {
+			if !slices.Contains(nodes, node) {
+				nodes = append(nodes, node)
+			}
 		}
 	}
 	sort.Ints(nodes)
@@ -287,9 +460,13 @@ type Locality struct {
 // DeviceLocalities looks up every device with DeviceNodes, in order. The
 // first error stops the walk (it names the file or the input).
 func DeviceLocalities(root string, devs []Device) ([]Locality, error) {
+	l, err := newLocator(root)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Locality, 0, len(devs))
 	for _, d := range devs {
-		nodes, err := DeviceNodes(root, d)
+		nodes, err := l.nodes(d)
 		if err != nil {
 			return nil, err
 		}

@@ -105,3 +105,48 @@ func FuzzDeviceNUMANode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseNVIDIAInformation: never panics; what parses has a canonical
+// PCI address, a GPU minor (0-253) and a "GPU-" UUID.
+func FuzzParseNVIDIAInformation(f *testing.F) {
+	f.Add("GPU UUID: \t GPU-f7126b01-e63e-79d5-4f40-f4649151743c\nBus Location: \t 0000:00:06.0\nDevice Minor: \t 0\n")
+	f.Add("Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-x\nBus Location: \t 0000:AF:00.0\nDevice Minor: \t 253\n")
+	f.Add("Device Minor: \t 254\n")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		g, err := ParseNVIDIAInformation([]byte(s))
+		if err != nil {
+			return
+		}
+		if addr, err := ParsePCIAddress(g.PCI); err != nil || addr != g.PCI {
+			t.Fatalf("PCI %q is not canonical: %v", g.PCI, err)
+		}
+		if g.Minor < 0 || g.Minor > NVIDIAMaxGPUMinor || !strings.HasPrefix(g.UUID, "GPU-") {
+			t.Fatalf("parsed %+v from %q", g, s)
+		}
+	})
+}
+
+// FuzzParseDRAMetadata: never panics; every device's PCI address is
+// canonical and its node within 0-63.
+func FuzzParseDRAMetadata(f *testing.F) {
+	f.Add(`{"apiVersion":"metadata.resource.k8s.io/v1alpha1","kind":"DeviceMetadata","requests":[{"name":"r","devices":[{"name":"d","attributes":{"resource.kubernetes.io/pciBusID":{"string":"0000:86:00.0"},"resource.kubernetes.io/numaNode":{"int":1}}}]}]}`)
+	f.Add(`{"kind":"DeviceMetadata"}`)
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		devs, err := ParseDRAMetadata([]byte(s))
+		if err != nil {
+			return
+		}
+		for _, d := range devs {
+			if d.PCI != "" {
+				if addr, err := ParsePCIAddress(d.PCI); err != nil || addr != d.PCI {
+					t.Fatalf("PCI %q is not canonical: %v", d.PCI, err)
+				}
+			}
+			if d.HasNode && (d.Node < 0 || d.Node >= MaxNUMANodes) {
+				t.Fatalf("node %d", d.Node)
+			}
+		}
+	})
+}

@@ -93,6 +93,11 @@ state_dir = {{ .Values.config.state_dir | toString | toJson }}
 sysfs_root = {{ .Values.config.sysfs_root | toString | toJson }}
 cgroup_root = {{ .Values.config.cgroup_root | toString | toJson }}
 
+# The NVIDIA driver's GPU files (driver/nvidia/gpus/*/information), which
+# map a container's /dev/nvidiaN or GPU UUID to its PCI function: the
+# container's own /proc shows the host's.
+procfs_root = {{ .Values.config.procfs_root | toString | toJson }}
+
 # The runtime's NRI socket (containerd socket_path / CRI-O nri_listen).
 socket_path = {{ .Values.config.socket_path | toString | toJson }}
 
