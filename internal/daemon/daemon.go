@@ -130,6 +130,9 @@ type Daemon struct {
 	// nrt publishes the NodeResourceTopology (nil when off); started with
 	// the worker.
 	nrt *nrtexport.Exporter
+	// podres asks the kubelet's PodResources API for devices
+	// (podresources.go).
+	podres podResources
 }
 
 // runState is what Run sets, under the ledger's lock, for what starts
@@ -311,6 +314,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	defer d.releaseStateDir()
+	defer d.podres.close()
 
 	l := d.led
 	l.Lock()
