@@ -94,7 +94,7 @@ func (p *plugin) withPodResources(ctx context.Context, pod *api.PodSandbox, ctr 
 	timeout := time.Duration(cfg.PodResourcesTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	devs, err := d.podres.listerFor(cfg.PodResourcesSocket).ContainerDevices(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName())
+	devs, err := d.kube.podres.listerFor(cfg.PodResourcesSocket).ContainerDevices(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName())
 	if err != nil {
 		kind, msg := "error", "kubelet PodResources: Get failed; no device hint from it"
 		switch {
@@ -103,7 +103,7 @@ func (p *plugin) withPodResources(ctx context.Context, pod *api.PodSandbox, ctr 
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 			kind, msg = "timeout", "kubelet PodResources: no answer within pod_resources_timeout; no device hint from it"
 		}
-		if d.podres.warnOnce(kind) {
+		if d.kube.podres.warnOnce(kind) {
 			entry.WithError(err).WithFields(logrus.Fields{"socket": cfg.PodResourcesSocket, "timeout": timeout.String()}).Warn(msg)
 		}
 		return info, entry
