@@ -343,7 +343,7 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 28 || all.PodLevelResourceManagers || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 31 || !all.PodResources || all.PodResourcesTimeout != Duration(DefaultPodResourcesTimeout) || all.PodLevelResourceManagers || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress ||
 		len(all.Reservations()) != 1 || all.Reservations()[0].Limits["hugepages-2Mi"] != 64<<20 ||
 		all.NodeResourceTopology != NRTOn || all.NodeName != "worker-1" {
