@@ -329,6 +329,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	pendingErr := l.PendingErr()
 	l.Unlock()
 	d.logStartup()
+	d.kube.podres.warm(d.led.Config())
 	if configured {
 		l.Lock()
 		err := d.startLocked()

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/kubeletpodres"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
@@ -47,6 +48,15 @@ func (s *podResources) listerFor(socket string) kubeletpodres.Lister {
 	c.Connect()
 	s.socket, s.lister, s.closer = socket, c, c.Close
 	return c
+}
+
+// warm connects to the kubelet in the background when the call will be
+// made, so that the first container does not wait for the handshake
+// (0.3-2 ms on a busy two-CPU machine).
+func (s *podResources) warm(cfg config.Config) {
+	if cfg.PodResources && cfg.TopologyManagerPolicy != "" && cfg.TopologyManagerPolicy != hints.PolicyNone {
+		s.listerFor(cfg.PodResourcesSocket)
+	}
 }
 
 // warnOnce reports whether a warning of kind may be written now.
