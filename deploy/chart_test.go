@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -434,5 +435,32 @@ func TestChartNodeResourceTopology(t *testing.T) {
 	}
 	if a := loadChart(t).daemonSets[0].Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
 		t.Error("the default values mount the service account token")
+	}
+}
+
+// TestChartPodResources: the kubelet's pod-resources directory is mounted
+// read-only at the configured socket's directory, from
+// hostPaths.podResourcesDir; pod_resources=false mounts nothing.
+func TestChartPodResources(t *testing.T) {
+	m := loadChart(t, "--set", "hostPaths.podResourcesDir=/data/kubelet/pod-resources",
+		"--set", "config.pod_resources_socket=/run/podres/kubelet.sock", "--set", "config.pod_resources_timeout=20ms")
+	cfg := chartConfig(t, m)
+	if !cfg.PodResources || cfg.PodResourcesSocket != "/run/podres/kubelet.sock" || time.Duration(cfg.PodResourcesTimeout) != 20*time.Millisecond {
+		t.Errorf("config pod_resources %v, socket %q, timeout %v", cfg.PodResources, cfg.PodResourcesSocket, time.Duration(cfg.PodResourcesTimeout))
+	}
+	v, vm := volumeFor(t, m.daemonSets[0], "/run/podres")
+	if v.HostPath == nil || v.HostPath.Path != "/data/kubelet/pod-resources" || !vm.ReadOnly {
+		t.Errorf("pod-resources mount: volume %+v (read-only %v), want /data/kubelet/pod-resources read-only", v.VolumeSource, vm.ReadOnly)
+	}
+
+	m = loadChart(t, "--set", "config.pod_resources=false")
+	if cfg := chartConfig(t, m); cfg.PodResources {
+		t.Error("config.pod_resources=false renders pod_resources = true")
+	}
+	spec := m.daemonSets[0].Spec.Template.Spec
+	for _, v := range spec.Volumes {
+		if v.Name == "pod-resources" {
+			t.Error("config.pod_resources=false still mounts the kubelet's pod-resources directory")
+		}
 	}
 }

@@ -662,6 +662,16 @@ func checkMountsMatchConfig(t *testing.T, m manifests) {
 	// default).
 	checkSystemBus(t, ds, "/run/dbus")
 
+	// The kubelet's PodResources socket: its directory, the host's,
+	// read-only (the plugin only asks).
+	if !cfg.PodResources {
+		t.Error("pod_resources is off: the device plugins' devices give no hint")
+	}
+	v, vm = volumeFor(t, ds, path.Dir(cfg.PodResourcesSocket))
+	if hp := hostPath(v); hp != path.Dir(config.DefaultPodResourcesSocket) || !vm.ReadOnly {
+		t.Errorf("pod_resources_socket %s: volume from host %s (read-only %v), want %s read-only", cfg.PodResourcesSocket, hp, vm.ReadOnly, path.Dir(config.DefaultPodResourcesSocket))
+	}
+
 	// State directory: writable, on the host, at the same path.
 	v, vm = volumeFor(t, ds, cfg.StateDir)
 	if hp := hostPath(v); hp != config.DefaultStateDir || vm.ReadOnly {

@@ -127,9 +127,18 @@ type Daemon struct {
 	syncedC   chan struct{} // closed after the first Synchronize
 	run       runState      // under the ledger's lock
 
+	// kube is what the daemon exchanges with Kubernetes.
+	kube kubeLinks
+}
+
+// kubeLinks are the daemon's links to Kubernetes beside the runtime.
+type kubeLinks struct {
 	// nrt publishes the NodeResourceTopology (nil when off); started with
 	// the worker.
 	nrt *nrtexport.Exporter
+	// podres asks the kubelet's PodResources API for devices
+	// (podresources.go).
+	podres podResources
 }
 
 // runState is what Run sets, under the ledger's lock, for what starts
@@ -220,22 +229,22 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	d.obs.registerHeld(l.View)
 	d.obs.reg.MustRegister(newMemoryCollector(l.View))
 	d.app.ref.Store(&applierRef{newApplier(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
-	if d.nrt, err = newNRTExporter(cfg, l.View, o.log); err != nil {
+	if d.kube.nrt, err = newNRTExporter(cfg, l.View, o.log); err != nil {
 		return nil, err
 	}
-	if d.nrt != nil {
-		d.obs.reg.MustRegister(d.nrt.Collectors()...)
+	if d.kube.nrt != nil {
+		d.obs.reg.MustRegister(d.kube.nrt.Collectors()...)
 	}
 	warnZeroReservation(engine, cfg, d.log)
 	return d, nil
 }
 
 // kickExporter tells the NodeResourceTopology exporter, if any, that the
-// state changed (the ledger's Deps.Changed; d.nrt is set before the
+// state changed (the ledger's Deps.Changed; d.kube.nrt is set before the
 // first commit).
 func (d *Daemon) kickExporter() {
-	if d.nrt != nil {
-		d.nrt.Kick()
+	if d.kube.nrt != nil {
+		d.kube.nrt.Kick()
 	}
 }
 
@@ -311,6 +320,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	defer d.releaseStateDir()
+	defer d.kube.podres.close()
 
 	l := d.led
 	l.Lock()
@@ -319,6 +329,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	pendingErr := l.PendingErr()
 	l.Unlock()
 	d.logStartup()
+	d.kube.podres.warm(d.led.Config())
 	if configured {
 		l.Lock()
 		err := d.startLocked()
@@ -355,7 +366,7 @@ func (d *Daemon) startLocked() error {
 	if !d.run.workerOn {
 		d.run.workerOn = true
 		d.startWorker(d.applier())
-		if exp := d.nrt; exp != nil {
+		if exp := d.kube.nrt; exp != nil {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

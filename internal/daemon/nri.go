@@ -245,13 +245,14 @@ func sameList(a, b string) bool {
 // the shared pool changed the applier brings the other shared-pool
 // containers along. A rejection fails the creation with the reason word
 // first.
-func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("CreateContainer")()
 	d := p.d
 	l := d.led
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
 	devInfo, devErr := p.deviceReader().nodes(pod, ctr)
+	devInfo, entry = p.withPodResources(ctx, pod, ctr, devInfo, entry)
 	nodes := deviceNodes(devInfo, devErr, entry)
 	entry = devInfo.withDevices(entry)
 

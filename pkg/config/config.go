@@ -68,6 +68,11 @@ const (
 	KeyNodeResourceTopology = "node_resource_topology"
 	KeyKubeconfig           = "kubeconfig"
 	KeyNodeName             = "node_name"
+	// The kubelet's PodResources API as a device hint source
+	// (docs/devices.md).
+	KeyPodResources        = "pod_resources"
+	KeyPodResourcesSocket  = "pod_resources_socket"
+	KeyPodResourcesTimeout = "pod_resources_timeout"
 )
 
 // Values of node_resource_topology.
@@ -86,6 +91,16 @@ const (
 	DefaultSocketPath      = "/var/run/nri/nri.sock"
 	DefaultMetricsAddress  = "127.0.0.1:9464"
 	DefaultReconcilePeriod = 10 * time.Second
+	// DefaultPodResourcesSocket is the kubelet's (its root directory's
+	// pod-resources/kubelet.sock).
+	DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	// DefaultPodResourcesTimeout bounds the kubelet's answer: a container's
+	// creation waits at most this long for it. A warm kubelet answers in
+	// well under a millisecond (docs/performance.md).
+	DefaultPodResourcesTimeout = 5 * time.Millisecond
+	// MaxPodResourcesTimeout is the most pod_resources_timeout may be: the
+	// call holds the container's creation.
+	MaxPodResourcesTimeout = time.Second
 )
 
 // Values accepted by the enumerated keys, in the kubelet's spelling
@@ -176,6 +191,13 @@ type Config struct {
 	// NodeName names the object; "" takes the NODE_NAME environment
 	// variable (NodeNameOrEnv).
 	NodeName string `toml:"node_name"`
+	// PodResources: ask the kubelet's PodResources API, at
+	// PodResourcesSocket, for a container's devices and their NUMA nodes,
+	// waiting at most PodResourcesTimeout (no hint when it does not
+	// answer in time).
+	PodResources        bool     `toml:"pod_resources"`
+	PodResourcesSocket  string   `toml:"pod_resources_socket"`
+	PodResourcesTimeout Duration `toml:"pod_resources_timeout"`
 
 	// source and lines remember where the configuration came from so that
 	// errors found later (e.g. by policy.New) can name the line.
@@ -226,6 +248,9 @@ func Default() Config {
 		LogLevel:                     "info",
 		LogFormat:                    "text",
 		NodeResourceTopology:         NRTOff,
+		PodResources:                 true,
+		PodResourcesSocket:           DefaultPodResourcesSocket,
+		PodResourcesTimeout:          Duration(DefaultPodResourcesTimeout),
 	}
 }
 
@@ -290,6 +315,9 @@ type raw struct {
 	NodeResourceTopology         *string             `toml:"node_resource_topology"`
 	Kubeconfig                   *string             `toml:"kubeconfig"`
 	NodeName                     *string             `toml:"node_name"`
+	PodResources                 *bool               `toml:"pod_resources"`
+	PodResourcesSocket           *string             `toml:"pod_resources_socket"`
+	PodResourcesTimeout          any                 `toml:"pod_resources_timeout"`
 }
 
 // Load parses a TOML document over Default and validates it. Every problem
@@ -342,6 +370,19 @@ func load(data []byte, file string) (Config, error) {
 	setStr(&c.Kubeconfig, r.Kubeconfig)
 	setStr(&c.NodeName, r.NodeName)
 	setStr(&c.KubeletVersion, r.KubeletVersion)
+	setStr(&c.PodResourcesSocket, r.PodResourcesSocket)
+	if r.PodResources != nil {
+		c.PodResources = *r.PodResources
+	}
+	if r.PodResourcesTimeout != nil {
+		v, ok := r.PodResourcesTimeout.(string)
+		d, err := time.ParseDuration(v)
+		if !ok || err != nil {
+			bad(KeyPodResourcesTimeout, fmt.Sprint(r.PodResourcesTimeout), `want a duration string like "5ms"`)
+		} else {
+			c.PodResourcesTimeout = Duration(d) // its range is checked by problems
+		}
+	}
 	if r.DisableCPUQuota != nil {
 		c.DisableCPUQuota = *r.DisableCPUQuota
 	}
@@ -491,6 +532,14 @@ func (c Config) problems() []*Error {
 			bad(k.key, "", "must not be empty")
 		}
 	}
+	if c.PodResources {
+		if strings.TrimSpace(c.PodResourcesSocket) == "" {
+			bad(KeyPodResourcesSocket, "", "must not be empty while pod_resources is on")
+		}
+		if t := time.Duration(c.PodResourcesTimeout); t <= 0 || t > MaxPodResourcesTimeout {
+			bad(KeyPodResourcesTimeout, t.String(), `want a duration above 0 and at most 1s, like "5ms": the kubelet's answer holds the container's creation`)
+		}
+	}
 	if c.MetricsAddress != "" {
 		if _, port, err := net.SplitHostPort(c.MetricsAddress); err != nil {
 			bad(KeyMetricsAddress, c.MetricsAddress, `want host:port like "127.0.0.1:9464", or "" to turn metrics off`)
@@ -609,6 +658,9 @@ func (c Config) Summary() string {
 		KeyLogLevel:                     c.LogLevel,
 		KeyLogFormat:                    c.LogFormat,
 		KeyReservedMemory:               reservedMemoryString(c.ReservedMemory),
+		KeyPodResources:                 strconv.FormatBool(c.PodResources),
+		KeyPodResourcesSocket:           c.PodResourcesSocket,
+		KeyPodResourcesTimeout:          time.Duration(c.PodResourcesTimeout).String(),
 	}
 	keys := slices.Sorted(maps.Keys(kv))
 	parts := make([]string, len(keys))
@@ -672,12 +724,14 @@ func expectedType(key string) string {
 	switch key {
 	case KeyReservedCPUCount:
 		return "an integer"
-	case KeyDisableCPUQuota, KeyPodLevelResourceManagers:
+	case KeyDisableCPUQuota, KeyPodLevelResourceManagers, KeyPodResources:
 		return "a boolean"
 	case KeyCPUManagerPolicyOptions, KeyTopologyManagerPolicyOptions:
 		return "a table"
 	case KeyReconcilePeriod:
 		return `a duration string like "10s"`
+	case KeyPodResourcesTimeout:
+		return `a duration string like "5ms"`
 	case KeyReservedMemory:
 		return "an array of tables ([[reserved_memory]])"
 	}

@@ -35,6 +35,9 @@ shared_pool_updates = "in-answer"
 memory_manager_policy = "None"
 disable_cpu_quota_with_exclusive_cpus = false
 kubelet_version = "1.37"
+pod_resources = false
+pod_resources_socket = "/run/kubelet/pod-resources/kubelet.sock"
+pod_resources_timeout = "20ms"
 
 [cpu_manager_policy_options]
 full-pcpus-only = true
@@ -69,6 +72,9 @@ max-allowable-numa-nodes = 16
 		DisableCPUQuota:              false,
 		KubeletVersion:               "1.37",
 		NodeResourceTopology:         NRTOff,
+		PodResources:                 false,
+		PodResourcesSocket:           "/run/kubelet/pod-resources/kubelet.sock",
+		PodResourcesTimeout:          Duration(20 * time.Millisecond),
 	}
 	got := c
 	got.source, got.lines = "", nil
@@ -78,11 +84,11 @@ max-allowable-numa-nodes = 16
 	if l := c.Line(KeyLogFormat); l != 16 {
 		t.Errorf("Line(log_format) = %d, want 16", l)
 	}
-	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 23 {
-		t.Errorf("Line(full-pcpus-only) = %d, want 23", l)
+	if l := c.Line("cpu_manager_policy_options.full-pcpus-only"); l != 26 {
+		t.Errorf("Line(full-pcpus-only) = %d, want 26", l)
 	}
-	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 26 {
-		t.Errorf("Line(topology_manager_policy_options) = %d, want 26", l)
+	if l := c.Line(KeyTopologyManagerPolicyOptions); l != 29 {
+		t.Errorf("Line(topology_manager_policy_options) = %d, want 29", l)
 	}
 
 	p, err := c.Policy()
@@ -201,6 +207,12 @@ func TestLoadErrors(t *testing.T) {
 		{"empty sysfs root", "sysfs_root = \"\"\n", "sysfs_root", 1, "", "must not be empty"},
 		{"empty procfs root", "procfs_root = \"\"\n", "procfs_root", 1, "", "must not be empty"},
 		{"empty cgroup root", "cgroup_root = \"\"\n", "cgroup_root", 1, "", "must not be empty"},
+		{"empty pod resources socket", "pod_resources_socket = \"\"\n", "pod_resources_socket", 1, "", "must not be empty while pod_resources is on"},
+		{"pod resources not a boolean", "pod_resources = \"on\"\n", "pod_resources", 1, "", "want a boolean"},
+		{"pod resources timeout without unit", "pod_resources_timeout = 5\n", "pod_resources_timeout", 1, "5", `want a duration string like "5ms"`},
+		{"bad pod resources timeout", "pod_resources_timeout = \"5 ms\"\n", "pod_resources_timeout", 1, "5 ms", `want a duration string like "5ms"`},
+		{"zero pod resources timeout", "\npod_resources_timeout = \"0s\"\n", "pod_resources_timeout", 2, "0s", "above 0 and at most 1s"},
+		{"pod resources timeout over 1s", "pod_resources_timeout = \"2s\"\n", "pod_resources_timeout", 1, "2s", "above 0 and at most 1s"},
 		{"metrics address without port", "metrics_address = \"localhost\"\n", "metrics_address", 1, "localhost", "host:port"},
 		{"metrics address bad port", "metrics_address = \":99999\"\n", "metrics_address", 1, ":99999", "port"},
 		{"option of wrong type", "[cpu_manager_policy_options]\n\nfull-pcpus-only = 1.5\n", "cpu_manager_policy_options.full-pcpus-only", 3, "1.5", "string or boolean"},
@@ -338,7 +350,7 @@ func TestDeployExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("example with every setting uncommented: %v\n%s", err, b.String())
 	}
-	if n != 30 || all.PodLevelResourceManagers || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
+	if n != 33 || !all.PodResources || all.PodResourcesTimeout != Duration(DefaultPodResourcesTimeout) || all.PodLevelResourceManagers || all.ReservedSystemCPUs != "0,64" || all.CPUManagerPolicyOptions["full-pcpus-only"] != "true" ||
 		all.TopologyManagerPolicyOptions["max-allowable-numa-nodes"] != "16" || all.MetricsAddress != DefaultMetricsAddress ||
 		len(all.Reservations()) != 1 || all.Reservations()[0].Limits["hugepages-2Mi"] != 64<<20 ||
 		all.NodeResourceTopology != NRTOn || all.NodeName != "worker-1" || all.ProcfsRoot != "/proc" {
@@ -400,6 +412,25 @@ func TestNodeResourceTopologyKeys(t *testing.T) {
 	}
 	if c.NodeResourceTopology != NRTOff || c.NodeNameOrEnv() != "worker-3" {
 		t.Errorf("got %q %q, want off, worker-3", c.NodeResourceTopology, c.NodeNameOrEnv())
+	}
+}
+
+// The PodResources keys: on by default, at the kubelet's socket, 5 ms;
+// off, the socket and timeout are not checked.
+func TestPodResourcesKeys(t *testing.T) {
+	c, err := Load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.PodResources || c.PodResourcesSocket != "/var/lib/kubelet/pod-resources/kubelet.sock" || c.PodResourcesTimeout != Duration(5*time.Millisecond) {
+		t.Errorf("defaults: got %v %q %v", c.PodResources, c.PodResourcesSocket, time.Duration(c.PodResourcesTimeout))
+	}
+	c, err = Load([]byte("pod_resources = false\npod_resources_socket = \"\"\n"))
+	if err != nil || c.PodResources {
+		t.Errorf("off with no socket: got %v, %v", c.PodResources, err)
+	}
+	if s := c.Summary(); !strings.Contains(s, "pod_resources=false pod_resources_socket= pod_resources_timeout=5ms") {
+		t.Errorf("Summary %q lacks the PodResources keys", s)
 	}
 }
 

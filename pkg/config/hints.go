@@ -21,6 +21,7 @@ func keys() []string {
 		KeyTopologyManagerPolicy, KeyTopologyManagerScope, KeyTopologyManagerPolicyOptions,
 		KeyMemoryManagerPolicy, KeyDisableCPUQuota, KeyStateDir, KeySysfsRoot, KeyProcfsRoot, KeyCgroupRoot, KeySocketPath, KeyMetricsAddress, KeyReconcilePeriod,
 		KeySharedPoolUpdates, KeyLogLevel, KeyLogFormat, KeyReservedMemory, KeyNodeResourceTopology, KeyKubeconfig, KeyNodeName,
+		KeyPodResources, KeyPodResourcesSocket, KeyPodResourcesTimeout,
 	}
 }
 

@@ -13,7 +13,8 @@ func TestKubeletNamesAndTypos(t *testing.T) {
 		"topology_manager_policy, topology_manager_scope, topology_manager_policy_options, memory_manager_policy, " +
 		"disable_cpu_quota_with_exclusive_cpus, state_dir, sysfs_root, procfs_root, " +
 		"cgroup_root, socket_path, metrics_address, reconcile_period, shared_pool_updates, " +
-		"log_level, log_format, reserved_memory, node_resource_topology, kubeconfig, node_name"
+		"log_level, log_format, reserved_memory, node_resource_topology, kubeconfig, node_name, " +
+		"pod_resources, pod_resources_socket, pod_resources_timeout"
 	const cpuOpts = "align-by-socket, distribute-cpus-across-cores, distribute-cpus-across-numa, full-pcpus-only, " +
 		"prefer-align-cpus-by-uncorecache, strict-align-cpus-by-uncorecache, strict-cpu-reservation"
 	for _, tc := range []struct {

@@ -141,6 +141,17 @@ kubeconfig = {{ .Values.config.kubeconfig | toString | toJson }}
 # The object's name; "" takes NODE_NAME (the DaemonSet's spec.nodeName).
 node_name = {{ .Values.config.node_name | toString | toJson }}
 
+# The kubelet's PodResources API (docs/devices.md): the devices device
+# plugins gave each container (GPUs of any vendor, ...) and the NUMA nodes
+# they reported join the device hints, as under the kubelet's topology
+# manager. The DaemonSet mounts the socket's directory read-only. A
+# container's creation waits at most pod_resources_timeout (at most 1s)
+# for the answer; no socket or no answer in time: no hint from it and a
+# warning (at most one a minute).
+pod_resources = {{ .Values.config.pod_resources | toJson }}
+pod_resources_socket = {{ .Values.config.pod_resources_socket | toString | toJson }}
+pod_resources_timeout = {{ .Values.config.pod_resources_timeout | toString | toJson }}
+
 # Static policy options, as the kubelet's cpuManagerPolicyOptions. All off
 # by default; uncomment to turn one on.
 [cpu_manager_policy_options]
