@@ -175,6 +175,11 @@ func testConfig(t *testing.T, rt *fakeRuntime, stateDir, extra string) config.Co
 	if err := os.MkdirAll(filepath.Join(rt.CgroupRoot(), "cpuset"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet's PodResources socket is the host's by default: a test
+	// that does not ask for it stays off it, whatever runs on the machine.
+	if !strings.Contains(extra, "pod_resources") {
+		mode += "pod_resources = false\n"
+	}
 	doc := fmt.Sprintf("state_dir = %q\nsocket_path = %q\ncgroup_root = %q\nmetrics_address = \"\"\nreconcile_period = \"0\"\nlog_level = \"debug\"\n%s%s",
 		stateDir, rt.Socket(), rt.CgroupRoot(), mode, extra)
 	cfg, err := config.Load([]byte(doc))
