@@ -30,9 +30,10 @@ check_prereqs
 E2E_HELM=$(bash "$(dirname "$0")/setup-helm.sh") || die "helm setup failed (scripts/setup-helm.sh)"
 export E2E_HELM
 # openssl makes the cluster's certificates; xz unpacks the topology-aware
-# scheduler.
+# scheduler; curl asks the controller manager and the scheduler /healthz.
 want_cmd openssl openssl
 want_cmd xz xz-utils
+want_cmd curl curl
 install_wanted
 # The topology-aware scheduler of the NodeResourceTopology specs: like
 # CRI-O it cannot be built from the Go module proxy, so it comes from the

@@ -282,8 +282,9 @@ cluster_kubelet_config() {
 	EOF
 }
 
-# cluster_start starts the five processes and waits until the node is
-# registered; the suite waits for it to be Ready.
+# cluster_start starts the five processes and waits until the API server
+# is ready, the controller manager and the scheduler are healthy and the
+# node is registered; the suite waits for it to be Ready.
 cluster_start() {
 	local d=$CLUSTER_DIR pki=$CLUSTER_DIR/pki kubectl=$E2E_KUBE_BIN/kubectl t0=$SECONDS
 	mkdir -p "$CLUSTER_RUN" "$d/logs" "$d/etcd" "$d/kubelet" "$d/pod-logs"
@@ -315,6 +316,13 @@ cluster_start() {
 	start_proc kube-scheduler --kubeconfig "$d/kube-scheduler.kubeconfig" \
 		--authentication-kubeconfig "$d/kube-scheduler.kubeconfig" --authorization-kubeconfig "$d/kube-scheduler.kubeconfig" \
 		--bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --leader-elect=false --profiling=false
+
+	# Both serve /healthz without credentials (an always-allowed path) on
+	# their own self-signed certificates. Healthy means their controllers
+	# run; what a spec needs of one (a namespace's service account, the
+	# node's not-ready taint gone) the suite waits for by name.
+	wait_for kube-controller-manager 60 curl -skf --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz"
+	wait_for kube-scheduler 60 curl -skf --max-time 2 "https://127.0.0.1:$SCHEDULER_PORT/healthz"
 
 	cluster_kubelet_config
 	start_proc kubelet --config "$d/kubelet.yaml" --kubeconfig "$d/kubelet.kubeconfig" --root-dir "$d/kubelet" \
