@@ -56,7 +56,8 @@ start_proc() {
 	echo $! >"$CLUSTER_RUN/$name.pid"
 }
 
-# stop_proc NAME: SIGTERM, SIGKILL after 10 s.
+# stop_proc NAME: SIGTERM, SIGKILL after 10 s; returns once it has exited
+# (5 s more at most).
 stop_proc() {
 	local name=$1 pid i
 	proc_alive "$name" || { rm -f "$CLUSTER_RUN/$name.pid"; return 0; }
@@ -66,6 +67,10 @@ stop_proc() {
 	if proc_alive "$name"; then
 		log "$name (pid $pid) ignored SIGTERM for 10s: SIGKILL"
 		kill -KILL "$pid" 2>/dev/null || true
+		# Delivered asynchronously: until it has exited it holds its
+		# ports, which the next runtime's cluster binds again.
+		for i in $(seq 50); do proc_alive "$name" || break; sleep 0.1; done
+		proc_alive "$name" && log "$name (pid $pid) still runs 5 s after SIGKILL"
 	fi
 	rm -f "$CLUSTER_RUN/$name.pid"
 }
