@@ -157,7 +157,8 @@ demo_plugin_running() {
 }
 
 # stop_demo_plugin: SIGTERM the demo's plugin (by its pid file, checked
-# against the binary), SIGKILL after 5 s.
+# against the binary), SIGKILL after 5 s; returns once it has exited (5 s
+# more at most).
 stop_demo_plugin() {
 	local pid i
 	demo_plugin_running || { rm -f "$DEMO_PIDFILE"; return 0; }
@@ -165,6 +166,12 @@ stop_demo_plugin() {
 	log "stopping the demo plugin (pid $pid)"
 	kill -TERM "$pid" 2>/dev/null || true
 	for i in $(seq 50); do demo_plugin_running || break; sleep 0.1; done
-	demo_plugin_running && kill -KILL "$pid" 2>/dev/null
+	if demo_plugin_running; then
+		kill -KILL "$pid" 2>/dev/null
+		# Until it has exited it stays connected to the runtime under the
+		# suites' plugin name.
+		for i in $(seq 50); do demo_plugin_running || break; sleep 0.1; done
+		demo_plugin_running && log "the demo plugin (pid $pid) still runs 5 s after SIGKILL"
+	fi
 	rm -f "$DEMO_PIDFILE"
 }
