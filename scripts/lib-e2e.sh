@@ -111,17 +111,26 @@ build_plugin() {
 # kill_pids_of_bin FILE BIN: SIGKILL every pid listed in FILE that still runs
 # BIN (checked through /proc/PID/exe, so a reused pid is left alone).
 kill_pids_of_bin() {
-	local file=$1 bin pid exe
+	local file=$1 bin pid exe killed=()
 	bin=$(readlink -f "$2")
 	[ -s "$file" ] || return 0
 	while read -r pid; do
 		[ -n "$pid" ] || continue
 		exe=$(readlink -f "/proc/$pid/exe" 2>/dev/null) || continue
 		if [ "$exe" = "$bin" ]; then
-			log "killing leftover plugin pid $pid"
+			log "killing leftover $(basename "$bin") pid $pid"
 			kill -KILL "$pid" 2>/dev/null || true
+			killed+=("$pid")
 		fi
 	done <"$file"
+	# SIGKILL is delivered asynchronously: until a process has exited it
+	# holds its ports (a kubelet's) and its runtime connection (a
+	# plugin's), which the next run takes again. 5 s at most for each.
+	for pid in "${killed[@]}"; do
+		for _ in $(seq 50); do pid_running "$pid" || break; sleep 0.1; done
+		pid_running "$pid" && log "pid $pid still runs 5 s after SIGKILL"
+	done
+	return 0
 }
 
 # take_machine: one real-runtime run at a time per machine (fd 9 holds
