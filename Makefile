@@ -129,6 +129,16 @@ e2e-kubelet:
 e2e-cluster:
 	bash scripts/e2e-cluster.sh
 
+## test-stress: not part of make test: the real-partner suites (e2e,
+## e2e-kubelet, e2e-cluster; not the VM) STRESS_PASSES times (3) on
+## containerd and CRI-O under CPU load from stress-ng (apt-get installs it),
+## every pass run; one line per failed spec at the end, then a summary.
+## STRESS_SUITES, STRESS_RUNTIMES, STRESS_LOAD; STRESS_ARGS go to every
+## suite's test binary (-ginkgo.focus=...). scripts/test-stress.sh
+.PHONY: test-stress
+test-stress:
+	bash scripts/test-stress.sh $(STRESS_ARGS)
+
 ## e2e-vm: the e2e and kubelet suites in a QEMU VM of the production shape:
 ## Debian 12 with systemd, cgroup v2, containerd (SystemdCgroup = true) and
 ## CRI-O (cgroup_manager = "systemd") with NRI, a kubelet with cgroupDriver:

@@ -17,7 +17,9 @@
 # Extra arguments go to the test binary, e.g.
 #   scripts/e2e-cluster.sh -ginkgo.focus='refuses'
 # Keep the work dir (component and runtime logs, certificates, kubelet and
-# plugin state) with E2E_KEEP=1; it is also kept when the suite fails.
+# plugin state, one junit report per runtime) with E2E_KEEP=1; it is also
+# kept when the suite fails. E2E_REPORT_DIR puts the junit reports there
+# instead (make test-stress reads them).
 set -euo pipefail
 # shellcheck source=scripts/lib-e2e.sh
 source "$(dirname "$0")/lib-e2e.sh"
@@ -30,9 +32,10 @@ check_prereqs
 E2E_HELM=$(bash "$(dirname "$0")/setup-helm.sh") || die "helm setup failed (scripts/setup-helm.sh)"
 export E2E_HELM
 # openssl makes the cluster's certificates; xz unpacks the topology-aware
-# scheduler.
+# scheduler; curl asks the controller manager and the scheduler /healthz.
 want_cmd openssl openssl
 want_cmd xz xz-utils
+want_cmd curl curl
 install_wanted
 # The topology-aware scheduler of the NodeResourceTopology specs: like
 # CRI-O it cannot be built from the Go module proxy, so it comes from the
@@ -59,6 +62,9 @@ take_machine
 
 T0=$SECONDS
 WORK=$(mktemp -d /tmp/nri-cpualign-cluster.XXXXXX)
+REPORT_DIR=${E2E_REPORT_DIR:-$WORK}
+mkdir -p "$REPORT_DIR"
+REPORT_DIR=$(cd "$REPORT_DIR" && pwd)
 CLUSTER_DIR=
 RUNTIME=
 status=0
@@ -107,7 +113,8 @@ for RUNTIME in $RUNTIMES; do
 	export KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig E2E_KUBECTL=$E2E_KUBE_BIN/kubectl
 	export E2E_CLUSTER_NODE=$CLUSTER_NODE E2E_CLUSTER_DIR=$CLUSTER_DIR
 	set +e
-	go test -tags e2e -count=1 -timeout 20m -v ./test/cluster -ginkgo.v "${color[@]}" "$@" 9>&-
+	go test -tags e2e -count=1 -timeout 20m -v ./test/cluster -ginkgo.v "${color[@]}" \
+		-ginkgo.junit-report="$REPORT_DIR/junit-cluster-$RUNTIME.xml" "$@" 9>&-
 	rc=$?
 	set -e
 	[ "$rc" = 0 ] || status=1

@@ -16,8 +16,10 @@
 # cannot provide it one line says why and the run goes on (kube_next);
 # extra arguments go to the test binary, e.g.
 #   scripts/e2e-kubelet.sh -ginkgo.focus='migrat'
-# The work dir (kubelet and plugin logs, configs, state) is kept with
-# E2E_KEEP=1 and when the suite fails.
+# The work dir (kubelet and plugin logs, configs, state, one junit report
+# per run) is kept with E2E_KEEP=1 and when the suite fails;
+# E2E_REPORT_DIR puts the junit reports there instead (make test-stress
+# reads them).
 set -euo pipefail
 # shellcheck source=scripts/lib-e2e.sh
 source "$(dirname "$0")/lib-e2e.sh"
@@ -30,6 +32,9 @@ take_machine
 
 T0=$SECONDS
 WORK=$(mktemp -d /tmp/nri-cpualign-kubelet.XXXXXX)
+REPORT_DIR=${E2E_REPORT_DIR:-$WORK}
+mkdir -p "$REPORT_DIR"
+REPORT_DIR=$(cd "$REPORT_DIR" && pwd)
 PIDFILE=$WORK/pids
 status=1
 current=""
@@ -94,7 +99,8 @@ for run in $RUNS; do
 		export E2E_KUBE_BIN NRI_CPUALIGN_BIN=$PLUGIN_BIN E2E_WORK_DIR=$WORK NRI_CPUALIGN_E2E_PIDFILE=$PIDFILE
 		[ "$rt" = crio ] && export E2E_RUNTIME=crio
 		cd "$REPO_ROOT/test/kubelet" &&
-			"$WORK/kubelet.test" -test.v -test.count=1 -test.timeout 30m -ginkgo.v "${color[@]}" "$@" 9>&-
+			"$WORK/kubelet.test" -test.v -test.count=1 -test.timeout 30m -ginkgo.v "${color[@]}" \
+				-ginkgo.junit-report="$REPORT_DIR/junit-kubelet-${run/@/-}.xml" "$@" 9>&-
 	)
 	rc=$?
 	set -e

@@ -18,7 +18,8 @@
 # first only.
 # Keep the work dir (plugin logs, configs, state, one directory and one
 # junit report per runtime) with E2E_KEEP=1; it is also kept when a run
-# fails.
+# fails. E2E_REPORT_DIR puts the junit reports there instead (make
+# test-stress reads them).
 set -euo pipefail
 # shellcheck source=scripts/lib-e2e.sh
 source "$(dirname "$0")/lib-e2e.sh"
@@ -29,6 +30,9 @@ take_machine
 
 T0=$SECONDS
 WORK=$(mktemp -d /tmp/nri-cpualign-e2e.XXXXXX)
+REPORT_DIR=${E2E_REPORT_DIR:-$WORK}
+mkdir -p "$REPORT_DIR"
+REPORT_DIR=$(cd "$REPORT_DIR" && pwd)
 PIDFILE=$WORK/plugin.pids
 status=0
 summary=()
@@ -69,7 +73,7 @@ run_suite() {
 	set +e
 	# 9>&-: the suite restarts the runtime, which must not inherit the lock fd.
 	(cd "$REPO_ROOT" && E2E_WORK_DIR=$WORK/$rt go test -tags e2e -count=1 -timeout 20m -v ./test/e2e \
-		-ginkgo.v "${color[@]}" -ginkgo.junit-report="$WORK/junit-$rt.xml" "$@") 9>&- 2>&1 | tee "$out"
+		-ginkgo.v "${color[@]}" -ginkgo.junit-report="$REPORT_DIR/junit-$rt.xml" "$@") 9>&- 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
 	set -e
 	[ "$rc" = 0 ] || status=$rc

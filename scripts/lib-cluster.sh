@@ -56,7 +56,8 @@ start_proc() {
 	echo $! >"$CLUSTER_RUN/$name.pid"
 }
 
-# stop_proc NAME: SIGTERM, SIGKILL after 10 s.
+# stop_proc NAME: SIGTERM, SIGKILL after 10 s; returns once it has exited
+# (5 s more at most).
 stop_proc() {
 	local name=$1 pid i
 	proc_alive "$name" || { rm -f "$CLUSTER_RUN/$name.pid"; return 0; }
@@ -66,6 +67,10 @@ stop_proc() {
 	if proc_alive "$name"; then
 		log "$name (pid $pid) ignored SIGTERM for 10s: SIGKILL"
 		kill -KILL "$pid" 2>/dev/null || true
+		# Delivered asynchronously: until it has exited it holds its
+		# ports, which the next runtime's cluster binds again.
+		for i in $(seq 50); do proc_alive "$name" || break; sleep 0.1; done
+		proc_alive "$name" && log "$name (pid $pid) still runs 5 s after SIGKILL"
 	fi
 	rm -f "$CLUSTER_RUN/$name.pid"
 }
@@ -282,8 +287,9 @@ cluster_kubelet_config() {
 	EOF
 }
 
-# cluster_start starts the five processes and waits until the node is
-# registered; the suite waits for it to be Ready.
+# cluster_start starts the five processes and waits until the API server
+# is ready, the controller manager and the scheduler are healthy and the
+# node is registered; the suite waits for it to be Ready.
 cluster_start() {
 	local d=$CLUSTER_DIR pki=$CLUSTER_DIR/pki kubectl=$E2E_KUBE_BIN/kubectl t0=$SECONDS
 	mkdir -p "$CLUSTER_RUN" "$d/logs" "$d/etcd" "$d/kubelet" "$d/pod-logs"
@@ -315,6 +321,13 @@ cluster_start() {
 	start_proc kube-scheduler --kubeconfig "$d/kube-scheduler.kubeconfig" \
 		--authentication-kubeconfig "$d/kube-scheduler.kubeconfig" --authorization-kubeconfig "$d/kube-scheduler.kubeconfig" \
 		--bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --leader-elect=false --profiling=false
+
+	# Both serve /healthz without credentials (an always-allowed path) on
+	# their own self-signed certificates. Healthy means their controllers
+	# run; what a spec needs of one (a namespace's service account, the
+	# node's not-ready taint gone) the suite waits for by name.
+	wait_for kube-controller-manager 60 curl -skf --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz"
+	wait_for kube-scheduler 60 curl -skf --max-time 2 "https://127.0.0.1:$SCHEDULER_PORT/healthz"
 
 	cluster_kubelet_config
 	start_proc kubelet --config "$d/kubelet.yaml" --kubeconfig "$d/kubelet.kubeconfig" --root-dir "$d/kubelet" \

@@ -130,17 +130,26 @@ build_plugin() {
 # kill_pids_of_bin FILE BIN: SIGKILL every pid listed in FILE that still runs
 # BIN (checked through /proc/PID/exe, so a reused pid is left alone).
 kill_pids_of_bin() {
-	local file=$1 bin pid exe
+	local file=$1 bin pid exe killed=()
 	bin=$(readlink -f "$2")
 	[ -s "$file" ] || return 0
 	while read -r pid; do
 		[ -n "$pid" ] || continue
 		exe=$(readlink -f "/proc/$pid/exe" 2>/dev/null) || continue
 		if [ "$exe" = "$bin" ]; then
-			log "killing leftover plugin pid $pid"
+			log "killing leftover $(basename "$bin") pid $pid"
 			kill -KILL "$pid" 2>/dev/null || true
+			killed+=("$pid")
 		fi
 	done <"$file"
+	# SIGKILL is delivered asynchronously: until a process has exited it
+	# holds its ports (a kubelet's) and its runtime connection (a
+	# plugin's), which the next run takes again. 5 s at most for each.
+	for pid in "${killed[@]}"; do
+		for _ in $(seq 50); do pid_running "$pid" || break; sleep 0.1; done
+		pid_running "$pid" && log "pid $pid still runs 5 s after SIGKILL"
+	done
+	return 0
 }
 
 # take_machine: one real-runtime run at a time per machine (fd 9 holds
@@ -176,7 +185,8 @@ demo_plugin_running() {
 }
 
 # stop_demo_plugin: SIGTERM the demo's plugin (by its pid file, checked
-# against the binary), SIGKILL after 5 s.
+# against the binary), SIGKILL after 5 s; returns once it has exited (5 s
+# more at most).
 stop_demo_plugin() {
 	local pid i
 	demo_plugin_running || { rm -f "$DEMO_PIDFILE"; return 0; }
@@ -184,6 +194,12 @@ stop_demo_plugin() {
 	log "stopping the demo plugin (pid $pid)"
 	kill -TERM "$pid" 2>/dev/null || true
 	for i in $(seq 50); do demo_plugin_running || break; sleep 0.1; done
-	demo_plugin_running && kill -KILL "$pid" 2>/dev/null
+	if demo_plugin_running; then
+		kill -KILL "$pid" 2>/dev/null
+		# Until it has exited it stays connected to the runtime under the
+		# suites' plugin name.
+		for i in $(seq 50); do demo_plugin_running || break; sleep 0.1; done
+		demo_plugin_running && log "the demo plugin (pid $pid) still runs 5 s after SIGKILL"
+	fi
 	rm -f "$DEMO_PIDFILE"
 }

@@ -85,6 +85,7 @@ shim_of_ours() {
 	return 1
 }
 shims=()
+killed=()
 for dir in "$TASKS"/*/*/; do
 	[ -f "$dir/init.pid" ] || continue
 	id=$(basename "$dir")
@@ -94,6 +95,7 @@ for dir in "$TASKS"/*/*/; do
 	shim_of_ours "$parent" && shims+=("$parent")
 	log "killing container $id (pid $p) left behind"
 	kill -KILL "$p" 2>/dev/null
+	killed+=("$p")
 done
 for p in /proc/[0-9]*; do
 	shim_of_ours "${p#/proc/}" && shims+=("${p#/proc/}")
@@ -101,6 +103,16 @@ done
 for p in $(printf '%s\n' "${shims[@]}" | sort -u); do
 	log "killing shim $p left behind"
 	kill -KILL "$p" 2>/dev/null
+done
+# SIGKILL is delivered asynchronously: a cgroup keeps its process until it
+# has exited, and remove_empty_pod_cgroups below can only remove empty
+# ones. Wait (5 s at most) until the killed processes are gone.
+for p in "${killed[@]}" "${shims[@]}"; do
+	for _ in $(seq 50); do
+		pid_running "$p" || break
+		sleep 0.1
+	done
+	pid_running "$p" && log "pid $p still runs 5 s after SIGKILL: its cgroups stay"
 done
 # A killed shim leaves its socket in /run/containerd/s.
 for b in "$TASKS"/*/*/bootstrap.json; do

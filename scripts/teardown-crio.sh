@@ -39,6 +39,7 @@ stop_pid crio "$pid" 10
 rm -f "$PIDFILE"
 
 # 3. conmon processes of this instance: their arguments name its directories.
+conmons=()
 for p in /proc/[0-9]*; do
 	[ -r "$p/cmdline" ] || continue
 	argv=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
@@ -46,8 +47,19 @@ for p in /proc/[0-9]*; do
 	*conmon*" $CRIO_RUN/"* | *conmon*" $CRIO_ROOT/"*)
 		log "killing conmon ${p#/proc/} left behind"
 		kill -KILL "${p#/proc/}" 2>/dev/null
+		conmons+=("${p#/proc/}")
 		;;
 	esac
+done
+# conmon runs in the pod's cgroup (conmon_cgroup = "pod"), which can only
+# be removed once it has exited: SIGKILL is delivered asynchronously, so
+# wait (5 s at most) until each is gone.
+for p in "${conmons[@]}"; do
+	for _ in $(seq 50); do
+		pid_running "$p" || break
+		sleep 0.1
+	done
+	pid_running "$p" && log "conmon $p still runs 5 s after SIGKILL: its pod cgroup stays"
 done
 
 # 4. Mounts, pod cgroups, directories.

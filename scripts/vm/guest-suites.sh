@@ -116,6 +116,15 @@ log "boot finished after $(cut -d' ' -f1 /proc/uptime)s of uptime ($(systemd-ana
 # has it turned on by another unit. A runtime property that asks for it:
 systemctl set-property --runtime system.slice "AllowedCPUs=0-$(($(nproc) - 1))" ||
 	log "systemctl set-property system.slice AllowedCPUs failed"
+# systemctl returns once systemd has taken the property; it turns the
+# controller on in the root cgroup when it realizes the slice's cgroup,
+# which it may do a moment later: wait for that, the kubelet's condition.
+for ((i = 0; i < 300; i++)); do
+	grep -qw cpuset /sys/fs/cgroup/cgroup.subtree_control && break
+	sleep 0.1
+done
+grep -qw cpuset /sys/fs/cgroup/cgroup.subtree_control ||
+	log "systemd did not turn the cpuset controller on in /sys/fs/cgroup/cgroup.subtree_control within 30 s: the kubelet will refuse to start"
 
 status=0
 summary=()

@@ -118,18 +118,39 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		return out
 	}
 
-	// waitPluginReady waits for the DaemonSet's rollout (the readiness
-	// probe is /healthz: connected to the runtime and synchronized) and
-	// returns its one pod.
+	// waitPluginReady returns the DaemonSet's one pod once the DaemonSet
+	// controller has seen the current template and counted the node, the
+	// node's pod runs that template, and it is the one live pod, Running
+	// and Ready (the readiness probe is /healthz: connected to the runtime
+	// and synchronized). Not kubectl rollout status: until the controller
+	// has counted a node labelled a moment ago, nothing is desired and
+	// rollout status returns at once.
 	waitPluginReady := func(ctx context.Context) corev1.Pod {
 		GinkgoHelper()
-		_, err := kubectl(ctx, "-n", pluginNS, "rollout", "status", "ds/nri-cpualign", "--timeout=120s")
-		Expect(err).NotTo(HaveOccurred(), "plugin log:\n%s", pluginLogs(ctx))
 		var pod corev1.Pod
 		Eventually(func(g Gomega) {
+			var ds appsv1.DaemonSet
+			g.Expect(getJSON(ctx, &ds, "-n", pluginNS, "get", "daemonset", "nri-cpualign")).To(Succeed())
+			s := ds.Status
+			g.Expect(s.ObservedGeneration).To(Equal(ds.Generation), "the DaemonSet controller has not seen generation %d", ds.Generation)
+			g.Expect(s.DesiredNumberScheduled).To(Equal(int32(1)), "the DaemonSet controller has not counted node %s", Env.Node)
+			g.Expect(s.UpdatedNumberScheduled).To(Equal(int32(1)), "no pod of the current template on node %s", Env.Node)
+			g.Expect(s.NumberAvailable).To(Equal(int32(1)), "the DaemonSet's pod is not available")
 			pod = runningPod(g, ctx, pluginNS, pluginSelector)
-		}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+		}).WithContext(ctx).WithTimeout(150*time.Second).WithPolling(time.Second).Should(Succeed(),
+			func() string { return "the DaemonSet's pod did not turn Ready; plugin log:\n" + pluginLogs(ctx) })
 		return pod
+	}
+
+	// expectPluginLog waits for a line matching re in the plugin pod's
+	// log: the runtime copies a container's output into its log file
+	// asynchronously, so a line the plugin wrote before answering can
+	// reach kubectl logs after the effect it describes.
+	expectPluginLog := func(ctx context.Context, re string) {
+		GinkgoHelper()
+		Eventually(func() (string, error) { return kubectl(ctx, "-n", pluginNS, "logs", "ds/nri-cpualign") }).
+			WithContext(ctx).WithTimeout(30*time.Second).WithPolling(500*time.Millisecond).
+			Should(MatchRegexp(re), "the plugin pod's log (kubectl logs) has no line matching %s within 30 s", re)
 	}
 
 	BeforeAll(func(ctx SpecContext) {
@@ -172,9 +193,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 
 		if Env.Runtime == crio && !canLowerOOMScore() {
-			stop, err := startZeroNegativeOOM(context.Background(), Env.NRISock)
-			Expect(err).NotTo(HaveOccurred())
-			DeferCleanup(stop)
+			startZeroNegativeOOM(ctx)
 			GinkgoWriter.Printf("root cannot lower oom_score_adj here (no CAP_SYS_RESOURCE): a test NRI plugin makes CRI-O's negative scores 0, as containerd's restrict_oom_score_adj does\n")
 		}
 
@@ -238,15 +257,13 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		Expect(pod.Spec.NodeName).To(Equal(Env.Node))
 		Expect(pod.Status.QOSClass).To(Equal(corev1.PodQOSGuaranteed))
 		Expect(mustKubectl(ctx, "-n", pluginNS, "get", "pods", "-o", "wide")).To(MatchRegexp(`nri-cpualign-\S+\s+1/1\s+Running\s+0\s`))
-		Eventually(func() bool { return hasLine(logSince(Env.RuntimeLog, offset), nriName, "connected and synchronized") }).
-			WithContext(ctx).WithTimeout(30*time.Second).Should(BeTrue(), "%s logs no %s connected and synchronized", Env.Runtime, nriName)
+		waitRuntimeLog(ctx, offset, nriName, "connected and synchronized")
 		code, body, err := pluginGet(ctx, "/healthz")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(code).To(Equal(http.StatusOK), "/healthz: %s", body)
-		logs := mustKubectl(ctx, "-n", pluginNS, "logs", "ds/nri-cpualign")
-		Expect(logs).To(ContainSubstring("detected CPU topology"))
-		Expect(logs).To(ContainSubstring("effective configuration"))
-		Expect(logs).To(ContainSubstring("synchronized with the runtime"))
+		expectPluginLog(ctx, "detected CPU topology")
+		expectPluginLog(ctx, "effective configuration")
+		expectPluginLog(ctx, "synchronized with the runtime")
 		st := pluginState(Default, ctx)
 		Expect(st.Connected && st.Synchronized).To(BeTrue())
 		Expect(st.Reserved).To(Equal(reserved.String()))
@@ -293,8 +310,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 			reserved, pinned.Name, pinnedCPUs, shared.Name, pool)
 
 		// The placement is one info line in the plugin's log...
-		Expect(mustKubectl(ctx, "-n", pluginNS, "logs", "ds/nri-cpualign")).To(MatchRegexp(
-			`msg="container admitted".* container=app cpus=%s exclusive=true .*pod=%s/%s`, pinnedCPUs, testNS, pinned.Name))
+		expectPluginLog(ctx, fmt.Sprintf(`msg="container admitted".* container=app cpus=%s exclusive=true .*pod=%s/%s`, pinnedCPUs, testNS, pinned.Name))
 		// ...and /state through kubectl port-forward, as the README reads it.
 		var viaForward daemon.StateView
 		Expect(json.Unmarshal([]byte(portForwardGet(ctx, plugin.Name, "/state")), &viaForward)).To(Succeed())
@@ -381,8 +397,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 				break
 			}
 		}
-		Expect(mustKubectl(ctx, "-n", pluginNS, "logs", "ds/nri-cpualign")).To(MatchRegexp(
-			`level=warning msg="container rejected".* pod=%s/refused reason=InsufficientCPUs`, testNS))
+		expectPluginLog(ctx, fmt.Sprintf(`level=warning msg="container rejected".* pod=%s/refused reason=InsufficientCPUs`, testNS))
 		st := pluginState(Default, ctx)
 		for _, c := range st.Containers {
 			Expect(c.Exclusive).To(BeFalse(), "container %s/%s holds %s", c.Pod, c.Container, c.CPUs)
@@ -419,7 +434,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 			g.Expect(pods).To(BeEmpty())
 			g.Expect(pluginProcesses()).To(BeEmpty())
 		}).WithContext(ctx).WithTimeout(60*time.Second).Should(Succeed(), "the plugin still runs on the unlabelled node")
-		Expect(hasLine(logSince(Env.RuntimeLog, offset), "connection to plugin", nriName, "closed")).To(BeTrue(), "%s logs no connection to %s closed", Env.Runtime, nriName)
+		waitRuntimeLog(ctx, offset, "connection to plugin", nriName, "closed")
 		Consistently(func(g Gomega) {
 			g.Expect(cpusOf(g, ctx, pinned)).To(equalCPUs(pinnedCPUs))
 			g.Expect(cpusOf(g, ctx, shared)).To(equalCPUs(HostCPUs.Difference(pinnedCPUs)))
@@ -430,7 +445,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		offset = fileSize(Env.RuntimeLog)
 		mustKubectl(ctx, "label", "node", Env.Node, nodeLabel+"=true")
 		waitPluginReady(ctx)
-		Expect(hasLine(logSince(Env.RuntimeLog, offset), nriName, "connected and synchronized")).To(BeTrue(), "%s logs no %s connected and synchronized", Env.Runtime, nriName)
+		waitRuntimeLog(ctx, offset, nriName, "connected and synchronized")
 		st := pluginState(Default, ctx)
 		var found bool
 		for _, c := range st.Containers {
@@ -461,7 +476,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		Eventually(pluginProcesses).WithContext(ctx).WithTimeout(60*time.Second).Should(BeEmpty(), "the plugin still runs")
 		_, err := kubectl(ctx, "get", "namespace", pluginNS)
 		Expect(err).To(MatchError(ContainSubstring("NotFound")))
-		Expect(hasLine(logSince(Env.RuntimeLog, offset), "connection to plugin", nriName, "closed")).To(BeTrue(), "%s logs no connection to %s closed", Env.Runtime, nriName)
+		waitRuntimeLog(ctx, offset, "connection to plugin", nriName, "closed")
 
 		// "Nothing is changed in the containers": the pinned one keeps its
 		// CPU, the shared one stays off it...

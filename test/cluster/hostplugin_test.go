@@ -3,7 +3,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -46,9 +45,7 @@ func waitNodeEmpty(ctx SpecContext) {
 // plugin is killed when the container's cleanups run.
 func startHostPlugin(ctx SpecContext, dir string, settings map[string]string, ready func(Gomega, daemon.StateView)) (logPath string, cfg config.Config) {
 	if Env.Runtime == crio && !canLowerOOMScore() {
-		stop, err := startZeroNegativeOOM(context.Background(), Env.NRISock)
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(stop)
+		startZeroNegativeOOM(ctx)
 	}
 	stateDir := filepath.Join(dir, "state")
 	Expect(os.MkdirAll(stateDir, 0o755)).To(Succeed())
@@ -88,7 +85,8 @@ func startHostPlugin(ctx SpecContext, dir string, settings map[string]string, re
 		ready(g, st)
 	}).WithContext(ctx).WithTimeout(60*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(),
 		"plugin log:\n%s", logSince(logPath, 0))
-	Expect(hasLine(logSince(Env.RuntimeLog, offset), nriName, "connected and synchronized")).To(BeTrue(),
-		"%s logs no %s connected and synchronized", Env.Runtime, nriName)
+	// The plugin's own state turns synchronized inside its Synchronize,
+	// a moment before the runtime adds it to the plugins it calls.
+	waitRuntimeLog(ctx, offset, nriName, "connected and synchronized")
 	return logPath, cfg
 }

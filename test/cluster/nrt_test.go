@@ -4,6 +4,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -78,7 +79,14 @@ var _ = Describe("NodeResourceTopology export read by the topology-aware schedul
 		}, NodeTimeout(3*time.Minute))
 		mustKubectl(ctx, "wait", "--for=condition=established", "--timeout=60s", "crd/noderesourcetopologies.topology.node.k8s.io")
 		sa := "system:serviceaccount:" + pluginNS + ":nri-cpualign"
-		Expect(strings.TrimSpace(mustKubectl(ctx, "auth", "can-i", "--as", sa, "patch", "noderesourcetopologies.topology.node.k8s.io"))).To(Equal("yes"))
+		// The API server's RBAC authorizer reads roles and bindings from
+		// its informer cache, which sees the binding just applied a moment
+		// later (kubectl auth can-i exits 1 on "no").
+		Eventually(func() (string, error) {
+			out, err := kubectl(ctx, "auth", "can-i", "--as", sa, "patch", "noderesourcetopologies.topology.node.k8s.io")
+			return strings.TrimSpace(out), err
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(250*time.Millisecond).Should(Equal("yes"),
+			"the API server's authorizer does not let %s patch NodeResourceTopology objects within 30 s (deploy/rbac.yaml)", sa)
 		canRead, _ := kubectl(ctx, "auth", "can-i", "--as", sa, "get", "pods")
 		Expect(strings.TrimSpace(canRead)).To(Equal("no"), "the plugin's account may read pods")
 
@@ -127,6 +135,17 @@ users: [{name: plugin, user: {token: %q}}]
 			g.Expect(st.Topology).To(Equal("single-numa-node"))
 		})
 		Expect(cfg.NodeResourceTopology).To(Equal(config.NRTOn))
+		// The topology-aware scheduler lists the objects when it starts and
+		// watches them afterwards: started once the plugin has published
+		// the node's object, its first view already has both zones.
+		Eventually(func(g Gomega) {
+			var o nrt.Object
+			g.Expect(getJSON(ctx, &o, "get", "noderesourcetopologies.topology.node.k8s.io", Env.Node)).To(Succeed())
+			g.Expect(o.Zones).To(HaveLen(2))
+		}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(),
+			func() string {
+				return "the plugin did not publish NodeResourceTopology " + Env.Node + " with two zones within 30 s; its log:\n" + logSince(logPath, 0)
+			})
 
 		// The consumer, beside the cluster's own scheduler.
 		schedCfg := filepath.Join(dir, "scheduler.yaml")
@@ -164,6 +183,24 @@ profiles:
 			_ = sched.Wait()
 			schedLog.Close()
 		})
+
+		// Ready: serving, its informers (the NodeResourceTopology objects'
+		// too) synced. /readyz is one of the paths it serves without
+		// authorization; its certificate is its own, self-signed.
+		insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		Eventually(func(g Gomega) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:"+nrtSchedulerPort+"/readyz", nil)
+			g.Expect(err).NotTo(HaveOccurred())
+			resp, err := insecure.Do(req)
+			g.Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "/readyz: %s", b)
+		}).WithContext(ctx).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).Should(Succeed(),
+			func() string {
+				b, _ := os.ReadFile(schedLog.Name())
+				return "the topology-aware scheduler is not ready (https://127.0.0.1:" + nrtSchedulerPort + "/readyz) within 60 s; its log:\n" + string(b)
+			})
 
 		createNamespace(ctx, nrtNS)
 	}, NodeTimeout(5*time.Minute))

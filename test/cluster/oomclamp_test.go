@@ -4,11 +4,10 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/containerd/nri/pkg/stub"
+	. "github.com/onsi/ginkgo/v2"
 )
 
 // canLowerOOMScore reports whether root here may lower a process'
@@ -37,15 +36,9 @@ func (zeroNegativeOOM) CreateContainer(_ context.Context, _ *api.PodSandbox, c *
 	return adj, nil, nil
 }
 
-// startZeroNegativeOOM connects the plugin to the runtime's NRI socket and
-// returns its stop function.
-func startZeroNegativeOOM(ctx context.Context, socket string) (func(), error) {
-	s, err := stub.New(zeroNegativeOOM{}, stub.WithSocketPath(socket), stub.WithPluginName("e2e-zero-negative-oom"), stub.WithPluginIdx("95"))
-	if err != nil {
-		return nil, fmt.Errorf("oom_score_adj plugin: %w", err)
-	}
-	if err := s.Start(ctx); err != nil {
-		return nil, fmt.Errorf("oom_score_adj plugin: %w", err)
-	}
-	return s.Stop, nil
+// startZeroNegativeOOM connects the plugin to the runtime's NRI socket for
+// the rest of the calling node; it returns once the runtime calls it.
+func startZeroNegativeOOM(ctx context.Context) {
+	GinkgoHelper()
+	startStub(ctx, zeroNegativeOOM{}, "e2e-zero-negative-oom", "95")
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
-	"github.com/containerd/nri/pkg/stub"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -92,10 +91,7 @@ var _ = Describe("a pod with pod-level resources (spec.resources) through the AP
 			func(g Gomega, st daemon.StateView) { g.Expect(st.Reserved).NotTo(BeEmpty()) })
 
 		obs = &podResourcesObserver{pod: map[string]seenCPU{}, ctr: map[string]seenCPU{}}
-		s, err := stub.New(obs, stub.WithSocketPath(Env.NRISock), stub.WithPluginName("e2e-pod-resources"), stub.WithPluginIdx("10"))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(s.Start(context.Background())).To(Succeed())
-		DeferCleanup(s.Stop)
+		startStub(ctx, obs, "e2e-pod-resources", "10")
 
 		createNamespace(ctx, podLevelNS)
 	}, NodeTimeout(5*time.Minute))

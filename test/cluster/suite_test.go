@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/stub"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/types"
@@ -437,4 +438,36 @@ func createNamespace(ctx context.Context, ns string) {
 	// object exists; the bound is the condition's, named if it is missed.
 	_, err := kubectl(ctx, "wait", "-n", ns, "--for=create", "serviceaccount/default", "--timeout=60s")
 	Expect(err).NotTo(HaveOccurred(), "namespace %s: the controller manager did not create its default service account within 60 s", ns)
+}
+
+// runtimeLogTimeout bounds the waits for a line of the runtime's log.
+const runtimeLogTimeout = 30 * time.Second
+
+// waitRuntimeLog waits until the runtime's log, from offset on, has a line
+// with every one of substrs. The runtime writes "plugin X connected and
+// synchronized" only after it has added X to the plugins it calls (the
+// plugin's own /healthz turns true a moment earlier, inside its
+// Synchronize), and "connection to plugin X closed" only once it has
+// noticed the connection gone (after the process exits): the line is the
+// condition itself.
+func waitRuntimeLog(ctx context.Context, offset int64, substrs ...string) {
+	GinkgoHelper()
+	Eventually(func() bool { return hasLine(logSince(Env.RuntimeLog, offset), substrs...) }).
+		WithContext(ctx).WithTimeout(runtimeLogTimeout).WithPolling(100*time.Millisecond).
+		Should(BeTrue(), "%s logged no line with %q within %s (%s)", Env.Runtime, substrs, runtimeLogTimeout, Env.RuntimeLog)
+}
+
+// startStub connects a test NRI plugin (idx-name) to the runtime for the
+// rest of the calling node, and returns once the runtime logs it connected
+// and synchronized: stub.Start returns after Configure, before the runtime
+// has synchronized it and added it to the plugins it calls.
+func startStub(ctx context.Context, plugin any, name, idx string) {
+	GinkgoHelper()
+	s, err := stub.New(plugin, stub.WithSocketPath(Env.NRISock), stub.WithPluginName(name), stub.WithPluginIdx(idx))
+	Expect(err).NotTo(HaveOccurred(), "NRI plugin %s-%s", idx, name)
+	offset := fileSize(Env.RuntimeLog)
+	// The stub serves until Stop, not until a spec's context ends.
+	Expect(s.Start(context.Background())).To(Succeed(), "NRI plugin %s-%s", idx, name)
+	DeferCleanup(s.Stop)
+	waitRuntimeLog(ctx, offset, idx+"-"+name, "connected and synchronized")
 }

@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
@@ -58,6 +59,10 @@ type env struct {
 	TestImage  string
 	PauseImage string
 	Kubelet    string // the kubelet binary ($E2E_KUBE_BIN/kubelet)
+	// RuntimeLog is the runtime's log (E2E_CONTAINERD_LOG or
+	// E2E_CRIO_LOG): the suite waits there for a plugin to be connected
+	// and synchronized.
+	RuntimeLog string
 	// PrevKubelet is an older kubelet ($E2E_KUBE_BIN_PREV/kubelet) for
 	// the specs that check what a node moving from it leaves behind (the
 	// migration's state files); "" when the run has none.
@@ -81,6 +86,11 @@ func loadEnv() (env, error) {
 		PauseImage: get("E2E_PAUSE_IMAGE"),
 		Runtime:    os.Getenv("E2E_RUNTIME"),
 		PIDFile:    os.Getenv("NRI_CPUALIGN_E2E_PIDFILE"),
+	}
+	if os.Getenv("E2E_RUNTIME") == "crio" {
+		e.RuntimeLog = get("E2E_CRIO_LOG")
+	} else {
+		e.RuntimeLog = get("E2E_CONTAINERD_LOG")
 	}
 	bin := get("E2E_KUBE_BIN")
 	if len(missing) > 0 {
@@ -143,9 +153,13 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		return
 	}
 	if Env.Runtime == "crio" && !canLowerOOMScore(ctx) {
+		offset := framework.FileSize(Env.RuntimeLog)
 		stop, err := startOOMClamp(context.Background(), Env.NRISocket)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(stop)
+		// stub.Start returns after Configure, before the runtime has
+		// synchronized the clamp and calls it.
+		waitRuntimeLine(ctx, offset, "95-e2e-oomclamp")
 		GinkgoWriter.Printf("this machine cannot lower oom_score_adj (no CAP_SYS_RESOURCE): the e2e-oomclamp NRI plugin turns CRI-O's negative scores into 0\n")
 	}
 	GinkgoWriter.Printf("runtime %s (%s, NRI %s, cgroup driver %s, cgroup v2 %v), kubelet %s (previous: %s), %d CPUs %s, plugin %s, work dir %s\n",
@@ -290,10 +304,12 @@ func NewPlugin(name string, extra ...string) *Plugin {
 }
 
 // Start starts the plugin (extra args after the config) and waits until its
-// /healthz says it is connected to the runtime and synchronized.
+// /healthz says it is connected to the runtime and synchronized, and the
+// runtime's log says it calls it.
 func (p *Plugin) Start(ctx context.Context, args ...string) {
 	GinkgoHelper()
 	Expect(p.proc == nil || !p.proc.Running()).To(BeTrue(), "plugin already running")
+	offset := framework.FileSize(Env.RuntimeLog)
 	proc, err := framework.StartPlugin(PluginBin, append([]string{"run", "--config", p.ConfigPath}, args...), p.LogPath, "")
 	Expect(err).NotTo(HaveOccurred())
 	recordPID(proc.Pid())
@@ -303,7 +319,21 @@ func (p *Plugin) Start(ctx context.Context, args ...string) {
 		_, err := httpGet(ctx, "http://"+PluginMetricsAddr+"/healthz")
 		g.Expect(err).NotTo(HaveOccurred())
 	}).WithContext(ctx).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).Should(Succeed(),
-		"plugin not healthy; its log:\n%s", logTail(p.LogPath, 40))
+		func() string { return "plugin not healthy within 30 s; its log:\n" + logTail(p.LogPath, 40) })
+	// /healthz turns true inside the plugin's Synchronize, a moment before
+	// the runtime adds it to the plugins it calls.
+	waitRuntimeLine(ctx, offset, daemon.PluginIdx+"-"+daemon.PluginName)
+}
+
+// waitRuntimeLine waits until the runtime's log, from offset on, says the
+// NRI plugin (idx-name) is connected and synchronized: the runtime writes
+// that once it has added the plugin to the plugins it calls.
+func waitRuntimeLine(ctx context.Context, offset int64, plugin string) {
+	GinkgoHelper()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := framework.WaitForLine(wctx, Env.RuntimeLog, offset, plugin, "connected and synchronized")
+	Expect(err).NotTo(HaveOccurred(), "%s did not log NRI plugin %s connected and synchronized within 30 s", Env.Runtime, plugin)
 }
 
 // Kill SIGKILLs the plugin process, if running, and waits for it.
