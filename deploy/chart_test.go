@@ -464,3 +464,20 @@ func TestChartPodResources(t *testing.T) {
 		}
 	}
 }
+
+// TestChartKubeletPlugins: hostPaths.kubeletPluginsDir is mounted read-only
+// at its own path (the DRA metadata is read by the host path a container's
+// mount names); "" mounts nothing.
+func TestChartKubeletPlugins(t *testing.T) {
+	m := loadChart(t, "--set", "hostPaths.kubeletPluginsDir=/data/kubelet/plugins")
+	v, vm := volumeFor(t, m.daemonSets[0], "/data/kubelet/plugins")
+	if v.HostPath == nil || v.HostPath.Path != "/data/kubelet/plugins" || !vm.ReadOnly || vm.MountPath != "/data/kubelet/plugins" {
+		t.Errorf("kubelet-plugins mount: volume %+v at %s (read-only %v), want /data/kubelet/plugins read-only at the same path", v.VolumeSource, vm.MountPath, vm.ReadOnly)
+	}
+	m = loadChart(t, "--set", "hostPaths.kubeletPluginsDir=")
+	for _, v := range m.daemonSets[0].Spec.Template.Spec.Volumes {
+		if v.Name == "kubelet-plugins" {
+			t.Error(`hostPaths.kubeletPluginsDir="" still mounts the kubelet's plugin directory`)
+		}
+	}
+}

@@ -672,6 +672,14 @@ func checkMountsMatchConfig(t *testing.T, m manifests) {
 		t.Errorf("pod_resources_socket %s: volume from host %s (read-only %v), want %s read-only", cfg.PodResourcesSocket, hp, vm.ReadOnly, path.Dir(config.DefaultPodResourcesSocket))
 	}
 
+	// The kubelet's plugin directory, where DRA drivers write the KEP-5304
+	// metadata of claims: read-only, at the host's path, since the plugin
+	// opens the host path a container's mount names.
+	v, vm = volumeFor(t, ds, "/var/lib/kubelet/plugins")
+	if hp := hostPath(v); hp != "/var/lib/kubelet/plugins" || !vm.ReadOnly {
+		t.Errorf("kubelet plugins: volume from host %s (read-only %v), want /var/lib/kubelet/plugins read-only at the same path", hp, vm.ReadOnly)
+	}
+
 	// State directory: writable, on the host, at the same path.
 	v, vm = volumeFor(t, ds, cfg.StateDir)
 	if hp := hostPath(v); hp != config.DefaultStateDir || vm.ReadOnly {
