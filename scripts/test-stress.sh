@@ -164,7 +164,8 @@ for ((pass = 1; pass <= STRESS_PASSES; pass++)); do
 			rc=$?
 			stop_load
 			RUNS=$((RUNS + 1))
-			n=$(cat "$dir"/junit-*.xml 2>/dev/null | grep -c '<testcase .*status="passed"')
+			# Specs only ("[It] ..."), not the suite's set-up and clean-up nodes.
+			n=$(cat "$dir"/junit-*.xml 2>/dev/null | grep -c '<testcase name="\[It\] .*status="passed"')
 			SPECS=$((SPECS + n))
 			found=0
 			while IFS=$'\t' read -r st spec; do
