@@ -207,7 +207,11 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 		stateDir = filepath.Join(WorkDir, "image-state")
 		logDir = filepath.Join(WorkDir, "image-logs")
 		cfgDir := filepath.Join(WorkDir, "image-config")
-		for _, d := range []string{stateDir, logDir, cfgDir} {
+		// No kubelet runs here: its pod-resources and plugin directories
+		// are empty ones, as DirectoryOrCreate makes them on such a node.
+		podResDir := filepath.Join(WorkDir, "image-kubelet-pod-resources")
+		pluginsDir := filepath.Join(WorkDir, "image-kubelet-plugins")
+		for _, d := range []string{stateDir, logDir, cfgDir, podResDir, pluginsDir} {
 			Expect(os.MkdirAll(d, 0o755)).To(Succeed())
 		}
 		uid := NewPodUID("nri-cpualign")
@@ -267,6 +271,8 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 			// The system bus directory, DirectoryOrCreate as in the
 			// DaemonSet: the host's own, made empty where it has none.
 			"/run/dbus": "/run/dbus",
+			path.Dir(config.DefaultPodResourcesSocket): podResDir,
+			"/var/lib/kubelet/plugins":                 pluginsDir,
 		}
 		Expect(os.MkdirAll("/run/dbus", 0o755)).To(Succeed())
 		var mounts []*cri.Mount
