@@ -23,7 +23,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -73,14 +75,20 @@ func (c *Client) Socket() string { return c.socket }
 
 // ContainerDevices asks the kubelet for the pod's resources and returns
 // the named container's devices. It fails with ErrNoSocket when the socket
-// does not exist, and with the context's error when the kubelet does not
-// answer in time.
+// does not exist, and with an error that is context.DeadlineExceeded when
+// the kubelet does not answer in time.
 func (c *Client) ContainerDevices(ctx context.Context, namespace, pod, container string) ([]Device, error) {
 	api, err := c.client()
 	if err != nil {
 		return nil, err
 	}
 	resp, err := api.Get(ctx, &podresv1.GetPodResourcesRequest{PodName: pod, PodNamespace: namespace})
+	if status.Code(err) == codes.DeadlineExceeded {
+		// grpc sends the deadline to the server, whose timer may fire
+		// first and reset the stream: the status then arrives before the
+		// caller's context has expired, so ctx.Err() is still nil.
+		return nil, fmt.Errorf("kubelet PodResources Get %s/%s on %s: %w (%w)", namespace, pod, c.socket, err, context.DeadlineExceeded)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kubelet PodResources Get %s/%s on %s: %w", namespace, pod, c.socket, err)
 	}

@@ -111,13 +111,33 @@ func TestDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 	_, err := c.ContainerDevices(ctx, "ns", "pod", "ctr")
 	cancel()
-	if status.Code(errors.Unwrap(err)) != codes.DeadlineExceeded {
+	if status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("held: got %v, want DeadlineExceeded", err)
 	}
 	srv.Release()
 	got, err := ask(t, c, "ns", "pod", "ctr")
 	if err != nil || len(got) != 1 || !reflect.DeepEqual(got[0].NUMA, []int{0}) {
 		t.Errorf("after release: got %+v, %v", got, err)
+	}
+}
+
+// The server's deadline can fire before the caller's (grpc sends it along
+// and the server resets the stream): the DeadlineExceeded status then
+// arrives while the caller's context is still live, and must read as the
+// deadline all the same, not as a failed call (a loaded machine showed it:
+// the daemon warned "Get failed" instead of naming pod_resources_timeout).
+func TestServerDeadlineFirst(t *testing.T) {
+	c, srv := served(t)
+	srv.FailWith(status.Error(codes.DeadlineExceeded, "the server's deadline"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := c.ContainerDevices(ctx, "ns", "pod", "ctr")
+	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		t.Fatalf("got %v (context: %v), want an error that is context.DeadlineExceeded before the caller's deadline", err, ctx.Err())
+	}
+	srv.FailWith(status.Error(codes.Unavailable, "down"))
+	if _, err := c.ContainerDevices(ctx, "ns", "pod", "ctr"); errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Unavailable reads as the deadline: %v", err)
 	}
 }
 

@@ -36,6 +36,7 @@ type Server struct {
 	mu   sync.Mutex
 	pods map[string]map[string][]Device // "ns/name" -> container -> devices
 	hold chan struct{}                  // non-nil: Get waits until closed or its caller gives up
+	fail error                          // non-nil: Get answers it at once
 }
 
 // Start serves on a unix socket at path until the test's cleanup (t is
@@ -87,6 +88,14 @@ func (s *Server) Hold() {
 	}
 }
 
+// FailWith makes every Get answer err at once (nil: answer again), e.g.
+// the DeadlineExceeded status a server whose own timer fired first sends.
+func (s *Server) FailWith(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail = err
+}
+
 // Release lets the held Get calls answer.
 func (s *Server) Release() {
 	s.mu.Lock()
@@ -102,6 +111,10 @@ func (s *Server) Release() {
 func (s *Server) Get(ctx context.Context, req *podresv1.GetPodResourcesRequest) (*podresv1.GetPodResourcesResponse, error) {
 	s.Gets.Add(1)
 	s.mu.Lock()
+	if err := s.fail; err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
 	hold := s.hold
 	ctrs, ok := s.pods[req.GetPodNamespace()+"/"+req.GetPodName()]
 	var resp *podresv1.GetPodResourcesResponse
