@@ -84,9 +84,10 @@ func (c *Client) ContainerDevices(ctx context.Context, namespace, pod, container
 	}
 	resp, err := api.Get(ctx, &podresv1.GetPodResourcesRequest{PodName: pod, PodNamespace: namespace})
 	if status.Code(err) == codes.DeadlineExceeded {
-		// grpc sends the deadline to the server, whose timer may fire
-		// first and reset the stream: the status then arrives before the
-		// caller's context has expired, so ctx.Err() is still nil.
+		// This status can come before the context's own timer has run,
+		// so ctx.Err() is still nil: grpc fails a call whose deadline has
+		// passed by the clock before sending it, and the server, told the
+		// deadline, may reset the stream first.
 		return nil, fmt.Errorf("kubelet PodResources Get %s/%s on %s: %w (%w)", namespace, pod, c.socket, err, context.DeadlineExceeded)
 	}
 	if err != nil {
