@@ -79,7 +79,7 @@ func TestCheckpointCompat(t *testing.T) {
 			if cpus, _ := h.create(t, testPod("n"), testCtr("n-1", "app", 2000)); cpus != "2,6" {
 				t.Fatalf("new container on %q, want 2,6", cpus)
 			}
-			h.d.store.jnl.reset()
+			h.d.store.Reset()
 			h2 := newHandlerDaemon(t, dir, "")
 			want["be-1"] = ContainerView{ID: "be-1", Pod: "ns/be", PodUID: "be", Container: "be", CPUs: "0,3-4,7"}
 			want["n-1"] = ContainerView{ID: "n-1", Pod: "ns/n", PodUID: "n", Container: "app", CPUs: "2,6", Mems: "0", Exclusive: true}

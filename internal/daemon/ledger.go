@@ -28,6 +28,3 @@ var stampOf = ledger.StampOf
 func rightCPUsIn(e *policy.Engine, st policy.State, r ctrRecord) cpuset.CPUSet {
 	return ledger.RightCPUs(e, st, r)
 }
-
-// cloneRecords copies the container index for a tentative change.
-var cloneRecords = ledger.CloneRecords

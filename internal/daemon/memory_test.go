@@ -205,18 +205,6 @@ func gauge(t *testing.T, d *Daemon, name, node, resource string) float64 {
 	return -1
 }
 
-func TestKubeletMemoryPath(t *testing.T) {
-	for in, want := range map[string]string{
-		"/var/lib/kubelet/cpu_manager_state":              "/var/lib/kubelet/memory_manager_state",
-		"/var/lib/nri-cpualign/kubelet-cpu_manager_state": "/var/lib/nri-cpualign/kubelet-memory_manager_state",
-		"/tmp/cpu-state.json":                             "/tmp/memory_manager_state",
-	} {
-		if got := kubeletMemoryPath(in); got != want {
-			t.Errorf("%s: %s, want %s", in, got, want)
-		}
-	}
-}
-
 // Memory follows the CPUs' held rule (held.go): a stopped and removed
 // container's memory stays assigned to its pod and name while the pod
 // lives (here it keeps another container), its re-creation gets the same

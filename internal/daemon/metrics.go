@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"sort"
 	"sync/atomic"
@@ -265,6 +266,11 @@ func (m *metrics) PoolEmpty(empty bool) {
 	} else {
 		m.poolEmpty.Set(0)
 	}
+}
+
+// sameMap reports whether a and b are the same map (not merely equal).
+func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // exclusiveCount is how many CPUs the assignments hold. The engine never
