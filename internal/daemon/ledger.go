@@ -1,10 +1,7 @@
 package daemon
 
 import (
-	"k8s.io/utils/cpuset"
-
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
-	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
 // The ledger (internal/ledger) owns the policy state; the daemon's code
@@ -23,8 +20,3 @@ type DeviceView = ledger.DeviceView
 
 // stampOf formats t as ctrRecord.Since.
 var stampOf = ledger.StampOf
-
-// rightCPUsIn is the cpuset a known container should have in st.
-func rightCPUsIn(e *policy.Engine, st policy.State, r ctrRecord) cpuset.CPUSet {
-	return ledger.RightCPUs(e, st, r)
-}

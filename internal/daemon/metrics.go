@@ -397,7 +397,7 @@ func stateView(lv ledgerView, connected bool) StateView {
 		v.StrictUncore = u.String()
 	}
 	for _, r := range lv.Ctrs {
-		cpus := rightCPUsIn(e, st, r)
+		cpus := lv.RightCPUs(r)
 		var base string
 		if b, ok := e.Baseline(st, r.Pod, r.Name); ok && r.Exclusive {
 			base = b.String()

@@ -113,7 +113,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	d.seeDriver(paths...)
 	a := d.applier() // after seeDriver, which may replace it
-	in.State, in.Records, in.Static, in.Now = l.State(), l.Index(), l.Static(), l.Stamp()
+	in.State, in.Records, in.Static, in.Now, in.Shrinking = l.State(), l.Index(), l.Static(), l.Stamp(), l.Shrinks()
 	in.Records = memsAtSync(l.Engine(), in.State, in.Records)
 	plan := planSync(l.Engine(), in)
 	p.logSyncEvents(plan.Events)

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -64,6 +65,9 @@ type syncInput struct {
 	Static bool
 	// Now is the Since of the records the sync makes (ledger.stamp).
 	Now string
+	// Shrinking are the downsizes answered and not committed
+	// (ledger.RightCPUs): a container the runtime has narrowed stays so.
+	Shrinking map[string]ledger.Shrink
 }
 
 // keptCPUs is a running exclusive container whose lost assignment is
@@ -331,7 +335,7 @@ func (p *planner) finish() {
 	}
 	for _, c := range p.plan.Live {
 		r := p.plan.Records[c.ID]
-		want := rightCPUsIn(p.e, p.plan.State, r)
+		want := ledger.RightCPUs(p.e, p.plan.State, r, p.in.Shrinking)
 		if want.IsEmpty() {
 			continue
 		}

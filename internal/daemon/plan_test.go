@@ -106,6 +106,39 @@ func TestPlanSync(t *testing.T) {
 			updates: []cpuUpdate{{ID: "c2", CPUs: "1,5"}},
 		},
 	}, {
+		// A downsize answered and not committed (its PostUpdateContainer
+		// lost with the connection): the container the runtime narrowed
+		// to 1,5 stays there (ledger.RightCPUs with the pending shrink),
+		// its assignment still 1-2,5-6 until the downsize commits.
+		name:   "pending downsize",
+		doc:    planStatic,
+		assign: map[string]string{"p1/app": "1-2,5-6"},
+		in: syncInput{
+			Records:   map[string]ctrRecord{"c1": rec("c1", "p1", "app", true, "0")},
+			Pods:      planPods("p1"),
+			Ctrs:      []syncCtr{planCtr("c1", gReq("p1", "app", 2), phaseRunning, 1, "1,5")},
+			Shrinking: map[string]shrink{"c1": {From: cpuset.New(1, 2, 5, 6), Req: gReq("p1", "app", 2), To: cpuset.New(1, 5)}},
+		},
+		want: planWant{
+			assignments: map[string]string{"p1/app": "1-2,5-6"},
+			records:     map[string]ctrRecord{"c1": rec("c1", "p1", "app", true, "0")},
+		},
+	}, {
+		// The same without the pending downsize: the assignment.
+		name:   "narrowed without a downsize",
+		doc:    planStatic,
+		assign: map[string]string{"p1/app": "1-2,5-6"},
+		in: syncInput{
+			Records: map[string]ctrRecord{"c1": rec("c1", "p1", "app", true, "0")},
+			Pods:    planPods("p1"),
+			Ctrs:    []syncCtr{planCtr("c1", gReq("p1", "app", 2), phaseRunning, 1, "1,5")},
+		},
+		want: planWant{
+			assignments: map[string]string{"p1/app": "1-2,5-6"},
+			records:     map[string]ctrRecord{"c1": rec("c1", "p1", "app", true, "0")},
+			updates:     []cpuUpdate{{ID: "c1", CPUs: "1-2,5-6", Mems: "0"}},
+		},
+	}, {
 		// A corrupt checkpoint was set aside: no state, no index. The
 		// Guaranteed container keeps the whole core it runs on (kept,
 		// then adopted); the shared one is admitted to the pool it
