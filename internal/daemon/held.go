@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -71,11 +72,11 @@ type heldAssignment struct {
 // heldAssignments lists the assignments of st that no record of ctrs
 // holds, by pod key and name; PodName is the pod's namespace/name when a
 // record of the pod still says it.
-func heldAssignments(st policy.State, ctrs []ctrRecord) []heldAssignment {
-	tracked := map[podContainer]bool{}
+func heldAssignments(st policy.State, ctrs []ledger.Record) []heldAssignment {
+	tracked := map[ledger.PodContainer]bool{}
 	names := map[string]string{}
 	for _, r := range ctrs {
-		tracked[podContainer{Pod: r.Pod, Name: r.Name}] = true
+		tracked[ledger.PodContainer{Pod: r.Pod, Name: r.Name}] = true
 		names[r.Pod] = r.PodName
 	}
 	var out []heldAssignment
@@ -83,7 +84,7 @@ func heldAssignments(st policy.State, ctrs []ctrRecord) []heldAssignment {
 	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
 		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
 			// A pod-level pod's block is no container's (StateView.PodPools).
-			if name != policy.PodPoolEntry && !tracked[podContainer{Pod: pod, Name: name}] {
+			if name != policy.PodPoolEntry && !tracked[ledger.PodContainer{Pod: pod, Name: name}] {
 				out = append(out, heldAssignment{Pod: pod, PodName: names[pod], Name: name, CPUs: assigned[pod][name]})
 			}
 		}
@@ -94,7 +95,7 @@ func heldAssignments(st policy.State, ctrs []ctrRecord) []heldAssignment {
 // heldOnlyCPUs is how many CPUs are held for stopped containers and used
 // by no tracked container (an app container on its init container's CPUs
 // runs on them).
-func heldOnlyCPUs(st policy.State, ctrs []ctrRecord) int {
+func heldOnlyCPUs(st policy.State, ctrs []ledger.Record) int {
 	held := cpuset.New()
 	for _, h := range heldAssignments(st, ctrs) {
 		held = held.Union(h.CPUs)
@@ -139,12 +140,12 @@ func sandboxesOf(in syncInput) map[string]string {
 
 // stoppedOf is the stopped containers of live pods that Synchronize
 // reports, by ID: those whose RemoveContainer may end their pod.
-func stoppedOf(in syncInput) map[string]podContainer {
+func stoppedOf(in syncInput) map[string]ledger.PodContainer {
 	keys := podKeys(in)
-	out := map[string]podContainer{}
+	out := map[string]ledger.PodContainer{}
 	for _, c := range in.Ctrs {
 		if key, ok := keys[c.SandboxID]; ok && c.Phase == phaseStopped {
-			out[c.ID] = podContainer{Pod: key, Name: c.Name}
+			out[c.ID] = ledger.PodContainer{Pod: key, Name: c.Name}
 		}
 	}
 	return out

@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -105,11 +106,11 @@ func memoryView(e *policy.Engine, st policy.State) []MemoryView {
 // memoryCollector exports the memory manager's tables per node and
 // resource, read from the ledger at every scrape (nothing under None).
 type memoryCollector struct {
-	view                     func() ledgerView
+	view                     func() ledger.View
 	free, alloc, allocatable *prometheus.Desc
 }
 
-func newMemoryCollector(view func() ledgerView) *memoryCollector {
+func newMemoryCollector(view func() ledger.View) *memoryCollector {
 	labels := []string{"numa_node", "resource"}
 	return &memoryCollector{view: view,
 		free: prometheus.NewDesc("nri_cpualign_memory_free_bytes",

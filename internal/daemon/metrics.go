@@ -152,7 +152,7 @@ func (m *metrics) registerConnected(connected *atomic.Bool) {
 
 // registerHeld adds nri_cpualign_held_cpus, read from the ledger's view at every scrape
 // (not at every commit: it walks the whole index).
-func (m *metrics) registerHeld(view func() ledgerView) {
+func (m *metrics) registerHeld(view func() ledger.View) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "nri_cpualign_held_cpus",
 		Help: "Exclusive CPUs held for stopped containers of live pods (crash-looping, in back-off, finished init containers, never started) that no running container uses; counted in nri_cpualign_exclusive_cpus too."},
 		func() float64 {
@@ -366,14 +366,14 @@ type ContainerView struct {
 	Since string `json:"since,omitempty"`
 	// Devices are its devices that gave the device hint provider NUMA
 	// nodes (docs/devices.md), absent when none did.
-	Devices []DeviceView `json:"devices,omitempty"`
+	Devices []ledger.DeviceView `json:"devices,omitempty"`
 }
 
 // State returns the current assignments as served on /state.
 func (d *Daemon) State() StateView { return stateView(d.led.View(), d.connected.Load()) }
 
 // stateView is the /state document of a ledger view.
-func stateView(lv ledgerView, connected bool) StateView {
+func stateView(lv ledger.View, connected bool) StateView {
 	if lv.Engine == nil {
 		return StateView{Policy: lv.Cfg.CPUManagerPolicy, Containers: []ContainerView{}, Held: []HeldView{}}
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
@@ -15,7 +16,7 @@ import (
 // it on (nil otherwise): a read-only user of the ledger's view, kicked by
 // every commit. A missing node name or an unusable kubeconfig is a
 // configuration error.
-func newNRTExporter(cfg config.Config, view func() ledgerView, log *logrus.Logger) (*nrtexport.Exporter, error) {
+func newNRTExporter(cfg config.Config, view func() ledger.View, log *logrus.Logger) (*nrtexport.Exporter, error) {
 	if cfg.NodeResourceTopology != config.NRTOn {
 		return nil, nil
 	}
@@ -39,7 +40,7 @@ func newNRTExporter(cfg config.Config, view func() ledgerView, log *logrus.Logge
 }
 
 // nrtObject is the node's NodeResourceTopology for a ledger view.
-func nrtObject(v ledgerView, node string) (nrt.Object, error) {
+func nrtObject(v ledger.View, node string) (nrt.Object, error) {
 	if v.Engine == nil {
 		return nrt.Object{}, errors.New("no valid policy configuration yet")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/kubeletpodres"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
@@ -125,7 +126,7 @@ func (p *plugin) withPodResources(ctx context.Context, pod *api.PodSandbox, ctr 
 			continue // no TopologyInfo: no hint, as under the kubelet
 		}
 		name := dev.Resource + " " + strings.Join(dev.IDs, ",") + " via PodResources"
-		info.Devices = append(info.Devices, DeviceView{Device: name, NUMA: dev.NUMA})
+		info.Devices = append(info.Devices, ledger.DeviceView{Device: name, NUMA: dev.NUMA})
 		info.Nodes = sysfs.UnionNodes([]sysfs.Locality{{Nodes: info.Nodes}, {Nodes: dev.NUMA}})
 		named = append(named, name+" numa "+intList(dev.NUMA))
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// fakeNow is a settable clock for ctrRecord.Since.
+// fakeNow is a settable clock for ledger.Record.Since.
 type fakeNow struct{ ns atomic.Int64 }
 
 func (f *fakeNow) set(t time.Time) { f.ns.Store(t.UnixNano()) }

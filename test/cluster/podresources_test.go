@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
 
@@ -258,14 +259,14 @@ var _ = Describe("a device plugin's devices on two NUMA nodes, learned from the 
 			named := fmt.Sprintf("%s %s via PodResources", gpuResource, dev)
 			Expect(hasLine(logSince(logPath, 0), "container admitted", "pod="+podresNS+"/"+name, fmt.Sprintf("%s numa %d", named, node))).
 				To(BeTrue(), "the decision's line does not name %s on node %d; plugin log:\n%s", named, node, logSince(logPath, 0))
-			Eventually(func(g Gomega) []daemon.DeviceView {
+			Eventually(func(g Gomega) []ledger.DeviceView {
 				for _, c := range hostState(g, ctx).Containers {
 					if c.Pod == podresNS+"/"+name && c.Container == "app" {
 						return c.Devices
 					}
 				}
 				return nil
-			}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Equal([]daemon.DeviceView{{Device: named, NUMA: []int{int(node)}}}))
+			}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Equal([]ledger.DeviceView{{Device: named, NUMA: []int{int(node)}}}))
 		}
 	}, SpecTimeout(4*time.Minute))
 })
