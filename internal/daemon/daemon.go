@@ -47,6 +47,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -230,10 +231,9 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: d.store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
 	d.led = l
-	d.obs.registerHeld(l.View)
-	d.obs.reg.MustRegister(newMemoryCollector(l.View))
+	d.obs.reg.MustRegister(observe.NewHeldGauge(l.View), observe.NewMemoryCollector(l.View))
 	d.app.ref.Store(&applierRef{newApplier(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
-	if d.kube.nrt, err = newNRTExporter(cfg, l.View, o.log); err != nil {
+	if d.kube.nrt, err = observe.NewNRTExporter(cfg, l.View, o.log); err != nil {
 		return nil, err
 	}
 	if d.kube.nrt != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -452,13 +453,13 @@ func TestStateMetricsHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var v StateView
+	var v observe.StateView
 	if err := json.Unmarshal([]byte(get(t, srv.URL+"/state")), &v); err != nil {
 		t.Fatal(err)
 	}
 	// c2 on core 1 {1,5}; odd (3 CPUs) takes core 2 whole and the lowest
 	// CPU of core 3: {2,3,6}.
-	want := []ContainerView{
+	want := []observe.ContainerView{
 		{ID: v.Containers[0].ID, Pod: "default/g1", PodUID: "g1", Container: "c2", CPUs: "1,5", Baseline: "1,5", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}, Since: v.Containers[0].Since},
 		{ID: v.Containers[1].ID, Pod: "default/g2", PodUID: "g2", Container: "odd", CPUs: "2-3,6", Baseline: "2-3,6", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}, Since: v.Containers[1].Since},
 	}

@@ -1,9 +1,6 @@
 package daemon
 
 import (
-	"maps"
-	"slices"
-
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
@@ -61,54 +58,6 @@ func withReuse(st policy.State, req policy.Request, static bool, tracked func(na
 	}
 	st.Alloc.ReusablePod, st.Alloc.Reusable = req.Pod, reuse
 	return st
-}
-
-// heldAssignment is one assignment no tracked container holds.
-type heldAssignment struct {
-	Pod, PodName, Name string
-	CPUs               cpuset.CPUSet
-}
-
-// heldAssignments lists the assignments of st that no record of ctrs
-// holds, by pod key and name; PodName is the pod's namespace/name when a
-// record of the pod still says it.
-func heldAssignments(st policy.State, ctrs []ledger.Record) []heldAssignment {
-	tracked := map[ledger.PodContainer]bool{}
-	names := map[string]string{}
-	for _, r := range ctrs {
-		tracked[ledger.PodContainer{Pod: r.Pod, Name: r.Name}] = true
-		names[r.Pod] = r.PodName
-	}
-	var out []heldAssignment
-	assigned := st.Alloc.Assignments
-	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
-		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
-			// A pod-level pod's block is no container's (StateView.PodPools).
-			if name != policy.PodPoolEntry && !tracked[ledger.PodContainer{Pod: pod, Name: name}] {
-				out = append(out, heldAssignment{Pod: pod, PodName: names[pod], Name: name, CPUs: assigned[pod][name]})
-			}
-		}
-	}
-	return out
-}
-
-// heldOnlyCPUs is how many CPUs are held for stopped containers and used
-// by no tracked container (an app container on its init container's CPUs
-// runs on them).
-func heldOnlyCPUs(st policy.State, ctrs []ledger.Record) int {
-	held := cpuset.New()
-	for _, h := range heldAssignments(st, ctrs) {
-		held = held.Union(h.CPUs)
-	}
-	if held.IsEmpty() {
-		return 0
-	}
-	for _, r := range ctrs {
-		if cpus, ok := st.Alloc.Assignments[r.Pod][r.Name]; ok {
-			held = held.Difference(cpus)
-		}
-	}
-	return held.Size()
 }
 
 // podKeys is the pod key of each sandbox Synchronize reports, by ID.

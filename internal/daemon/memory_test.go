@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
@@ -47,7 +48,7 @@ func (rt *fakeRuntime) createMem(pod *api.PodSandbox, name string, milli, mem, h
 	return c, err
 }
 
-func memFree(v StateView, node int, resource string) int64 {
+func memFree(v observe.StateView, node int, resource string) int64 {
 	for _, m := range v.Memory {
 		if m.NUMANode == node && m.Resource == resource {
 			return int64(m.Free)

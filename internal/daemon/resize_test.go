@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
@@ -218,7 +219,7 @@ func TestResizeBaselineSurvivesRestart(t *testing.T) {
 	}
 	// 1 -> 3: CPU 1, then core 2 whole (2,6). /state and the metrics show
 	// the baseline beside the CPUs.
-	var view ContainerView
+	var view observe.ContainerView
 	for _, cv := range r.d.State().Containers {
 		if cv.ID == c.Id {
 			view = cv

@@ -22,8 +22,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
 
@@ -225,7 +225,7 @@ var _ = Describe("a device plugin's devices on two NUMA nodes, learned from the 
 			// Describe).
 			"pod_resources_timeout": `"1s"`,
 			"log_level":             `"info"`,
-		}, func(g Gomega, st daemon.StateView) {
+		}, func(g Gomega, st observe.StateView) {
 			g.Expect(st.Topology).To(Equal("single-numa-node"))
 		})
 		createNamespace(ctx, podresNS)
@@ -289,7 +289,7 @@ var _ = Describe("the kubelet's PodResources socket absent, the plugin on the ho
 			"sysfs_root":              fmt.Sprintf("%q", twoNodeSysfs(dir)),
 			"pod_resources_socket":    fmt.Sprintf("%q", filepath.Join(dir, "absent", "kubelet.sock")),
 			"log_level":               `"info"`,
-		}, func(g Gomega, st daemon.StateView) {
+		}, func(g Gomega, st observe.StateView) {
 			g.Expect(st.Topology).To(Equal("single-numa-node"))
 		})
 		createNamespace(ctx, podresNS)

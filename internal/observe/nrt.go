@@ -1,4 +1,4 @@
-package daemon
+package observe
 
 import (
 	"errors"
@@ -12,11 +12,11 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/nrt"
 )
 
-// newNRTExporter returns the NodeResourceTopology exporter when cfg turns
+// NewNRTExporter returns the NodeResourceTopology exporter when cfg turns
 // it on (nil otherwise): a read-only user of the ledger's view, kicked by
 // every commit. A missing node name or an unusable kubeconfig is a
 // configuration error.
-func newNRTExporter(cfg config.Config, view func() ledger.View, log *logrus.Logger) (*nrtexport.Exporter, error) {
+func NewNRTExporter(cfg config.Config, view func() ledger.View, log *logrus.Logger) (*nrtexport.Exporter, error) {
 	if cfg.NodeResourceTopology != config.NRTOn {
 		return nil, nil
 	}
@@ -35,12 +35,12 @@ func newNRTExporter(cfg config.Config, view func() ledger.View, log *logrus.Logg
 	if err != nil {
 		return nil, cfg.KeyError(config.KeyKubeconfig, cfg.Kubeconfig, err.Error())
 	}
-	return nrtexport.New(client, func() (nrt.Object, error) { return nrtObject(view(), node) },
+	return nrtexport.New(client, func() (nrt.Object, error) { return NRTObject(view(), node) },
 		log.WithField("component", "node-resource-topology")), nil
 }
 
-// nrtObject is the node's NodeResourceTopology for a ledger view.
-func nrtObject(v ledger.View, node string) (nrt.Object, error) {
+// NRTObject is the node's NodeResourceTopology for a ledger view.
+func NRTObject(v ledger.View, node string) (nrt.Object, error) {
 	if v.Engine == nil {
 		return nrt.Object{}, errors.New("no valid policy configuration yet")
 	}
