@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 )
 
 // A container the plugin placed in CreateContainer can die before it ever
@@ -24,7 +26,7 @@ const reasonNeverStarted = "ContainerNeverStarted"
 
 // logAbandoned writes the one line and counts the metric for a container
 // that never started and was replaced by its pod's retry.
-func (p *plugin) logAbandoned(r ctrRecord, cpus, why, msg string) {
+func (p *plugin) logAbandoned(r ledger.Record, cpus, why, msg string) {
 	d := p.d
 	d.obs.abandoned.Inc()
 	d.log.WithFields(logrus.Fields{

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -56,7 +57,7 @@ func admit(e *policy.Engine, st policy.State, in admitInput) admission {
 // record is base with what the admission decided: exclusive or not, and
 // the cpuset.mems the plugin set (exclusive CPUs, or memory the memory
 // manager pinned).
-func (a admission) record(base ctrRecord) ctrRecord {
+func (a admission) record(base ledger.Record) ledger.Record {
 	dec := a.Decision
 	base.Exclusive = dec.Exclusive
 	if (dec.Exclusive || dec.MemPinned) && !dec.Mems.IsEmpty() {

@@ -271,7 +271,7 @@ func (u *updater) loop(ctx context.Context, pass func(), reconcile func() int) {
 
 // drifted is one container whose cgroup differs from its assignment.
 type drifted struct {
-	rec                ctrRecord
+	rec                ledger.Record
 	wantCPUs, haveCPUs cpuset.CPUSet
 	wantMems, haveMems string
 	updateMems         bool
@@ -279,7 +279,7 @@ type drifted struct {
 
 // wantedCPUs is a known container and the cpuset it should have.
 type wantedCPUs struct {
-	rec  ctrRecord
+	rec  ledger.Record
 	cpus cpuset.CPUSet
 }
 

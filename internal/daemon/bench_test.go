@@ -104,7 +104,7 @@ func BenchmarkCreateContainerHandler(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer d.store.jnl.reset()
+			defer d.store.Reset()
 			p := &plugin{d: d}
 			ctx := context.Background()
 			if _, err := p.Synchronize(ctx, nil, nil); err != nil {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 )
 
 // TestCheckpointCompat loads state directories written by the release
@@ -43,11 +45,11 @@ func TestCheckpointCompat(t *testing.T) {
 			if logged(h.log, logrus.WarnLevel, "checkpoint was written under another configuration or machine") {
 				t.Error("the old checkpoint's fingerprint differs from the one computed now")
 			}
-			want := map[string]ContainerView{
+			want := map[string]observe.ContainerView{
 				"be-1": {ID: "be-1", Pod: "ns/be", PodUID: "be", Container: "be", CPUs: "0,2-4,6-7", NUMA: []int{0}, L3: []int{0}},
 				"g-1":  {ID: "g-1", Pod: "ns/g", PodUID: "g", Container: "app", CPUs: "1,5", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}},
 			}
-			check := func(when string, d *Daemon, want map[string]ContainerView, shared string) {
+			check := func(when string, d *Daemon, want map[string]observe.ContainerView, shared string) {
 				t.Helper()
 				v := d.State()
 				if v.Shared != shared || v.Reserved != "0,4" || len(v.Containers) != len(want) {
@@ -79,10 +81,10 @@ func TestCheckpointCompat(t *testing.T) {
 			if cpus, _ := h.create(t, testPod("n"), testCtr("n-1", "app", 2000)); cpus != "2,6" {
 				t.Fatalf("new container on %q, want 2,6", cpus)
 			}
-			h.d.store.jnl.reset()
+			h.d.store.Reset()
 			h2 := newHandlerDaemon(t, dir, "")
-			want["be-1"] = ContainerView{ID: "be-1", Pod: "ns/be", PodUID: "be", Container: "be", CPUs: "0,3-4,7"}
-			want["n-1"] = ContainerView{ID: "n-1", Pod: "ns/n", PodUID: "n", Container: "app", CPUs: "2,6", Mems: "0", Exclusive: true}
+			want["be-1"] = observe.ContainerView{ID: "be-1", Pod: "ns/be", PodUID: "be", Container: "be", CPUs: "0,3-4,7"}
+			want["n-1"] = observe.ContainerView{ID: "n-1", Pod: "ns/n", PodUID: "n", Container: "app", CPUs: "2,6", Mems: "0", Exclusive: true}
 			check("after a decision and a restart", h2.d, want, "0,3-4,7")
 		})
 	}

@@ -47,8 +47,9 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
+	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
-	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
@@ -61,7 +62,7 @@ const (
 	PluginName = "cpualign"
 	PluginIdx  = "90"
 	// CheckpointName is the state file's name inside state_dir.
-	CheckpointName = "cpualign_state.json"
+	CheckpointName = persist.CheckpointName
 )
 
 // Reconnect backoff in the external mode.
@@ -80,7 +81,7 @@ type options struct {
 	stubOpts    []stub.Option
 	fromRuntime bool
 	now         func() time.Time
-	store       Store
+	store       persist.Mode
 	sdDial      func(ctx context.Context) (systemd.Manager, error)
 	sdAfter     func(d time.Duration, f func())
 }
@@ -104,6 +105,10 @@ func WithKubeletState(path string) Option { return func(o *options) { o.kubeletF
 // one. Configure fails if it brings none.
 func WithConfigFromRuntime() Option { return func(o *options) { o.fromRuntime = true } }
 
+// WithStore chooses how the state is made durable (default persist.Journal;
+// the benchmarks compare both). Either mode reads what the other wrote.
+func WithStore(m persist.Mode) Option { return func(o *options) { o.store = m } }
+
 // WithStubOptions adds NRI stub options (tests use it, e.g. for a dialer).
 func WithStubOptions(opts ...stub.Option) Option {
 	return func(o *options) { o.stubOpts = append(o.stubOpts, opts...) }
@@ -116,7 +121,7 @@ func WithStubOptions(opts ...stub.Option) Option {
 // translates events into their calls.
 type Daemon struct {
 	led       *ledger.Ledger
-	store     *store // the ledger's Store; used under the ledger's lock
+	store     *persist.Store // the ledger's Store; used under the ledger's lock
 	app       applying
 	conn      connection
 	obs       *metrics
@@ -213,8 +218,8 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		syncedC:   make(chan struct{}),
 	}
 	d.obs.registerConnected(&d.connected)
-	d.store = &store{ckpt: checkpoint.New(cfg.StateDir, CheckpointName), kubeletFile: o.kubeletFile,
-		jnl: journalStore{mode: o.store}, log: o.log, obs: d.obs}
+	d.store = persist.New(persist.Options{Dir: cfg.StateDir, KubeletFile: o.kubeletFile, Mode: o.store, Log: o.log,
+		Corrupt: d.obs.CheckpointError})
 	if o.sdDial == nil {
 		o.sdDial = dialSystemd
 	}
@@ -226,10 +231,9 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: d.store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
 	d.led = l
-	d.obs.registerHeld(l.View)
-	d.obs.reg.MustRegister(newMemoryCollector(l.View))
+	d.obs.reg.MustRegister(observe.NewHeldGauge(l.View), observe.NewMemoryCollector(l.View))
 	d.app.ref.Store(&applierRef{newApplier(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
-	if d.kube.nrt, err = newNRTExporter(cfg, l.View, o.log); err != nil {
+	if d.kube.nrt, err = observe.NewNRTExporter(cfg, l.View, o.log); err != nil {
 		return nil, err
 	}
 	if d.kube.nrt != nil {
@@ -350,13 +354,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 func (d *Daemon) startLocked() error {
 	l := d.led
 	cfg := l.Settings()
-	d.store.ckpt = checkpoint.New(cfg.StateDir, CheckpointName)
-	unlock, err := d.store.ckpt.Lock()
+	unlock, err := d.store.LockDir(cfg.StateDir)
 	if err != nil {
 		return err
 	}
 	d.run.unlockState = unlock
-	if err := d.store.ckpt.RemoveStaleTemps(); err != nil {
+	if err := d.store.RemoveStaleTemps(); err != nil {
 		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
 	}
 	if err := d.restoreLocked(); err != nil {
@@ -399,7 +402,7 @@ func (d *Daemon) startLocked() error {
 // ledger is locked.
 func (d *Daemon) restoreLocked() error {
 	l := d.led
-	r, err := d.store.load(l.Settings(), l.Topology(), l.Engine())
+	r, err := d.store.Load(l.Settings(), l.Topology(), l.Engine())
 	if err != nil {
 		return err
 	}
@@ -412,7 +415,7 @@ func (d *Daemon) releaseStateDir() {
 	d.led.Lock()
 	unlock := d.run.unlockState
 	d.run.unlockState = nil
-	d.store.jnl.reset()
+	d.store.Reset()
 	d.led.Unlock()
 	if unlock != nil {
 		_ = unlock()

@@ -17,9 +17,13 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
+	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
 // The machine of these tests is the fixture ht-1s-4c: one socket, one NUMA
@@ -244,7 +248,10 @@ func TestCorruptCheckpointSetAside(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"trunc`) {
 		t.Errorf("corrupt checkpoint not kept as %s.corrupt-1: %q, %v", path, b, err)
 	}
-	var p payload
+	var p struct { // the checkpoint's payload (internal/persist)
+		Engine     policy.Snapshot          `json:"engine"`
+		Containers map[string]ledger.Record `json:"containers"`
+	}
 	if err := checkpoint.New(stateDir, CheckpointName).Load(&p); err != nil {
 		t.Fatalf("new checkpoint unreadable: %v", err)
 	}
@@ -446,13 +453,13 @@ func TestStateMetricsHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var v StateView
+	var v observe.StateView
 	if err := json.Unmarshal([]byte(get(t, srv.URL+"/state")), &v); err != nil {
 		t.Fatal(err)
 	}
 	// c2 on core 1 {1,5}; odd (3 CPUs) takes core 2 whole and the lowest
 	// CPU of core 3: {2,3,6}.
-	want := []ContainerView{
+	want := []observe.ContainerView{
 		{ID: v.Containers[0].ID, Pod: "default/g1", PodUID: "g1", Container: "c2", CPUs: "1,5", Baseline: "1,5", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}, Since: v.Containers[0].Since},
 		{ID: v.Containers[1].ID, Pod: "default/g2", PodUID: "g2", Container: "odd", CPUs: "2-3,6", Baseline: "2-3,6", Mems: "0", Exclusive: true, NUMA: []int{0}, L3: []int{0}, Since: v.Containers[1].Since},
 	}
@@ -854,12 +861,12 @@ func TestCheckpointFromAnotherConfig(t *testing.T) {
 // A decision that cannot be written is not made: the container is refused
 // with PersistError and the state stays as it was.
 func TestPersistFailureRefusesAndKeepsState(t *testing.T) {
-	for _, store := range []Store{StoreSnapshot, StoreJournal} {
+	for _, store := range []persist.Mode{persist.Snapshot, persist.Journal} {
 		t.Run(string(store), func(t *testing.T) { testPersistFailure(t, store) })
 	}
 }
 
-func testPersistFailure(t *testing.T, store Store) {
+func testPersistFailure(t *testing.T, store persist.Mode) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
 	stateDir := t.TempDir()
@@ -873,11 +880,11 @@ func testPersistFailure(t *testing.T, store Store) {
 	if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if store == StoreJournal {
-		// An append that fails (its file closed under it); the snapshot
+	if store == persist.Journal {
+		// The journal forgotten, as after a failed append: the snapshot
 		// written instead cannot be renamed either.
 		r.d.led.Lock()
-		r.d.store.jnl.j.Close()
+		r.d.store.Reset()
 		r.d.led.Unlock()
 	}
 	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
@@ -42,7 +43,7 @@ type deviceInfo struct {
 	// Nodes are all its devices' NUMA nodes together, ascending.
 	Nodes []int
 	// Devices are the devices that gave nodes; Considered counts all.
-	Devices    []DeviceView
+	Devices    []ledger.DeviceView
 	Considered int
 	// Skipped are environment values that are no PCI address, or beyond
 	// maxEnvAddresses (at most maxSkipped of them).
@@ -171,7 +172,7 @@ func (r deviceReader) nodes(pod *api.PodSandbox, ctr *api.Container) (deviceInfo
 // LocateDevices is the device hint provider's lookup for one container
 // outside the daemon (simulate's devices, env and mounts): what nodes
 // finds, reading sysfsRoot and procfsRoot, whatever the policy.
-func LocateDevices(sysfsRoot, procfsRoot string, ctr *api.Container) (nodes []int, devices []DeviceView, skipped []string, err error) {
+func LocateDevices(sysfsRoot, procfsRoot string, ctr *api.Container) (nodes []int, devices []ledger.DeviceView, skipped []string, err error) {
 	info, err := deviceReader{sysfsRoot: sysfsRoot, procfsRoot: procfsRoot}.locate(nil, ctr)
 	skipped = info.Skipped
 	for _, f := range info.Unseen {
@@ -201,7 +202,7 @@ func (r deviceReader) locate(pod *api.PodSandbox, ctr *api.Container) (deviceInf
 	}
 	for i, l := range locs {
 		if len(l.Nodes) > 0 {
-			info.Devices = append(info.Devices, DeviceView{Device: c.names[i], NUMA: l.Nodes})
+			info.Devices = append(info.Devices, ledger.DeviceView{Device: c.names[i], NUMA: l.Nodes})
 		}
 	}
 	info.Nodes = sysfs.UnionNodes(locs)
@@ -474,8 +475,8 @@ func shortValue(s string) string {
 
 // devicesOf is ledger.devices after a Synchronize: the located devices
 // of the live containers the index keeps.
-func devicesOf(in syncInput, records map[string]ctrRecord) map[string][]DeviceView {
-	out := map[string][]DeviceView{}
+func devicesOf(in syncInput, records map[string]ledger.Record) map[string][]ledger.DeviceView {
+	out := map[string][]ledger.DeviceView{}
 	for _, c := range in.Ctrs {
 		if _, ok := records[c.ID]; ok && len(c.Devices.Devices) > 0 {
 			out[c.ID] = c.Devices.Devices

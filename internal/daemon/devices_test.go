@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
 
@@ -93,7 +94,7 @@ func vfio(group string, minor int64) *api.LinuxDevice {
 // has no locality.
 var vfioContainer = &api.LinuxDevice{Path: "/dev/vfio/vfio", Type: "c", Major: 10, Minor: 196}
 
-func stateDevices(t *testing.T, d *Daemon, pod string) []DeviceView {
+func stateDevices(t *testing.T, d *Daemon, pod string) []ledger.DeviceView {
 	t.Helper()
 	for _, c := range d.State().Containers {
 		if c.Pod == "default/"+pod {
@@ -104,7 +105,7 @@ func stateDevices(t *testing.T, d *Daemon, pod string) []DeviceView {
 	return nil
 }
 
-func sameDevices(a, b []DeviceView) bool {
+func sameDevices(a, b []ledger.DeviceView) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -165,8 +166,8 @@ func TestDeviceHintsVFIOAndSRIOVEnvContainerScope(t *testing.T) {
 		t.Fatalf("devices on nodes 0 and 1 under single-numa-node: err = %v, want TopologyAffinityError", err)
 	}
 
-	wantDPDK := []DeviceView{{Device: "/dev/vfio/90 (char 242:1)", NUMA: []int{1}}}
-	wantSRIOV := []DeviceView{{Device: "PCIDEVICE_INTEL_COM_SRIOV_NETDEVICE 0000:af:02.2", NUMA: []int{1}}}
+	wantDPDK := []ledger.DeviceView{{Device: "/dev/vfio/90 (char 242:1)", NUMA: []int{1}}}
+	wantSRIOV := []ledger.DeviceView{{Device: "PCIDEVICE_INTEL_COM_SRIOV_NETDEVICE 0000:af:02.2", NUMA: []int{1}}}
 	check := func(when string) {
 		t.Helper()
 		if got := stateDevices(t, r.d, "dpdk"); !sameDevices(got, wantDPDK) {
@@ -283,7 +284,7 @@ func TestDeviceHintsAtSynchronize(t *testing.T) {
 	if got := rt.cpus(c); got != "6,18" {
 		t.Fatalf("container placed at Synchronize got %q, want 6,18", got)
 	}
-	want := []DeviceView{{Device: "/dev/vfio/91 (char 242:2)", NUMA: []int{1}}}
+	want := []ledger.DeviceView{{Device: "/dev/vfio/91 (char 242:2)", NUMA: []int{1}}}
 	if got := stateDevices(t, r.d, "dpdk"); !sameDevices(got, want) {
 		t.Fatalf("/state devices = %+v, want %+v", got, want)
 	}

@@ -3,8 +3,6 @@ package daemon
 import (
 	"encoding/json"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
-	"github.com/nri-cpualign/nri-cpualign/pkg/kubeletstate"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
@@ -33,54 +30,10 @@ func engineFor(t testing.TB, fixture, doc string) *policy.Engine {
 	return e
 }
 
-// memoryStaticConfig runs the memory manager on ht-2s-6c (16 GiB per
-// node, 2 GiB of it in hugepage pools; 1 GiB reserved on node 0).
-const memoryStaticConfig = "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"best-effort\"\n" +
-	"memory_manager_policy = \"Static\"\n[[reserved_memory]]\nnuma_node = 0\nlimits = { memory = \"1Gi\" }\n"
-
 func quietLogger() *logrus.Logger {
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	return l
-}
-
-// FuzzKubeletState feeds arbitrary files to the kubelet-state importer
-// (--import-kubelet-state). It must never panic; a file it refuses must be
-// named in the error; what it imports must be a valid state (the entries
-// it could not use skipped, never trusted).
-func FuzzKubeletState(f *testing.F) {
-	e := fuzzEngine(f)
-	f.Add([]byte(`{"policyName":"static","defaultCpuSet":"0,12","entries":{"uid-a":{"c":"1-2,13-14"},"uid-b":{"x":"1"}},"checksum":1}`))
-	f.Add([]byte(`{"policyName":"none","defaultCpuSet":"","checksum":0}`))
-	f.Add([]byte(`{"policyName":"static","defaultCpuSet":"x"}`))
-	f.Add([]byte(`{"policyName":"static","entries":{"p":{"c":"0-23"},"q":{"d":"99"}}}`))
-	f.Add([]byte(`not json`))
-	dir := f.TempDir()
-	log := quietLogger()
-	f.Fuzz(func(t *testing.T, data []byte) {
-		path := filepath.Join(dir, "cpu_manager_state")
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		st, n, err := importKubeletState(e, e.NewState(), path, log)
-		if err != nil {
-			if !strings.Contains(err.Error(), path) {
-				t.Fatalf("import of %q: error %q does not name the file", data, err)
-			}
-			return
-		}
-		ks, _ := kubeletstate.ParseCPU(data)
-		entries := 0
-		for _, m := range ks.Entries {
-			entries += len(m)
-		}
-		if n > entries {
-			t.Fatalf("imported %d of %d entries", n, entries)
-		}
-		if err := invariant.Check(e, st, nil); err != nil {
-			t.Fatalf("import of %q gave an invalid state: %v", data, err)
-		}
-	})
 }
 
 // FuzzRequestFor feeds arbitrary cgroup values (what the runtime reports
@@ -163,30 +116,4 @@ func FuzzRestore(f *testing.F) {
 			t.Fatalf("restore from %s gave an invalid state: %v", payload, err)
 		}
 	})
-}
-
-// Huge CPU ranges in the kubelet's state are refused or skipped, never
-// expanded (cpuset.Parse would build billions of CPUs before failing).
-func TestKubeletStateHugeRange(t *testing.T) {
-	e := engineFor(t, "ht-2s-6c", fuzzConfig)
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		doc     string
-		wantErr bool
-	}{
-		{`{"policyName":"static","defaultCpuSet":"0-4000000000","entries":{}}`, true},
-		{`{"policyName":"static","defaultCpuSet":"0","entries":{"p":{"c":"1-4000000000"}}}`, false},
-	} {
-		path := filepath.Join(dir, "state")
-		if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		st, n, err := importKubeletState(e, e.NewState(), path, quietLogger())
-		if tc.wantErr != (err != nil) || (err != nil && !strings.Contains(err.Error(), path)) {
-			t.Errorf("%s: err = %v", tc.doc, err)
-		}
-		if n != 0 || len(st.Alloc.Assignments) != 0 {
-			t.Errorf("%s: imported %d", tc.doc, n)
-		}
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
@@ -103,7 +104,7 @@ func TestGPUByDeviceNode(t *testing.T) {
 	if got := rt.cpus(c); got != "6,18" {
 		t.Fatalf("container with /dev/nvidia0 (node 1) got %q, want 6,18", got)
 	}
-	want := []DeviceView{{Device: "/dev/nvidia0 0000:86:00.0", NUMA: []int{1}}}
+	want := []ledger.DeviceView{{Device: "/dev/nvidia0 0000:86:00.0", NUMA: []int{1}}}
 	if got := stateDevices(t, r.d, "gpu"); !sameDevices(got, want) {
 		t.Fatalf("/state devices = %+v, want %+v", got, want)
 	}
@@ -163,7 +164,7 @@ func TestGPUByVariable(t *testing.T) {
 	if got := rt.cpus(c); got != "6,18" {
 		t.Fatalf("container with the node-1 GPU's UUID got %q, want 6,18", got)
 	}
-	want := []DeviceView{{Device: gpus[0].UUID + " 0000:86:00.0 via NVIDIA_VISIBLE_DEVICES", NUMA: []int{1}}}
+	want := []ledger.DeviceView{{Device: gpus[0].UUID + " 0000:86:00.0 via NVIDIA_VISIBLE_DEVICES", NUMA: []int{1}}}
 	if got := stateDevices(t, r.d, "env"); !sameDevices(got, want) {
 		t.Fatalf("/state devices = %+v, want %+v", got, want)
 	}
@@ -342,7 +343,7 @@ func TestDRAMetadata(t *testing.T) {
 	if got := rt.cpus(run("node", draMount(byNode, "claim-a", "gpu", "gpu.example.com"))); got != "6,18" {
 		t.Fatalf("numaNode 1: got %q, want 6,18", got)
 	}
-	want := []DeviceView{{Device: "DRA claim claim-a request gpu gpu.example.com/gpu-0", NUMA: []int{1}}}
+	want := []ledger.DeviceView{{Device: "DRA claim claim-a request gpu gpu.example.com/gpu-0", NUMA: []int{1}}}
 	if got := stateDevices(t, r.d, "node"); !sameDevices(got, want) {
 		t.Fatalf("/state devices = %+v, want %+v", got, want)
 	}

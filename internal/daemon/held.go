@@ -1,11 +1,9 @@
 package daemon
 
 import (
-	"maps"
-	"slices"
-
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -62,54 +60,6 @@ func withReuse(st policy.State, req policy.Request, static bool, tracked func(na
 	return st
 }
 
-// heldAssignment is one assignment no tracked container holds.
-type heldAssignment struct {
-	Pod, PodName, Name string
-	CPUs               cpuset.CPUSet
-}
-
-// heldAssignments lists the assignments of st that no record of ctrs
-// holds, by pod key and name; PodName is the pod's namespace/name when a
-// record of the pod still says it.
-func heldAssignments(st policy.State, ctrs []ctrRecord) []heldAssignment {
-	tracked := map[podContainer]bool{}
-	names := map[string]string{}
-	for _, r := range ctrs {
-		tracked[podContainer{Pod: r.Pod, Name: r.Name}] = true
-		names[r.Pod] = r.PodName
-	}
-	var out []heldAssignment
-	assigned := st.Alloc.Assignments
-	for _, pod := range slices.Sorted(maps.Keys(assigned)) {
-		for _, name := range slices.Sorted(maps.Keys(assigned[pod])) {
-			// A pod-level pod's block is no container's (StateView.PodPools).
-			if name != policy.PodPoolEntry && !tracked[podContainer{Pod: pod, Name: name}] {
-				out = append(out, heldAssignment{Pod: pod, PodName: names[pod], Name: name, CPUs: assigned[pod][name]})
-			}
-		}
-	}
-	return out
-}
-
-// heldOnlyCPUs is how many CPUs are held for stopped containers and used
-// by no tracked container (an app container on its init container's CPUs
-// runs on them).
-func heldOnlyCPUs(st policy.State, ctrs []ctrRecord) int {
-	held := cpuset.New()
-	for _, h := range heldAssignments(st, ctrs) {
-		held = held.Union(h.CPUs)
-	}
-	if held.IsEmpty() {
-		return 0
-	}
-	for _, r := range ctrs {
-		if cpus, ok := st.Alloc.Assignments[r.Pod][r.Name]; ok {
-			held = held.Difference(cpus)
-		}
-	}
-	return held.Size()
-}
-
 // podKeys is the pod key of each sandbox Synchronize reports, by ID.
 func podKeys(in syncInput) map[string]string {
 	keys := make(map[string]string, len(in.Pods))
@@ -139,12 +89,12 @@ func sandboxesOf(in syncInput) map[string]string {
 
 // stoppedOf is the stopped containers of live pods that Synchronize
 // reports, by ID: those whose RemoveContainer may end their pod.
-func stoppedOf(in syncInput) map[string]podContainer {
+func stoppedOf(in syncInput) map[string]ledger.PodContainer {
 	keys := podKeys(in)
-	out := map[string]podContainer{}
+	out := map[string]ledger.PodContainer{}
 	for _, c := range in.Ctrs {
 		if key, ok := keys[c.SandboxID]; ok && c.Phase == phaseStopped {
-			out[c.ID] = podContainer{Pod: key, Name: c.Name}
+			out[c.ID] = ledger.PodContainer{Pod: key, Name: c.Name}
 		}
 	}
 	return out

@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
@@ -47,7 +48,7 @@ func (rt *fakeRuntime) createMem(pod *api.PodSandbox, name string, milli, mem, h
 	return c, err
 }
 
-func memFree(v StateView, node int, resource string) int64 {
+func memFree(v observe.StateView, node int, resource string) int64 {
 	for _, m := range v.Memory {
 		if m.NUMANode == node && m.Resource == resource {
 			return int64(m.Free)
@@ -203,18 +204,6 @@ func gauge(t *testing.T, d *Daemon, name, node, resource string) float64 {
 		}
 	}
 	return -1
-}
-
-func TestKubeletMemoryPath(t *testing.T) {
-	for in, want := range map[string]string{
-		"/var/lib/kubelet/cpu_manager_state":              "/var/lib/kubelet/memory_manager_state",
-		"/var/lib/nri-cpualign/kubelet-cpu_manager_state": "/var/lib/nri-cpualign/kubelet-memory_manager_state",
-		"/tmp/cpu-state.json":                             "/tmp/memory_manager_state",
-	} {
-		if got := kubeletMemoryPath(in); got != want {
-			t.Errorf("%s: %s, want %s", in, got, want)
-		}
-	}
 }
 
 // Memory follows the CPUs' held rule (held.go): a stopped and removed

@@ -3,6 +3,7 @@ package daemon
 import (
 	"maps"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -16,9 +17,9 @@ import (
 // value. A record with no mems (left to the runtime) and no memory
 // assignment stays so. records is not modified; it is returned as is
 // when nothing changes.
-func memsAtSync(e *policy.Engine, st policy.State, records map[string]ctrRecord) map[string]ctrRecord {
+func memsAtSync(e *policy.Engine, st policy.State, records map[string]ledger.Record) map[string]ledger.Record {
 	all := e.Mems().String()
-	var out map[string]ctrRecord
+	var out map[string]ledger.Record
 	for id, r := range records {
 		want := all
 		if e.MemoryPinned(st, r.Pod, r.Name) {

@@ -28,7 +28,7 @@ func TestSynchronizeWidensNarrowedMems(t *testing.T) {
 	l.Lock()
 	rec, _ := l.Record(c.Id)
 	rec.Mems = "0"
-	if _, err := l.Commit(ledger.Change{Index: indexChange{Edit: ctrEdit{Put: []ctrRecord{rec}}}}); err != nil {
+	if _, err := l.Commit(ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}}); err != nil {
 		t.Fatal(err)
 	}
 	l.Unlock()

@@ -113,7 +113,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	}
 	d.seeDriver(paths...)
 	a := d.applier() // after seeDriver, which may replace it
-	in.State, in.Records, in.Static, in.Now = l.State(), l.Index(), l.Static(), l.Stamp()
+	in.State, in.Records, in.Static, in.Now, in.Shrinking = l.State(), l.Index(), l.Static(), l.Stamp(), l.Shrinks()
 	in.Records = memsAtSync(l.Engine(), in.State, in.Records)
 	plan := planSync(l.Engine(), in)
 	p.logSyncEvents(plan.Events)
@@ -125,7 +125,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	// The runtime's view decides which containers still await their
 	// start, which are stopped, each pod's sandbox and the devices.
 	sync := &ledger.Sync{AwaitStart: plan.AwaitStart, Stopped: stoppedOf(in), Sandboxes: sandboxesOf(in), Devices: devicesOf(in, plan.Records)}
-	if _, err := l.Commit(ledger.Change{Next: &plan.State, Index: indexChange{All: plan.Records}, Sync: sync}); err != nil {
+	if _, err := l.Commit(ledger.Change{Next: &plan.State, Index: ledger.IndexChange{All: plan.Records}, Sync: sync}); err != nil {
 		d.log.WithError(err).Error("synchronize: cannot write the checkpoint")
 		return nil, err
 	}
@@ -275,7 +275,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, err
 	}
 	dec := ad.Decision
-	rec := ad.record(ctrRecord{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
+	rec := ad.record(ledger.Record{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()})
 	edit, superseded := withRecord(l, rec)
 	// Logged once the commit succeeded, with the state before it.
@@ -288,17 +288,17 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		life.Sandbox = &ledger.PodSandbox{Pod: req.Pod, ID: pod.GetId()}
 	}
 	if len(devInfo.Devices) > 0 {
-		life.Devices = map[string][]DeviceView{rec.ID: devInfo.Devices}
+		life.Devices = map[string][]ledger.DeviceView{rec.ID: devInfo.Devices}
 	}
 	// The containers it replaces may still exist, exited (their stop
 	// never reached the plugin): their removal is no pod's end.
 	if len(edit.Del) > 0 {
-		life.Stopped = make(map[string]podContainer, len(edit.Del))
+		life.Stopped = make(map[string]ledger.PodContainer, len(edit.Del))
 		for _, id := range edit.Del {
-			life.Stopped[id] = podContainer{Pod: rec.Pod, Name: rec.Name}
+			life.Stopped[id] = ledger.PodContainer{Pod: rec.Pod, Name: rec.Name}
 		}
 	}
-	poolChanged, err := l.Commit(ledger.Change{Next: &ad.Next, Index: indexChange{Edit: edit}, Life: life})
+	poolChanged, err := l.Commit(ledger.Change{Next: &ad.Next, Index: ledger.IndexChange{Edit: edit}, Life: life})
 	if err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
 		d.obs.refusals.WithLabelValues("PersistError").Inc()
@@ -330,7 +330,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 // stopped, or never released when it did not start). An old one that never
 // started is a dead attempt (the kubelet retries a failed creation with a
 // new ID): it is returned as superseded. the ledger is locked.
-func withRecord(l *ledger.Ledger, rec ctrRecord) (edit ctrEdit, superseded []ctrRecord) {
+func withRecord(l *ledger.Ledger, rec ledger.Record) (edit ledger.Edit, superseded []ledger.Record) {
 	for id, r := range l.Records() {
 		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
 			if l.AwaitingStart(id) {
@@ -343,7 +343,7 @@ func withRecord(l *ledger.Ledger, rec ctrRecord) (edit ctrEdit, superseded []ctr
 			edit.Del = append(edit.Del, id)
 		}
 	}
-	edit.Put = []ctrRecord{rec}
+	edit.Put = []ledger.Record{rec}
 	return edit, superseded
 }
 
@@ -405,11 +405,11 @@ func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) {
 	if _, ok := l.Record(id); ok || e == nil || l.Syncs() == 0 {
 		return
 	}
-	rec := ctrRecord{ID: id, Pod: podKey(pod), PodName: podName(pod), Name: ctr.GetName(),
+	rec := ledger.Record{ID: id, Pod: podKey(pod), PodName: podName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()}
 	entry := d.log.WithFields(logrus.Fields{"pod": rec.PodName, "container": rec.Name, "id": id,
 		"found_cpus": ctr.GetLinux().GetResources().GetCpu().GetCpus(), "cpus": e.SharedMask(l.State()).String()})
-	if _, err := l.Commit(ledger.Change{Index: indexChange{Edit: ctrEdit{Put: []ctrRecord{rec}}}}); err != nil {
+	if _, err := l.Commit(ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}}); err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; a container the plugin never placed stays where the runtime put it until the reconcile loop")
 		return
 	}
@@ -438,17 +438,17 @@ func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Co
 	if !ok {
 		return owed, nil
 	}
-	return owed, p.forget(r, "stopped", ledger.Life{Stopped: map[string]podContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})
+	return owed, p.forget(r, "stopped", ledger.Life{Stopped: map[string]ledger.PodContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})
 }
 
 // forget drops a known container from the index, with the lifecycle
 // facts of its event; its exclusive CPUs stay assigned to its pod and
 // name. The ledger is locked.
-func (p *plugin) forget(r ctrRecord, why string, life ledger.Life) error {
+func (p *plugin) forget(r ledger.Record, why string, life ledger.Life) error {
 	d := p.d
 	l := d.led
 	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
-	if _, err := l.Commit(ledger.Change{Index: indexChange{Edit: ctrEdit{Del: []string{r.ID}}}, Life: life}); err != nil {
+	if _, err := l.Commit(ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Del: []string{r.ID}}}, Life: life}); err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; the container stays in the index")
 		return err
 	}
@@ -475,7 +475,7 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	pc, known := l.StoppedAs(id)
 	removed := ledger.Life{Removed: id}
 	if r, ok := l.Record(id); ok {
-		pc, known = podContainer{Pod: r.Pod, Name: r.Name}, true
+		pc, known = ledger.PodContainer{Pod: r.Pod, Name: r.Name}, true
 		if err := p.forget(r, "removed", removed); err != nil {
 			l.Unlock()
 			return err
@@ -508,7 +508,7 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 // name while the pod lives; here a container removed for good gives its
 // slice to its pod's shared containers. It reports whether a pool
 // changed. The ledger is locked.
-func (p *plugin) releaseSlice(pc podContainer) (bool, error) {
+func (p *plugin) releaseSlice(pc ledger.PodContainer) (bool, error) {
 	l := p.d.led
 	e, st := l.Engine(), l.State()
 	if _, block := e.Assignment(st, pc.Pod, policy.PodPoolEntry); !block || l.NameInUse(pc.Pod, pc.Name) {
@@ -585,7 +585,7 @@ func (p *plugin) releaseAll(key, name, why string) (bool, error) {
 	l := d.led
 	_, _ = l.Commit(ledger.Change{Life: ledger.Life{PodStopped: key}}) // nothing durable: cannot fail
 	next := l.Engine().RemovePod(l.State(), key)
-	var edit ctrEdit
+	var edit ledger.Edit
 	for id, r := range l.Records() {
 		if r.Pod == key {
 			next = l.Engine().Remove(next, r.Pod, r.Name)
@@ -599,7 +599,7 @@ func (p *plugin) releaseAll(key, name, why string) (bool, error) {
 	for _, cpus := range l.State().Alloc.Assignments[key] {
 		freed = freed.Union(cpus)
 	}
-	changed, err := l.Commit(ledger.Change{Next: &next, Index: indexChange{Edit: edit}})
+	changed, err := l.Commit(ledger.Change{Next: &next, Index: ledger.IndexChange{Edit: edit}})
 	if err != nil {
 		d.log.WithError(err).WithField("pod", name).Error("cannot write the checkpoint; the pod's CPUs stay assigned")
 		return false, err
@@ -686,7 +686,7 @@ func (p *plugin) withOwed(skip string, updates []*api.ContainerUpdate) []*api.Co
 // none while that cpuset is empty (see emptypool.go). A shared-pool
 // container's mems are never set by the plugin, so the runtime's record
 // of them cannot be stale. the ledger is locked.
-func (p *plugin) currentCPUSet(r ctrRecord) []*api.ContainerUpdate {
+func (p *plugin) currentCPUSet(r ledger.Record) []*api.ContainerUpdate {
 	cpus := p.d.led.RightCPUs(r)
 	if cpus.IsEmpty() {
 		return nil

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -57,13 +58,16 @@ type syncCtr struct {
 // syncInput is everything planSync decides from.
 type syncInput struct {
 	State   policy.State
-	Records map[string]ctrRecord // the container index before the sync
+	Records map[string]ledger.Record // the container index before the sync
 	Pods    []syncPod
 	Ctrs    []syncCtr
 	// Static is cpu_manager_policy = static (policy.ExclusiveCPUs).
 	Static bool
 	// Now is the Since of the records the sync makes (ledger.stamp).
 	Now string
+	// Shrinking are the downsizes answered and not committed
+	// (ledger.RightCPUs): a container the runtime has narrowed stays so.
+	Shrinking map[string]ledger.Shrink
 }
 
 // keptCPUs is a running exclusive container whose lost assignment is
@@ -98,10 +102,10 @@ type syncEvent struct {
 // once persisted; Live are the live containers, oldest first.
 type syncPlan struct {
 	State       policy.State
-	Records     map[string]ctrRecord
+	Records     map[string]ledger.Record
 	Live        []syncCtr
-	Released    []podContainer // every release, in order (one may repeat)
-	RemovedPods []string       // pods whose affinity or memory is forgotten
+	Released    []ledger.PodContainer // every release, in order (one may repeat)
+	RemovedPods []string              // pods whose affinity or memory is forgotten
 	Kept        []keptCPUs
 	Adopted     []string // IDs of containers given an assignment they hold
 	Admissions  []admission
@@ -117,22 +121,22 @@ type planner struct {
 	in      syncInput
 	pods    map[string]syncPod // by sandbox ID
 	plan    syncPlan
-	liveKey map[podContainer]bool
+	liveKey map[ledger.PodContainer]bool
 }
 
 // planSync reconciles in with the engine e. It is pure: e is only
 // consulted, in is not modified.
 func planSync(e *policy.Engine, in syncInput) syncPlan {
-	p := &planner{e: e, in: in, pods: make(map[string]syncPod, len(in.Pods)), liveKey: map[podContainer]bool{}}
+	p := &planner{e: e, in: in, pods: make(map[string]syncPod, len(in.Pods)), liveKey: map[ledger.PodContainer]bool{}}
 	p.plan.State = in.State
-	p.plan.Records = map[string]ctrRecord{}
+	p.plan.Records = map[string]ledger.Record{}
 	for _, pod := range in.Pods {
 		p.pods[pod.ID] = pod
 	}
 	for _, c := range in.Ctrs {
 		if pod, ok := p.pods[c.SandboxID]; ok && c.Phase != phaseStopped {
 			p.plan.Live = append(p.plan.Live, c)
-			p.liveKey[podContainer{Pod: pod.Key, Name: c.Name}] = true
+			p.liveKey[ledger.PodContainer{Pod: pod.Key, Name: c.Name}] = true
 		}
 	}
 	p.releaseGone()
@@ -199,7 +203,7 @@ func (p *planner) releaseGone() {
 
 func (p *planner) release(pod, name string) {
 	p.plan.State = p.e.Remove(p.plan.State, pod, name)
-	p.plan.Released = append(p.plan.Released, podContainer{Pod: pod, Name: name})
+	p.plan.Released = append(p.plan.Released, ledger.PodContainer{Pod: pod, Name: name})
 }
 
 // keepLostCPUs runs before any admission: a running container whose
@@ -274,12 +278,12 @@ func (p *planner) placeUnknown() {
 			}
 		}
 		pod := p.pods[c.SandboxID]
-		r := ctrRecord{ID: c.ID, Pod: pod.Key, PodName: pod.Name, Name: c.Name, CgroupsPath: c.CgroupsPath, Since: p.in.Now}
+		r := ledger.Record{ID: c.ID, Pod: pod.Key, PodName: pod.Name, Name: c.Name, CgroupsPath: c.CgroupsPath, Since: p.in.Now}
 		if _, ok := p.e.Assignment(p.plan.State, r.Pod, r.Name); ok {
 			// Adopted (a kubelet import): it has run on these CPUs since
 			// it was created.
 			if c.CreatedAt > 0 {
-				r.Since = stampOf(time.Unix(0, c.CreatedAt))
+				r.Since = ledger.StampOf(time.Unix(0, c.CreatedAt))
 			}
 			r.Exclusive = true
 			p.plan.Records[r.ID] = r
@@ -293,7 +297,7 @@ func (p *planner) placeUnknown() {
 
 // admit runs the admission (admit) for c, which sharedOthers
 // shared-pool containers run beside, and records the result.
-func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
+func (p *planner) admit(pod syncPod, c syncCtr, r ledger.Record, sharedOthers int) {
 	var nodes []int
 	if c.DeviceErr != nil {
 		p.event(syncEvent{Kind: evNoDeviceHint, Err: c.DeviceErr}, pod, c)
@@ -301,7 +305,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ctrRecord, sharedOthers int) {
 		nodes = c.Devices.Nodes
 	}
 	ad := admit(p.e, p.plan.State, admitInput{Req: c.Request, Nodes: nodes, Static: p.in.Static,
-		Tracked: func(name string) bool { return p.liveKey[podContainer{Pod: pod.Key, Name: name}] }, SharedOthers: sharedOthers})
+		Tracked: func(name string) bool { return p.liveKey[ledger.PodContainer{Pod: pod.Key, Name: name}] }, SharedOthers: sharedOthers})
 	ad.ID = c.ID
 	p.plan.Admissions = append(p.plan.Admissions, ad)
 	if ad.Err != nil {
@@ -331,7 +335,7 @@ func (p *planner) finish() {
 	}
 	for _, c := range p.plan.Live {
 		r := p.plan.Records[c.ID]
-		want := rightCPUsIn(p.e, p.plan.State, r)
+		want := ledger.RightCPUs(p.e, p.plan.State, r, p.in.Shrinking)
 		if want.IsEmpty() {
 			continue
 		}

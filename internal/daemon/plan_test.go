@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -48,21 +49,21 @@ func planCtr(id string, req policy.Request, phase ctrPhase, created int64, cpus 
 		CPUs: cpus, Mems: "0", CgroupsPath: "/cg/" + id, Request: req}
 }
 
-func rec(id, pod, name string, excl bool, mems string) ctrRecord {
-	return ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: "/cg/" + id, Exclusive: excl, Mems: mems}
+func rec(id, pod, name string, excl bool, mems string) ledger.Record {
+	return ledger.Record{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: "/cg/" + id, Exclusive: excl, Mems: mems}
 }
 
 // epoch is the Since of a container the fake runtime created a few ns
 // after the epoch.
 const epoch = "1970-01-01T00:00:00Z"
 
-func sinceAt(r ctrRecord, since string) ctrRecord { r.Since = since; return r }
+func sinceAt(r ledger.Record, since string) ledger.Record { r.Since = since; return r }
 
 // planWant is the hand-worked part of a plan.
 type planWant struct {
 	assignments map[string]string // "pod/name" -> cpus, after the plan
-	records     map[string]ctrRecord
-	released    []podContainer
+	records     map[string]ledger.Record
+	released    []ledger.PodContainer
 	kept        map[string]string // id -> cpus
 	adopted     []string
 	admissions  []string // "id: cpus exclusive" or "id: reason"
@@ -90,7 +91,7 @@ func TestPlanSync(t *testing.T) {
 		doc:    planStatic,
 		assign: map[string]string{"p1/app": "1,5"},
 		in: syncInput{
-			Records: map[string]ctrRecord{"c1": rec("c1", "p1", "app", true, "0")},
+			Records: map[string]ledger.Record{"c1": rec("c1", "p1", "app", true, "0")},
 			Pods:    planPods("p1"),
 			Ctrs: []syncCtr{
 				planCtr("c1", gReq("p1", "app", 2), phaseStopped, 1, "1,5"),
@@ -100,10 +101,43 @@ func TestPlanSync(t *testing.T) {
 		want: planWant{
 			assignments: map[string]string{"p1/app": "1,5"},
 			// Adopted: since its creation, 2 ns after the epoch.
-			records: map[string]ctrRecord{"c2": sinceAt(rec("c2", "p1", "app", true, ""), epoch)},
+			records: map[string]ledger.Record{"c2": sinceAt(rec("c2", "p1", "app", true, ""), epoch)},
 			adopted: []string{"c2"},
 			placed:  1,
 			updates: []cpuUpdate{{ID: "c2", CPUs: "1,5"}},
+		},
+	}, {
+		// A downsize answered and not committed (its PostUpdateContainer
+		// lost with the connection): the container the runtime narrowed
+		// to 1,5 stays there (ledger.RightCPUs with the pending shrink),
+		// its assignment still 1-2,5-6 until the downsize commits.
+		name:   "pending downsize",
+		doc:    planStatic,
+		assign: map[string]string{"p1/app": "1-2,5-6"},
+		in: syncInput{
+			Records:   map[string]ledger.Record{"c1": rec("c1", "p1", "app", true, "0")},
+			Pods:      planPods("p1"),
+			Ctrs:      []syncCtr{planCtr("c1", gReq("p1", "app", 2), phaseRunning, 1, "1,5")},
+			Shrinking: map[string]ledger.Shrink{"c1": {From: cpuset.New(1, 2, 5, 6), Req: gReq("p1", "app", 2), To: cpuset.New(1, 5)}},
+		},
+		want: planWant{
+			assignments: map[string]string{"p1/app": "1-2,5-6"},
+			records:     map[string]ledger.Record{"c1": rec("c1", "p1", "app", true, "0")},
+		},
+	}, {
+		// The same without the pending downsize: the assignment.
+		name:   "narrowed without a downsize",
+		doc:    planStatic,
+		assign: map[string]string{"p1/app": "1-2,5-6"},
+		in: syncInput{
+			Records: map[string]ledger.Record{"c1": rec("c1", "p1", "app", true, "0")},
+			Pods:    planPods("p1"),
+			Ctrs:    []syncCtr{planCtr("c1", gReq("p1", "app", 2), phaseRunning, 1, "1,5")},
+		},
+		want: planWant{
+			assignments: map[string]string{"p1/app": "1-2,5-6"},
+			records:     map[string]ledger.Record{"c1": rec("c1", "p1", "app", true, "0")},
+			updates:     []cpuUpdate{{ID: "c1", CPUs: "1-2,5-6", Mems: "0"}},
 		},
 	}, {
 		// A corrupt checkpoint was set aside: no state, no index. The
@@ -122,7 +156,7 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/app": "2,6"},
-			records: map[string]ctrRecord{
+			records: map[string]ledger.Record{
 				// c1 adopted (since its creation, 1 ns after the epoch),
 				// c2 placed by this sync (since its Now).
 				"c1": sinceAt(rec("c1", "p1", "app", true, ""), epoch),
@@ -143,7 +177,7 @@ func TestPlanSync(t *testing.T) {
 		name: "lost assignment on CPUs another container shares is admitted again",
 		doc:  planStatic,
 		in: syncInput{
-			Records: map[string]ctrRecord{"c1": rec("c1", "p1", "app", true, "0")},
+			Records: map[string]ledger.Record{"c1": rec("c1", "p1", "app", true, "0")},
 			Pods:    planPods("p1", "p2"),
 			Ctrs: []syncCtr{
 				planCtr("c1", gReq("p1", "app", 2), phaseRunning, 1, "2,6"),
@@ -152,7 +186,7 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/app": "1,5"},
-			records: map[string]ctrRecord{
+			records: map[string]ledger.Record{
 				"c1": rec("c1", "p1", "app", true, "0"),
 				"c2": rec("c2", "p2", "web", false, ""),
 			},
@@ -170,7 +204,7 @@ func TestPlanSync(t *testing.T) {
 		doc:    planStatic,
 		assign: map[string]string{"p1/app": "1,5"},
 		in: syncInput{
-			Records: map[string]ctrRecord{"c1": rec("c1", "p1", "app", true, "0")},
+			Records: map[string]ledger.Record{"c1": rec("c1", "p1", "app", true, "0")},
 			Pods:    planPods("p1", "p2", "p3"),
 			Ctrs: []syncCtr{
 				planCtr("c3", bReq("p3", "web"), phaseRunning, 3, "0,2-4,6-7"),
@@ -184,7 +218,7 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/app": "1,5", "p2/db": "2,6"},
-			records: map[string]ctrRecord{
+			records: map[string]ledger.Record{
 				"c1": rec("c1", "p1", "app", true, "0"),
 				"c2": rec("c2", "p2", "db", true, "0"),
 				"c3": rec("c3", "p3", "web", false, ""),
@@ -207,8 +241,8 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/app": "3,7"},
-			records:     map[string]ctrRecord{"c1": sinceAt(rec("c1", "p1", "app", true, ""), epoch)},
-			released:    []podContainer{{Pod: "p9", Name: "gone"}},
+			records:     map[string]ledger.Record{"c1": sinceAt(rec("c1", "p1", "app", true, ""), epoch)},
+			released:    []ledger.PodContainer{{Pod: "p9", Name: "gone"}},
 			adopted:     []string{"c1"},
 			placed:      1,
 			updates:     []cpuUpdate{{ID: "c1", CPUs: "3,7"}},
@@ -223,7 +257,7 @@ func TestPlanSync(t *testing.T) {
 		doc:    planStatic,
 		assign: map[string]string{"p1/a": "1,5", "p2/b": "2,6", "p3/c": "3,7"},
 		in: syncInput{
-			Records: map[string]ctrRecord{
+			Records: map[string]ledger.Record{
 				"c1": rec("c1", "p1", "a", true, "0"),
 				"c2": rec("c2", "p2", "b", true, "0"),
 				"c3": rec("c3", "p3", "c", true, "0"),
@@ -238,7 +272,7 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/a": "1,5", "p2/b": "2,6", "p3/c": "3,7"},
-			records: map[string]ctrRecord{
+			records: map[string]ledger.Record{
 				"c1": rec("c1", "p1", "a", true, "0"),
 				"c2": rec("c2", "p2", "b", true, "0"),
 				"c3": rec("c3", "p3", "c", true, "0"),
@@ -257,7 +291,7 @@ func TestPlanSync(t *testing.T) {
 		doc:    planStatic,
 		assign: map[string]string{"p1/app": "1,5", "p5/old": "3,7"},
 		in: syncInput{
-			Records: map[string]ctrRecord{
+			Records: map[string]ledger.Record{
 				"c1": rec("c1", "p1", "app", true, "0"),
 				"c5": rec("c5", "p5", "old", true, "0"),
 			},
@@ -271,7 +305,7 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/app": "1,5", "p5/old": "3,7"},
-			records: map[string]ctrRecord{
+			records: map[string]ledger.Record{
 				"c1": rec("c1", "p1", "app", true, "0"),
 				"c2": rec("c2", "p2", "web", false, ""),
 			},
@@ -292,7 +326,7 @@ func TestPlanSync(t *testing.T) {
 		doc:    planStatic,
 		assign: map[string]string{"p1/app": "1", "p2/x": "5", "p5/old": "2,6", "p6/gone": "3"},
 		in: syncInput{
-			Records: map[string]ctrRecord{
+			Records: map[string]ledger.Record{
 				"c1": rec("c1", "p1", "app", true, "0"),
 				"c5": rec("c5", "p5", "old", true, "0"),
 			},
@@ -304,8 +338,8 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/app": "1", "p2/x": "5"},
-			records:     map[string]ctrRecord{},
-			released:    []podContainer{{Pod: "p5", Name: "old"}, {Pod: "p6", Name: "gone"}},
+			records:     map[string]ledger.Record{},
+			released:    []ledger.PodContainer{{Pod: "p5", Name: "old"}, {Pod: "p6", Name: "gone"}},
 		},
 	}, {
 		// No reserved CPUs: three cores are exclusive and a shared
@@ -317,7 +351,7 @@ func TestPlanSync(t *testing.T) {
 		doc:    planNoReserved,
 		assign: map[string]string{"p1/a": "1,5", "p2/b": "2,6", "p3/c": "3,7"},
 		in: syncInput{
-			Records: map[string]ctrRecord{
+			Records: map[string]ledger.Record{
 				"c1": rec("c1", "p1", "a", true, "0"),
 				"c2": rec("c2", "p2", "b", true, "0"),
 				"c3": rec("c3", "p3", "c", true, "0"),
@@ -334,7 +368,7 @@ func TestPlanSync(t *testing.T) {
 		},
 		want: planWant{
 			assignments: map[string]string{"p1/a": "1,5", "p2/b": "2,6", "p3/c": "3,7"},
-			records: map[string]ctrRecord{
+			records: map[string]ledger.Record{
 				"c1": rec("c1", "p1", "a", true, "0"),
 				"c2": rec("c2", "p2", "b", true, "0"),
 				"c3": rec("c3", "p3", "c", true, "0"),
@@ -427,9 +461,9 @@ func checkPlan(t *testing.T, got syncPlan, want planWant) {
 	}
 }
 
-func orEmpty(m map[string]ctrRecord) map[string]ctrRecord {
+func orEmpty(m map[string]ledger.Record) map[string]ledger.Record {
 	if m == nil {
-		return map[string]ctrRecord{}
+		return map[string]ledger.Record{}
 	}
 	return m
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -95,7 +96,7 @@ func testPodLevelPools(t *testing.T, mode string) {
 
 	// /state shows the block and the pool, not the block as held.
 	sv := r.d.State()
-	if !reflect.DeepEqual(sv.PodPools, []PodPoolView{{PodUID: "p", Block: "1-2,13-14", Pool: "14", NUMA: []int{0}}}) ||
+	if !reflect.DeepEqual(sv.PodPools, []observe.PodPoolView{{PodUID: "p", Block: "1-2,13-14", Pool: "14", NUMA: []int{0}}}) ||
 		len(sv.Held) != 0 || sv.Shared != "0,3-12,15-23" {
 		t.Errorf("/state: pod pools %+v, held %+v, shared %s; want p's block 1-2,13-14 pool 14 on node 0, none held, 0,3-12,15-23",
 			sv.PodPools, sv.Held, sv.Shared)
@@ -103,7 +104,7 @@ func testPodLevelPools(t *testing.T, mode string) {
 
 	// The NodeResourceTopology export counts the block as taken on node
 	// 0: 10 allocatable (12 less the reserved core), 6 available.
-	obj, err := nrtObject(r.d.led.View(), "w1")
+	obj, err := observe.NRTObject(r.d.led.View(), "w1")
 	if err != nil {
 		t.Fatal(err)
 	}

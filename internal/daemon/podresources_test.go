@@ -11,6 +11,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/kubeletpodres/podrestest"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 )
 
 // fakeKubelet serves PodResources on a short socket path (unix socket
@@ -79,7 +80,7 @@ func TestPodResourcesDeviceHints(t *testing.T) {
 	if got := rt.cpus(gpu); got != "6,18" {
 		t.Errorf("a GPU on node 1: got %q, want 6,18", got)
 	}
-	want := []DeviceView{{Device: "nvidia.com/gpu GPU-8f2c via PodResources", NUMA: []int{1}}}
+	want := []ledger.DeviceView{{Device: "nvidia.com/gpu GPU-8f2c via PodResources", NUMA: []int{1}}}
 	if got := stateDevices(t, r.d, "gpu"); !sameDevices(got, want) {
 		t.Errorf("/state devices: got %+v, want %+v", got, want)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 )
 
@@ -37,7 +38,7 @@ const noQuota = -1
 
 // exclusiveQuota takes the quota off a new exclusive container, in its
 // adjustment, and off its pod's cgroup. the ledger is locked.
-func (p *plugin) exclusiveQuota(adj *api.ContainerAdjustment, rec ctrRecord) {
+func (p *plugin) exclusiveQuota(adj *api.ContainerAdjustment, rec ledger.Record) {
 	if !rec.Exclusive || !p.d.led.QuotaOff() {
 		return
 	}
@@ -108,7 +109,7 @@ func withNoQuota(updates []*api.ContainerUpdate, id string) []*api.ContainerUpda
 // settleRetries): until systemd holds no quota, its next re-apply
 // (daemon-reload) puts the kubelet's back, and the reconcile loop may be
 // off.
-func (p *plugin) liftPodQuota(rec ctrRecord, why string) {
+func (p *plugin) liftPodQuota(rec ledger.Record, why string) {
 	d := p.d
 	res := d.applier().liftPodQuota(rec.CgroupsPath)
 	logPodQuota(d.log, rec, why, res)
@@ -175,7 +176,7 @@ type podQuotaResult struct {
 
 // logPodQuota logs a pod quota removal (info) or its failure (warning; a
 // pod cgroup that is gone is the pod going away: debug).
-func logPodQuota(log *logrus.Logger, rec ctrRecord, why string, res podQuotaResult) {
+func logPodQuota(log *logrus.Logger, rec ledger.Record, why string, res podQuotaResult) {
 	entry := log.WithFields(logrus.Fields{"pod": rec.PodName, "container": rec.Name, "id": rec.ID, "pod_cgroup": res.pod, "reason": why})
 	switch {
 	case errors.Is(res.err, cgroups.ErrGone):
@@ -196,7 +197,7 @@ func (u *updater) reconcileQuota() {
 		l.Unlock()
 		return
 	}
-	var recs []ctrRecord
+	var recs []ledger.Record
 	for _, r := range l.Records() {
 		if r.Exclusive {
 			recs = append(recs, r)

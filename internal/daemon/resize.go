@@ -76,7 +76,7 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 	case policy.ResizeUp:
 		rec := r
 		rec.Mems = rd.Mems.String()
-		poolChanged, err := l.Commit(ledger.Change{Next: &next, Index: indexChange{Edit: ctrEdit{Put: []ctrRecord{rec}}}})
+		poolChanged, err := l.Commit(ledger.Change{Next: &next, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}})
 		if err != nil {
 			l.Unlock()
 			entry.WithError(err).WithField("reason", "PersistError").Error("cannot write the checkpoint; the resize is refused and the container keeps its CPUs")
@@ -89,7 +89,7 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		fields["added"] = rd.Added.String()
 		fields["updates"] = len(updates)
 	case policy.ResizeDown:
-		_, _ = l.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]shrink{id: {From: rd.Before, Req: req, To: rd.CPUs}}}})
+		_, _ = l.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]ledger.Shrink{id: {From: rd.Before, Req: req, To: rd.CPUs}}}})
 		fields["released"] = rd.Released.String()
 	}
 	l.Unlock()
@@ -136,7 +136,7 @@ func (p *plugin) resized(id string) {
 	rec := r
 	rec.Mems = rd.Mems.String()
 	// The shrink stays pending when the save fails, for a later update.
-	changed, err := l.Commit(ledger.Change{Next: &next, Index: indexChange{Edit: ctrEdit{Put: []ctrRecord{rec}}}, Life: ledger.Life{ShrinkDone: id}})
+	changed, err := l.Commit(ledger.Change{Next: &next, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}, Life: ledger.Life{ShrinkDone: id}})
 	if err != nil {
 		l.Unlock()
 		entry.WithError(err).WithField("reason", "PersistError").Error("cannot write the checkpoint; the CPUs given back stay assigned to the container until its next update")

@@ -10,6 +10,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
+	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -217,7 +219,7 @@ func TestResizeBaselineSurvivesRestart(t *testing.T) {
 	}
 	// 1 -> 3: CPU 1, then core 2 whole (2,6). /state and the metrics show
 	// the baseline beside the CPUs.
-	var view ContainerView
+	var view observe.ContainerView
 	for _, cv := range r.d.State().Containers {
 		if cv.ID == c.Id {
 			view = cv
@@ -243,7 +245,7 @@ func TestResizeBaselineSurvivesRestart(t *testing.T) {
 	if got := rt.cpus(c); got != "1" {
 		t.Errorf("cpus %q; want the baseline 1", got)
 	}
-	snap, err := ReadState(stateDir)
+	snap, err := persist.ReadState(stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,11 +298,12 @@ func TestResizePersistFailure(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startRuntime(t)
 	stateDir := t.TempDir()
-	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo, WithStore(StoreJournal))
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, reserveCore0), topo, WithStore(persist.Journal))
 	path := filepath.Join(stateDir, CheckpointName)
 	breakStore := func() {
 		// A directory in the checkpoint's place makes the snapshot's
-		// rename fail; the journal's file closed makes the append fail.
+		// rename fail; the journal forgotten (as after a failed append)
+		// makes the next save a snapshot.
 		if err := os.RemoveAll(path); err != nil {
 			t.Fatal(err)
 		}
@@ -308,9 +311,7 @@ func TestResizePersistFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.d.led.Lock()
-		if j := r.d.store.jnl.j; j != nil {
-			j.Close()
-		}
+		r.d.store.Reset()
 		r.d.led.Unlock()
 	}
 	fixStore := func() {

@@ -7,14 +7,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 )
 
-// fakeNow is a settable clock for ctrRecord.Since.
+// fakeNow is a settable clock for ledger.Record.Since.
 type fakeNow struct{ ns atomic.Int64 }
 
 func (f *fakeNow) set(t time.Time) { f.ns.Store(t.UnixNano()) }
 func (f *fakeNow) now() time.Time  { return time.Unix(0, f.ns.Load()) }
-func sinceOf(v StateView) map[string]string {
+func sinceOf(v observe.StateView) map[string]string {
 	out := map[string]string{}
 	for _, c := range v.Containers {
 		out[c.Container] = c.Since

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 )
 
 // strict-align-cpus-by-uncorecache = "exclusive" through the daemon on the
@@ -41,7 +43,7 @@ func TestStrictUncoreExclusiveDaemon(t *testing.T) {
 		t.Fatalf("1-CPU container after every cache is taken: %v", err)
 	}
 
-	var v StateView
+	var v observe.StateView
 	if err := json.Unmarshal([]byte(get(t, srv.URL+"/state")), &v); err != nil {
 		t.Fatal(err)
 	}

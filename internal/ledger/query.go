@@ -59,15 +59,16 @@ func (l *Ledger) Len() int { return len(l.dur.ctrs) }
 // Index is a copy of the container index.
 func (l *Ledger) Index() map[string]Record { return CloneRecords(l.dur.ctrs) }
 
-// RightCPUs is the cpuset a known container should have now: a downsize
-// answered and not committed yet narrows it already.
+// RightCPUs is the cpuset a known container should have now
+// (RightCPUs): a downsize answered and not committed yet narrows it
+// already.
 func (l *Ledger) RightCPUs(r Record) cpuset.CPUSet {
-	cpus := RightCPUs(l.conf.engine, l.dur.st, r)
-	if s, ok := l.life.shrinking[r.ID]; ok && r.Exclusive && cpus.Equals(s.From) {
-		return s.To
-	}
-	return cpus
+	return RightCPUs(l.conf.engine, l.dur.st, r, l.life.shrinking)
 }
+
+// Shrinks is a copy of the downsizes answered and not committed, by
+// container ID (RightCPUs' shrinking).
+func (l *Ledger) Shrinks() map[string]Shrink { return maps.Clone(l.life.shrinking) }
 
 // Pools is what the non-exclusive containers should run on now.
 func (l *Ledger) Pools() Pools { return PoolsOf(l.conf.engine, l.dur.st) }
@@ -161,7 +162,8 @@ func (l *Ledger) Stamp() string { return StampOf(l.deps.Now()) }
 // View is what observers read (/state, metrics, the NodeResourceTopology
 // export): consistent values taken under the lock, none of which the
 // ledger changes in place afterwards (the engine state is a value whose
-// maps are replaced, never edited, and Ctrs and Devices are copies).
+// maps are replaced, never edited, and Ctrs, Devices and Shrinking are
+// copies).
 type View struct {
 	Cfg    config.Config
 	Topo   *topology.Topology
@@ -171,7 +173,13 @@ type View struct {
 	Syncs  int
 	// Devices are the devices of the containers in Ctrs.
 	Devices map[string][]DeviceView
+	// Shrinking are the downsizes answered and not committed.
+	Shrinking map[string]Shrink
 }
+
+// RightCPUs is the cpuset a container of the view should have
+// (RightCPUs), as Ledger.RightCPUs answers at the view's generation.
+func (v View) RightCPUs(r Record) cpuset.CPUSet { return RightCPUs(v.Engine, v.St, r, v.Shrinking) }
 
 // View returns the ledger's current values; it takes the lock.
 func (l *Ledger) View() View {
@@ -184,6 +192,7 @@ func (l *Ledger) View() View {
 			v.Ctrs = append(v.Ctrs, r)
 		}
 		v.Devices = maps.Clone(l.life.devices)
+		v.Shrinking = maps.Clone(l.life.shrinking)
 	}
 	return v
 }

@@ -103,19 +103,37 @@ func CloneRecords(m map[string]Record) map[string]Record {
 }
 
 // RightCPUs is the cpuset a known container should have in st, the one
-// place the daemon derives it: its exclusive assignment; else, for a
-// shared container of a pod-level pod (pod_level_resource_managers), its
-// pod's private pool; else the node's shared pool.
-func RightCPUs(e *policy.Engine, st policy.State, r Record) cpuset.CPUSet {
+// place the rule is stated: its exclusive assignment, or the CPUs a
+// downsize answered and not committed yet gave it (shrinking, by
+// container ID; only while the assignment is still the one the downsize
+// started from); else, for a shared container of a pod-level pod
+// (pod_level_resource_managers), its pod's private pool; else the node's
+// shared pool. shrinking may be nil (no downsize pending).
+func RightCPUs(e *policy.Engine, st policy.State, r Record, shrinking map[string]Shrink) cpuset.CPUSet {
 	if r.Exclusive {
 		if cpus, ok := e.Assignment(st, r.Pod, r.Name); ok {
+			if s, ok := shrinking[r.ID]; ok && cpus.Equals(s.From) {
+				return s.To
+			}
 			return cpus
 		}
 	}
-	if cpus, ok := e.PodPoolOf(st, r.Pod, r.Name); ok {
-		return cpus
+	return poolOf(st.PodShared, r, func(pod string) (cpuset.CPUSet, bool) { return e.PodPoolCPUs(st, pod) },
+		func() cpuset.CPUSet { return e.SharedCPUs(st) })
+}
+
+// poolOf is the rule's half for a container without CPUs of its own: a
+// shared container of a pod-level pod (listed in podShared,
+// policy.State.PodShared) runs on its pod's private pool, any other on
+// the node's shared pool. RightCPUs asks it for a cpuset, Pools.Of for
+// the text.
+func poolOf[T any](podShared map[string][]string, r Record, podPool func(pod string) (T, bool), node func() T) T {
+	if slices.Contains(podShared[r.Pod], r.Name) {
+		if cpus, ok := podPool(r.Pod); ok {
+			return cpus
+		}
 	}
-	return e.SharedCPUs(st)
+	return node()
 }
 
 // Pools is what the non-exclusive containers run on in one state, as
@@ -123,7 +141,7 @@ func RightCPUs(e *policy.Engine, st policy.State, r Record) cpuset.CPUSet {
 // node's shared pool (Node), and each pod-level pod's private pool for
 // its shared containers. "" is no CPU, which is never applied (the
 // daemon's emptypool.go). Of gives RightCPUs' answer for a non-exclusive
-// record without a cpuset per container.
+// record (poolOf) without a cpuset per container.
 type Pools struct {
 	Node    string
 	pods    map[string]string   // pod -> its private pool
@@ -150,10 +168,10 @@ func PoolsOf(e *policy.Engine, st policy.State) Pools {
 
 // Of is the pool text of a non-exclusive container r.
 func (p Pools) Of(r Record) string {
-	if cpus, ok := p.pods[r.Pod]; ok && slices.Contains(p.members[r.Pod], r.Name) {
-		return cpus
-	}
-	return p.Node
+	return poolOf(p.members, r, func(pod string) (string, bool) {
+		cpus, ok := p.pods[pod]
+		return cpus, ok
+	}, func() string { return p.Node })
 }
 
 // poolsChanged reports whether a non-exclusive container's cpuset may

@@ -206,11 +206,54 @@ func TestUnchangedSkippedUntilResync(t *testing.T) {
 	}
 }
 
-// Kick never blocks, with or without a running loop.
+// Kick never blocks, with or without a running loop, and loses nothing:
+// kicks made while no loop runs, or while the loop waits on the API
+// (the daemon kicks under the ledger's lock), leave one kick pending,
+// which brings one more write of the newest object.
 func TestKickNeverBlocks(t *testing.T) {
-	e := New(&fakeAPI{}, func() (nrt.Object, error) { return nrt.Object{}, nil }, logrus.New())
-	for range 100 {
-		e.Kick()
+	kickAll := func(e *Exporter, when string) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range 100 {
+				e.Kick()
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("100 kicks %s not done in 10 s: Kick blocks", when)
+		}
+		if n := len(e.kick); n != 1 {
+			t.Fatalf("%d kicks pending after 100 %s, want 1 (coalesced, not lost)", n, when)
+		}
+	}
+	kickAll(New(&fakeAPI{}, func() (nrt.Object, error) { return nrt.Object{}, nil }, logrus.New()), "without a loop")
+
+	s := start(t)
+	// The first write is built and waits in Apply until the test reads it.
+	for deadline := time.Now().Add(10 * time.Second); s.buildCount() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the loop built nothing in 10 s")
+		}
+	}
+	s.setZone("node-1")
+	kickAll(s.e, "during a write")
+	if z := s.expectApply(); z != "node-0" {
+		t.Fatalf("first write has zone %s", z)
+	}
+	s.expectWait(DefaultMinInterval)
+	s.fire <- now
+	s.expectWait(DefaultResync) // idle, the kick pending
+	if z := s.expectApply(); z != "node-1" {
+		t.Fatalf("the kicks' write has zone %s, want node-1", z)
+	}
+	s.expectWait(DefaultMinInterval)
+	s.fire <- now
+	s.expectWait(DefaultResync) // idle: no kick left
+	if n := s.buildCount(); n != 2 {
+		t.Errorf("%d builds, want 2 (the first write and one for the 100 kicks)", n)
 	}
 }
 

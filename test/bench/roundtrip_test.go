@@ -13,6 +13,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
+	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 	"github.com/nri-cpualign/nri-cpualign/test/bench"
@@ -56,7 +57,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 					modes = append(modes, config.SharedUpdatesDirect)
 				}
 				for _, mode := range modes {
-					for _, store := range []daemon.Store{daemon.StoreJournal, daemon.StoreSnapshot} {
+					for _, store := range []persist.Mode{persist.Journal, persist.Snapshot} {
 						b.Run(fmt.Sprintf("%s/cpus=256/existing=%d/kind=%s/updates=%s/state=%s/store=%s", roundTripMachine, existing, kind, mode, storage, store), func(b *testing.B) {
 							benchRoundTrip(b, existing, kind, mode, storage, store)
 						})
@@ -67,7 +68,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 	}
 }
 
-func benchRoundTrip(b *testing.B, existing int, kind, updates, storage string, store daemon.Store) {
+func benchRoundTrip(b *testing.B, existing int, kind, updates, storage string, store persist.Mode) {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "nri-bench-") // short: unix socket path limit
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
+	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
@@ -149,7 +149,7 @@ func TestConcurrentHandlers(t *testing.T) {
 	}
 	// What is on disk is what is in memory: persist and commit stayed in
 	// step under concurrency.
-	disk, err := daemon.ReadState(c.stateDir) // snapshot and journal
+	disk, err := persist.ReadState(c.stateDir) // snapshot and journal
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -312,7 +313,7 @@ var _ = Describe("the DaemonSet installed as the README says", Ordered, Serial, 
 		// The placement is one info line in the plugin's log...
 		expectPluginLog(ctx, fmt.Sprintf(`msg="container admitted".* container=app cpus=%s exclusive=true .*pod=%s/%s`, pinnedCPUs, testNS, pinned.Name))
 		// ...and /state through kubectl port-forward, as the README reads it.
-		var viaForward daemon.StateView
+		var viaForward observe.StateView
 		Expect(json.Unmarshal([]byte(portForwardGet(ctx, plugin.Name, "/state")), &viaForward)).To(Succeed())
 		Expect(viaForward.Containers).To(ContainElement(And(
 			HaveField("PodUID", string(pinned.UID)), HaveField("Exclusive", true), HaveField("CPUs", pinnedCPUs.String()))))

@@ -13,7 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
@@ -43,7 +43,7 @@ func waitNodeEmpty(ctx SpecContext) {
 // is connected, synchronized and ready says so, and the runtime has logged
 // the connection. It returns the plugin's log and configuration; the
 // plugin is killed when the container's cleanups run.
-func startHostPlugin(ctx SpecContext, dir string, settings map[string]string, ready func(Gomega, daemon.StateView)) (logPath string, cfg config.Config) {
+func startHostPlugin(ctx SpecContext, dir string, settings map[string]string, ready func(Gomega, observe.StateView)) (logPath string, cfg config.Config) {
 	if Env.Runtime == crio && !canLowerOOMScore() {
 		startZeroNegativeOOM(ctx)
 	}

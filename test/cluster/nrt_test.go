@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/nrt"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
@@ -131,7 +131,7 @@ users: [{name: plugin, user: {token: %q}}]
 			"node_resource_topology":  `"on"`,
 			"kubeconfig":              fmt.Sprintf("%q", kc),
 			"node_name":               fmt.Sprintf("%q", Env.Node),
-		}, func(g Gomega, st daemon.StateView) {
+		}, func(g Gomega, st observe.StateView) {
 			g.Expect(st.Topology).To(Equal("single-numa-node"))
 		})
 		Expect(cfg.NodeResourceTopology).To(Equal(config.NRTOn))

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 )
 
 // podLevelNS holds this container's pod (labelled like testNS, so that
@@ -88,7 +88,7 @@ var _ = Describe("a pod with pod-level resources (spec.resources) through the AP
 		waitNodeReady(ctx)
 		waitNodeEmpty(ctx)
 		startHostPlugin(ctx, filepath.Join(Env.Dir, "host-plugin-podlevel"), map[string]string{},
-			func(g Gomega, st daemon.StateView) { g.Expect(st.Reserved).NotTo(BeEmpty()) })
+			func(g Gomega, st observe.StateView) { g.Expect(st.Reserved).NotTo(BeEmpty()) })
 
 		obs = &podResourcesObserver{pod: map[string]seenCPU{}, ctr: map[string]seenCPU{}}
 		startStub(ctx, obs, "e2e-pod-resources", "10")
@@ -184,7 +184,7 @@ var _ = Describe("pod-level resource managers on (pod_level_resource_managers = 
 		waitNodeEmpty(ctx)
 		startHostPlugin(ctx, filepath.Join(Env.Dir, "host-plugin-podlevel-on"),
 			map[string]string{"pod_level_resource_managers": "true", "topology_manager_scope": `"pod"`},
-			func(g Gomega, st daemon.StateView) { g.Expect(st.Reserved).NotTo(BeEmpty()) })
+			func(g Gomega, st observe.StateView) { g.Expect(st.Reserved).NotTo(BeEmpty()) })
 		st := hostState(Default, ctx)
 		var err error
 		reserved, err = cpuset.Parse(st.Reserved)

@@ -22,7 +22,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
 
@@ -224,7 +225,7 @@ var _ = Describe("a device plugin's devices on two NUMA nodes, learned from the 
 			// Describe).
 			"pod_resources_timeout": `"1s"`,
 			"log_level":             `"info"`,
-		}, func(g Gomega, st daemon.StateView) {
+		}, func(g Gomega, st observe.StateView) {
 			g.Expect(st.Topology).To(Equal("single-numa-node"))
 		})
 		createNamespace(ctx, podresNS)
@@ -258,14 +259,14 @@ var _ = Describe("a device plugin's devices on two NUMA nodes, learned from the 
 			named := fmt.Sprintf("%s %s via PodResources", gpuResource, dev)
 			Expect(hasLine(logSince(logPath, 0), "container admitted", "pod="+podresNS+"/"+name, fmt.Sprintf("%s numa %d", named, node))).
 				To(BeTrue(), "the decision's line does not name %s on node %d; plugin log:\n%s", named, node, logSince(logPath, 0))
-			Eventually(func(g Gomega) []daemon.DeviceView {
+			Eventually(func(g Gomega) []ledger.DeviceView {
 				for _, c := range hostState(g, ctx).Containers {
 					if c.Pod == podresNS+"/"+name && c.Container == "app" {
 						return c.Devices
 					}
 				}
 				return nil
-			}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Equal([]daemon.DeviceView{{Device: named, NUMA: []int{int(node)}}}))
+			}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Equal([]ledger.DeviceView{{Device: named, NUMA: []int{int(node)}}}))
 		}
 	}, SpecTimeout(4*time.Minute))
 })
@@ -288,7 +289,7 @@ var _ = Describe("the kubelet's PodResources socket absent, the plugin on the ho
 			"sysfs_root":              fmt.Sprintf("%q", twoNodeSysfs(dir)),
 			"pod_resources_socket":    fmt.Sprintf("%q", filepath.Join(dir, "absent", "kubelet.sock")),
 			"log_level":               `"info"`,
-		}, func(g Gomega, st daemon.StateView) {
+		}, func(g Gomega, st observe.StateView) {
 			g.Expect(st.Topology).To(Equal("single-numa-node"))
 		})
 		createNamespace(ctx, podresNS)

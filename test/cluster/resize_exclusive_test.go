@@ -20,7 +20,7 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
@@ -54,7 +54,7 @@ var _ = Describe("exclusive CPUs resized in place with kubectl patch --subresour
 		var cfg config.Config
 		// deploy/'s configuration with nothing reserved.
 		logPath, cfg = startHostPlugin(ctx, filepath.Join(Env.Dir, "host-plugin"), map[string]string{"reserved_cpu_count": "0"},
-			func(g Gomega, st daemon.StateView) {
+			func(g Gomega, st observe.StateView) {
 				g.Expect(st.Reserved).To(BeEmpty())
 				g.Expect(st.Shared).To(Equal(HostCPUs.String()))
 			})
@@ -205,7 +205,7 @@ func waitNodeReady(ctx context.Context) {
 }
 
 // hostState is the host plugin's /state.
-func hostState(g Gomega, ctx context.Context) daemon.StateView {
+func hostState(g Gomega, ctx context.Context) observe.StateView {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+hostMetrics+"/state", nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	resp, err := http.DefaultClient.Do(req)
@@ -214,7 +214,7 @@ func hostState(g Gomega, ctx context.Context) daemon.StateView {
 	b, err := io.ReadAll(resp.Body)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.StatusCode).To(Equal(http.StatusOK), "/state: %s", b)
-	var st daemon.StateView
+	var st observe.StateView
 	g.Expect(json.Unmarshal(b, &st)).To(Succeed())
 	return st
 }

@@ -26,7 +26,7 @@ import (
 	"k8s.io/utils/cpuset"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 )
 
 // repoRoot is the repository, seen from the package directory go test runs in.
@@ -327,11 +327,11 @@ func pluginGet(ctx context.Context, p string) (int, string, error) {
 }
 
 // pluginState is the plugin's /state document.
-func pluginState(g Gomega, ctx context.Context) daemon.StateView {
+func pluginState(g Gomega, ctx context.Context) observe.StateView {
 	code, body, err := pluginGet(ctx, "/state")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(code).To(Equal(http.StatusOK), "/state: %s", body)
-	var st daemon.StateView
+	var st observe.StateView
 	g.Expect(json.Unmarshal([]byte(body), &st)).To(Succeed())
 	return st
 }

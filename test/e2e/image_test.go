@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
@@ -391,7 +392,7 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 		code, body, err := get(ctx, "/state")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(code).To(Equal(http.StatusOK))
-		var st daemon.StateView
+		var st observe.StateView
 		Expect(json.Unmarshal(body, &st)).To(Succeed())
 		reserved, err := cpuset.Parse(st.Reserved)
 		Expect(err).NotTo(HaveOccurred())
@@ -415,7 +416,7 @@ var _ = Describe("the image from make image, run as the DaemonSet's pod on "+Run
 		Eventually(func(g Gomega) {
 			_, body, err := get(ctx, "/state")
 			g.Expect(err).NotTo(HaveOccurred())
-			var st daemon.StateView
+			var st observe.StateView
 			g.Expect(json.Unmarshal(body, &st)).To(Succeed())
 			found := false
 			for _, c := range st.Containers {

@@ -14,7 +14,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
@@ -67,20 +67,20 @@ var _ = Describe("the memory manager (Static) with 2Mi hugepages on a real "+Run
 		pods   = &Pods{}
 		base   string
 	)
-	state := func(g Gomega, ctx context.Context) daemon.StateView {
+	state := func(g Gomega, ctx context.Context) observe.StateView {
 		_, b, err := framework.HTTPGet(ctx, base+"/state")
 		g.Expect(err).NotTo(HaveOccurred())
-		var st daemon.StateView
+		var st observe.StateView
 		g.Expect(json.Unmarshal(b, &st)).To(Succeed())
 		return st
 	}
-	table := func(st daemon.StateView, node int, resource string) (daemon.MemoryView, bool) {
+	table := func(st observe.StateView, node int, resource string) (observe.MemoryView, bool) {
 		for _, m := range st.Memory {
 			if m.NUMANode == node && m.Resource == resource {
 				return m, true
 			}
 		}
-		return daemon.MemoryView{}, false
+		return observe.MemoryView{}, false
 	}
 
 	BeforeAll(func(ctx SpecContext) {

@@ -13,7 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
 
@@ -38,13 +38,13 @@ var _ = Describe("a container that never starts on a real "+RuntimeName, Ordered
 		Expect(code).To(Equal(http.StatusOK), "%s: %s", path, b)
 		return b
 	}
-	state := func(g Gomega, ctx context.Context) daemon.StateView {
-		var st daemon.StateView
+	state := func(g Gomega, ctx context.Context) observe.StateView {
+		var st observe.StateView
 		g.Expect(json.Unmarshal(get(ctx, "/state"), &st)).To(Succeed())
 		return st
 	}
 	// placed is the plugin's /state entry of the pod's container, if any.
-	placed := func(g Gomega, ctx context.Context, pod string) *daemon.ContainerView {
+	placed := func(g Gomega, ctx context.Context, pod string) *observe.ContainerView {
 		for _, c := range state(g, ctx).Containers {
 			if c.Pod == "e2e/"+pod {
 				return &c

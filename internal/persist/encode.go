@@ -1,4 +1,4 @@
-package daemon
+package persist
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/jsonstr"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -23,7 +24,7 @@ import (
 // states that are never committed cannot leave a stale rendering. Used
 // under the ledger's lock.
 type payloadEncoder struct {
-	ctrs   keyedJSON[ctrRecord]
+	ctrs   keyedJSON[ledger.Record]
 	assign keyedJSON[map[string]cpuset.CPUSet]
 	buf    []byte // valid until the next encode
 }
@@ -32,7 +33,7 @@ type payloadEncoder struct {
 // next call. policy.Snapshot's fields are written here in declaration
 // order with encoding/json's omitempty rules (TestPayloadEncoder* hold
 // the two together).
-func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st policy.State, ctrs map[string]ctrRecord) ([]byte, error) {
+func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st policy.State, ctrs map[string]ledger.Record) ([]byte, error) {
 	head := engine.SnapshotExceptAssignments(st)
 	b := append(e.buf[:0], `{"fingerprint":`...)
 	b = jsonstr.Append(b, fingerprint)
@@ -88,7 +89,7 @@ func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st po
 		b = append(b, ps...)
 	}
 	b = append(b, `},"containers":`...)
-	b, err = e.ctrs.appendTo(b, ctrs, func(a, b ctrRecord) bool { return a == b }, func(r ctrRecord) ([]byte, error) {
+	b, err = e.ctrs.appendTo(b, ctrs, func(a, b ledger.Record) bool { return a == b }, func(r ledger.Record) ([]byte, error) {
 		return json.Marshal(r)
 	})
 	if err != nil {
@@ -202,8 +203,8 @@ func appendHint(b []byte, h hints.Hint) []byte {
 	return append(b, '}')
 }
 
-// appendRecord is a ctrRecord as JSON, its struct tags' rules included.
-func appendRecord(b []byte, r ctrRecord) []byte {
+// appendRecord is a ledger.Record as JSON, its struct tags' rules included.
+func appendRecord(b []byte, r ledger.Record) []byte {
 	b = append(b, `{"id":`...)
 	b = jsonstr.Append(b, r.ID)
 	b = append(b, `,"pod":`...)

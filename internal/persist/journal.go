@@ -1,4 +1,4 @@
-package daemon
+package persist
 
 // The journal store: every decision is one record appended to
 // <state_dir>/cpualign_state.json.journal and made durable with one
@@ -37,21 +37,17 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
-// Store is how the daemon makes its state durable before it answers.
-type Store string
+// Mode is how the state is made durable before the daemon answers.
+type Mode string
 
 const (
-	// StoreJournal appends one record per decision (one fdatasync) and
+	// Journal appends one record per decision (one fdatasync) and
 	// rewrites the snapshot now and then. The default.
-	StoreJournal Store = "journal"
-	// StoreSnapshot rewrites the whole snapshot on every decision (write,
+	Journal Mode = "journal"
+	// Snapshot rewrites the whole snapshot on every decision (write,
 	// fsync, rename, fsync of the directory), as before the journal.
-	StoreSnapshot Store = "snapshot"
+	Snapshot Mode = "snapshot"
 )
-
-// WithStore chooses how the state is made durable (default StoreJournal;
-// the benchmarks compare both). Either store reads what the other wrote.
-func WithStore(s Store) Option { return func(o *options) { o.store = s } }
 
 // journalMark is the snapshot's reference to its journal.
 type journalMark struct {
@@ -68,7 +64,7 @@ type journalRecord struct {
 	Reusable    string                          `json:"reusable,omitempty"`
 	Assign      map[string]*map[string]string   `json:"assign,omitempty"`
 	Affinity    map[string]*policy.SnapshotHint `json:"affinity,omitempty"`
-	Ctrs        map[string]*ctrRecord           `json:"containers,omitempty"`
+	Ctrs        map[string]*ledger.Record       `json:"containers,omitempty"`
 	// Baseline: the pods whose resize baselines changed (policy.State.Baseline).
 	Baseline map[string]*map[string]string `json:"baseline,omitempty"`
 	// Memory: the memory manager's whole state when it changed
@@ -83,7 +79,7 @@ type journalHead struct{ shared, reserved, reusablePod, reusable string }
 
 // journalStore is the journal's side of the store, under the ledger's lock.
 type journalStore struct {
-	mode Store
+	mode Mode
 	size int64 // of a new journal file; tests shrink it
 	j    *checkpoint.Journal
 	onDisk
@@ -105,7 +101,7 @@ type onDisk struct {
 	aff      map[string]hints.Hint
 	base     map[string]map[string]cpuset.CPUSet
 	podPool  map[string][]string // policy.State.PodShared
-	ctrs     map[string]ctrRecord
+	ctrs     map[string]ledger.Record
 	// mem is the memory manager's state on disk, memText its encoding
 	// (see memDelta).
 	mem     memorymanager.State
@@ -150,7 +146,7 @@ func (s *journalStore) headFor(e *policy.Engine, st policy.State) (journalHead, 
 // journal. The record is what differs from the state on disk; finding it
 // costs a lookup per container changed (per container for a whole new
 // index) and nothing for the engine's maps when they are the ones on disk.
-func (sto *store) persistJournal(v ledger.Save) error {
+func (sto *Store) persistJournal(v ledger.Save) error {
 	s := &sto.jnl
 	st, c := v.Next, v.Change
 	fp := sto.fingerprint(v.Cfg, v.Engine, v.Topo)
@@ -192,7 +188,7 @@ func (sto *store) persistJournal(v ledger.Save) error {
 // printed from. The engine's maps are compared only when they are not the
 // ones on disk; of the index, an edit's records only (the rest is on disk
 // as committed).
-func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, c indexChange) (journalHead, cpumask.Mask) {
+func (s *journalStore) deltaFor(e *policy.Engine, st policy.State, c ledger.IndexChange) (journalHead, cpumask.Mask) {
 	head, pool := s.headFor(e, st)
 	r := &s.delta
 	r.reset(head)
@@ -234,15 +230,15 @@ func (s *journalStore) memDelta(e *policy.Engine, st policy.State) []byte {
 }
 
 // diffEdit appends to out the records of e that differ from disk's.
-func diffEdit(out *[]keyDelta[ctrRecord], e ctrEdit, disk map[string]ctrRecord) {
+func diffEdit(out *[]keyDelta[ledger.Record], e ledger.Edit, disk map[string]ledger.Record) {
 	for _, id := range e.Del {
-		if _, ok := disk[id]; ok && !slices.ContainsFunc(e.Put, func(r ctrRecord) bool { return r.ID == id }) {
-			*out = append(*out, keyDelta[ctrRecord]{key: id, gone: true})
+		if _, ok := disk[id]; ok && !slices.ContainsFunc(e.Put, func(r ledger.Record) bool { return r.ID == id }) {
+			*out = append(*out, keyDelta[ledger.Record]{key: id, gone: true})
 		}
 	}
 	for _, r := range e.Put {
 		if old, ok := disk[r.ID]; !ok || old != r {
-			*out = append(*out, keyDelta[ctrRecord]{key: r.ID, v: r})
+			*out = append(*out, keyDelta[ledger.Record]{key: r.ID, v: r})
 		}
 	}
 	sortDelta(*out)
@@ -266,7 +262,7 @@ type recordDelta struct {
 	head    journalHead
 	assign  []keyDelta[map[string]cpuset.CPUSet]
 	aff     []keyDelta[hints.Hint]
-	ctrs    []keyDelta[ctrRecord]
+	ctrs    []keyDelta[ledger.Record]
 	base    []keyDelta[map[string]cpuset.CPUSet]
 	podPool []keyDelta[[]string]
 	mem     []byte // the memory manager's state, nil when unchanged
@@ -358,7 +354,7 @@ func sortDelta[V any](d []keyDelta[V]) {
 // compact writes the snapshot of (st, ctrs), naming the journal and its
 // last record, and starts the journal again at its first slot. A journal
 // file is created first when there is none to reuse.
-func (sto *store) compact(v ledger.Save, ctrs map[string]ctrRecord) error {
+func (sto *Store) compact(v ledger.Save, ctrs map[string]ledger.Record) error {
 	s := &sto.jnl
 	st := v.Next
 	s.engine = nil // until the snapshot is known to be on disk
@@ -405,7 +401,7 @@ func (sto *store) compact(v ledger.Save, ctrs map[string]ctrRecord) error {
 	s.engine, s.fp, s.reusable = v.Engine, fp, st.Alloc.Reusable
 	s.assign, s.aff, s.base, s.podPool = st.Alloc.Assignments, st.PodAffinity, st.Baseline, st.PodShared
 	s.mem, s.memText = st.Memory, v.Engine.MemorySnapshot(st)
-	s.ctrs = cloneRecords(ctrs)
+	s.ctrs = ledger.CloneRecords(ctrs)
 	return nil
 }
 
@@ -413,8 +409,8 @@ func (sto *store) compact(v ledger.Save, ctrs map[string]ctrRecord) error {
 // journal that cannot be trusted (missing, another id, a damaged record
 // before the tail, a record that does not parse) is a
 // *checkpoint.CorruptError: the caller sets it aside with the snapshot.
-// Under StoreJournal the journal stays open for the next records.
-func (s *store) replayJournal(p *payload) error {
+// Under Journal the journal stays open for the next records.
+func (s *Store) replayJournal(p *payload) error {
 	j, n, torn, err := replay(s.ckpt.Dir(), p)
 	if err != nil {
 		return err
@@ -426,7 +422,7 @@ func (s *store) replayJournal(p *payload) error {
 	} else if n > 0 {
 		s.log.WithFields(fields).Info("journal replayed")
 	}
-	if s.jnl.mode == StoreSnapshot {
+	if s.jnl.mode == Snapshot {
 		return j.Close()
 	}
 	s.jnl.j = j
@@ -502,7 +498,7 @@ func apply[V any](m map[string]V, delta map[string]*V) map[string]V {
 
 // setAsideJournal moves an untrusted or orphaned journal out of the way
 // (with its snapshot), for an operator to inspect.
-func (s *store) setAsideJournal(entry *logrus.Entry) *logrus.Entry {
+func (s *Store) setAsideJournal(entry *logrus.Entry) *logrus.Entry {
 	aside, err := checkpoint.SetAsideJournal(s.ckpt.Dir(), CheckpointName)
 	switch {
 	case errors.Is(err, checkpoint.ErrNotFound):

@@ -1,21 +1,22 @@
-package daemon
+package observe
 
 import (
 	"errors"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/nrt"
 )
 
-// newNRTExporter returns the NodeResourceTopology exporter when cfg turns
+// NewNRTExporter returns the NodeResourceTopology exporter when cfg turns
 // it on (nil otherwise): a read-only user of the ledger's view, kicked by
 // every commit. A missing node name or an unusable kubeconfig is a
 // configuration error.
-func newNRTExporter(cfg config.Config, view func() ledgerView, log *logrus.Logger) (*nrtexport.Exporter, error) {
+func NewNRTExporter(cfg config.Config, view func() ledger.View, log *logrus.Logger) (*nrtexport.Exporter, error) {
 	if cfg.NodeResourceTopology != config.NRTOn {
 		return nil, nil
 	}
@@ -34,12 +35,12 @@ func newNRTExporter(cfg config.Config, view func() ledgerView, log *logrus.Logge
 	if err != nil {
 		return nil, cfg.KeyError(config.KeyKubeconfig, cfg.Kubeconfig, err.Error())
 	}
-	return nrtexport.New(client, func() (nrt.Object, error) { return nrtObject(view(), node) },
+	return nrtexport.New(client, func() (nrt.Object, error) { return NRTObject(view(), node) },
 		log.WithField("component", "node-resource-topology")), nil
 }
 
-// nrtObject is the node's NodeResourceTopology for a ledger view.
-func nrtObject(v ledgerView, node string) (nrt.Object, error) {
+// NRTObject is the node's NodeResourceTopology for a ledger view.
+func NRTObject(v ledger.View, node string) (nrt.Object, error) {
 	if v.Engine == nil {
 		return nrt.Object{}, errors.New("no valid policy configuration yet")
 	}

@@ -1,4 +1,4 @@
-package daemon
+package persist
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -31,10 +32,10 @@ func TestPayloadEncoderMatchesJSON(t *testing.T) {
 		names := []string{"app", "side<car>", "init&1", "quote\"d", "ünï", "bad\xffutf8", "tab\there"}
 		var enc payloadEncoder
 		st := e.NewState()
-		ctrs := map[string]ctrRecord{}
+		ctrs := map[string]ledger.Record{}
 		for step := 0; step < 600; step++ {
 			// The daemon hands persist a new map for every event.
-			next := make(map[string]ctrRecord, len(ctrs)+1)
+			next := make(map[string]ledger.Record, len(ctrs)+1)
 			for k, v := range ctrs {
 				next[k] = v
 			}
@@ -85,10 +86,10 @@ func TestSnapshotFieldsKnown(t *testing.T) {
 func BenchmarkPayloadEncoder(b *testing.B) {
 	e := engineFor(b, "epyc-9754", "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n")
 	st := e.NewState()
-	ctrs := map[string]ctrRecord{}
+	ctrs := map[string]ledger.Record{}
 	for i := 0; i < 500; i++ {
 		id, pod := fmt.Sprintf("%064x", i*7919), fmt.Sprintf("%036x", i)
-		r := ctrRecord{ID: id, Pod: pod, PodName: "default/pod", Name: "c", CgroupsPath: "/kubepods/pod" + pod + "/" + id}
+		r := ledger.Record{ID: id, Pod: pod, PodName: "default/pod", Name: "c", CgroupsPath: "/kubepods/pod" + pod + "/" + id}
 		if i%5 == 0 {
 			next, dec, err := e.Add(st, policy.Request{Pod: pod, Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 2000, CPULimitMilli: 2000})
 			if err != nil {
@@ -127,7 +128,7 @@ func BenchmarkPayloadEncoder(b *testing.B) {
 // gets cgroupsPath(id)), a record's mems changed, an in-place resize of
 // its exclusive CPUs (to 1-4, refusals change nothing), the container
 // removed, or its whole pod.
-func randomEvent(rng *rand.Rand, e *policy.Engine, st policy.State, next map[string]ctrRecord, pod, name string, cgroupsPath func(id string) string) policy.State {
+func randomEvent(rng *rand.Rand, e *policy.Engine, st policy.State, next map[string]ledger.Record, pod, name string, cgroupsPath func(id string) string) policy.State {
 	id := pod + "/" + name
 	switch rng.Intn(5) {
 	case 0, 1:
@@ -145,7 +146,7 @@ func randomEvent(rng *rand.Rand, e *policy.Engine, st policy.State, next map[str
 		}
 		if ns, dec, err := e.Add(st, req); err == nil {
 			st = ns
-			next[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: cgroupsPath(id),
+			next[id] = ledger.Record{ID: id, Pod: pod, PodName: "ns/" + pod, Name: name, CgroupsPath: cgroupsPath(id),
 				Exclusive: dec.Exclusive, Mems: dec.Mems.String(), Since: []string{"", "2026-11-25T10:00:00Z"}[rng.Intn(2)]}
 		}
 	case 2:
@@ -195,15 +196,15 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 		rng := rand.New(rand.NewSource(11))
 		names := []string{"app", "side<car>", "init&1", "quote\"d", "ünï", "bad\xffutf8", "tab\there", "back\\slash"}
 		var s journalStore
-		st, ctrs := e.NewState(), map[string]ctrRecord{}
+		st, ctrs := e.NewState(), map[string]ledger.Record{}
 		var seen [5]int                   // deltas of each map
 		s.head, s.pool = s.headFor(e, st) // before s.engine is set: every text printed
-		s.engine, s.assign, s.aff, s.base, s.ctrs = e, st.Alloc.Assignments, st.PodAffinity, st.Baseline, cloneRecords(ctrs)
+		s.engine, s.assign, s.aff, s.base, s.ctrs = e, st.Alloc.Assignments, st.PodAffinity, st.Baseline, ledger.CloneRecords(ctrs)
 		s.podPool = st.PodShared
 		s.mem, s.memText = st.Memory, e.MemorySnapshot(st)
 		memChanges := 0
 		for step := 0; step < 800; step++ {
-			next := cloneRecords(ctrs)
+			next := ledger.CloneRecords(ctrs)
 			for range 1 + rng.Intn(3) {
 				pod := fmt.Sprintf("uid-%d", rng.Intn(6))
 				name := names[rng.Intn(len(names))]
@@ -211,7 +212,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 			}
 			ctrs = next
 
-			head, pool := s.deltaFor(e, st, indexChange{All: ctrs})
+			head, pool := s.deltaFor(e, st, ledger.IndexChange{All: ctrs})
 			r := &s.delta
 			got := string(r.appendTo(nil))
 			seen[0] += len(r.assign)
@@ -237,7 +238,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 				}
 			}
 			for _, kd := range r.ctrs {
-				want.Ctrs = putKey(want.Ctrs, kd.key, (*ctrRecord)(nil))
+				want.Ctrs = putKey(want.Ctrs, kd.key, (*ledger.Record)(nil))
 				if !kd.gone {
 					c := ctrs[kd.key]
 					want.Ctrs[kd.key] = &c
@@ -292,7 +293,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 				t.Fatalf("step %d: the record applied gives\n%+v %v\nwant\n%+v %v", step, p.Engine, p.Containers, w.Engine, w.Containers)
 			}
 			s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
-			s.assign, s.aff, s.base, s.ctrs = st.Alloc.Assignments, st.PodAffinity, st.Baseline, cloneRecords(ctrs)
+			s.assign, s.aff, s.base, s.ctrs = st.Alloc.Assignments, st.PodAffinity, st.Baseline, ledger.CloneRecords(ctrs)
 			s.podPool = st.PodShared
 			s.mem, s.memText = st.Memory, snap.Memory
 		}
@@ -315,7 +316,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 func TestRecordFieldsKnown(t *testing.T) {
 	for typ, want := range map[reflect.Type]string{
 		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty baseline,omitempty memory,omitempty pod_shared,omitempty",
-		reflect.TypeOf(ctrRecord{}):           "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty since,omitempty",
+		reflect.TypeOf(ledger.Record{}):       "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty since,omitempty",
 		reflect.TypeOf(policy.SnapshotHint{}): "numa preferred",
 	} {
 		var tags []string
@@ -365,11 +366,11 @@ func TestPayloadEncoderPodShared(t *testing.T) {
 		st = next
 	}
 	var enc payloadEncoder
-	got, err := enc.encode("fp", e, st, map[string]ctrRecord{})
+	got, err := enc.encode("fp", e, st, map[string]ledger.Record{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := json.Marshal(payload{Fingerprint: "fp", Engine: e.Snapshot(st), Containers: map[string]ctrRecord{}})
+	want, err := json.Marshal(payload{Fingerprint: "fp", Engine: e.Snapshot(st), Containers: map[string]ledger.Record{}})
 	if err != nil {
 		t.Fatal(err)
 	}

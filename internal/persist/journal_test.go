@@ -1,4 +1,4 @@
-package daemon
+package persist
 
 import (
 	"bytes"
@@ -17,39 +17,72 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
-	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
-	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 )
 
-// journalDaemon is a daemon on dir, restored from it, driven by steps
-// rather than NRI events: the journal is what is tested.
+// journalDaemon is a ledger on a store on dir, restored from it, as the
+// daemon wires them, driven by steps rather than NRI events: the journal
+// is what is tested.
 type journalDaemon struct {
-	*Daemon
-	logs *test.Hook
-	rng  *rand.Rand
-	n    int
+	led   *ledger.Ledger
+	store *Store
+	logs  *test.Hook
+	rng   *rand.Rand
+	n     int
 }
 
-func newJournalDaemon(t *testing.T, dir string, store Store, size int64) *journalDaemon {
+func newJournalDaemon(t *testing.T, dir string, mode Mode, size int64) *journalDaemon {
 	t.Helper()
-	cfg, err := config.Load([]byte(fuzzConfig + fmt.Sprintf("state_dir = %q\n", dir) + offHostCgroups(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	log, hook := test.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
-	d, err := New(cfg, WithTopology(sysfstest.Load(t, "ht-2s-6c")), WithLogger(log), WithStore(store))
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := &journalDaemon{logs: hook, rng: rand.New(rand.NewSource(int64(len(dir))))}
+	d.led, d.store = newLedger(t, dir, "ht-2s-6c", fuzzConfig, mode, log)
 	d.store.jnl.size = size
-	if err := d.restore(); err != nil {
+	if err := restore(d.led, d.store); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.store.jnl.reset() })
-	return &journalDaemon{Daemon: d, logs: hook, rng: rand.New(rand.NewSource(int64(len(dir))))}
+	t.Cleanup(d.store.Reset)
+	return d
 }
+
+// newLedger is a ledger on a new store on dir, as the daemon wires them.
+func newLedger(t testing.TB, dir, fixture, doc string, mode Mode, log *logrus.Logger) (*ledger.Ledger, *Store) {
+	t.Helper()
+	cfg, e := policytest.Engine(t, fixture, doc+fmt.Sprintf("state_dir = %q\n", dir))
+	s := New(Options{Dir: dir, Mode: mode, Log: log})
+	return ledger.New(cfg, e.Topology(), e, nil, ledger.Deps{Store: s, Obs: nopObserver{}, Log: log}), s
+}
+
+// restore loads the store into the ledger, as the daemon does before its
+// first connection.
+func restore(l *ledger.Ledger, s *Store) error {
+	l.Lock()
+	defer l.Unlock()
+	r, err := s.Load(l.Settings(), l.Topology(), l.Engine())
+	if err != nil {
+		return err
+	}
+	_, err = l.Commit(ledger.Change{Restore: &r})
+	return err
+}
+
+// persist saves (st, ctrs) as a whole new index without committing it
+// (the ledger is locked).
+func persist(l *ledger.Ledger, s *Store, st policy.State, ctrs map[string]ledger.Record) error {
+	return s.Save(ledger.Save{Cfg: l.Settings(), Topo: l.Topology(), Engine: l.Engine(), State: l.State(),
+		Index: l.Index(), Next: st, Change: ledger.IndexChange{All: ctrs}})
+}
+
+func (d *journalDaemon) persist(st policy.State, ctrs map[string]ledger.Record) error {
+	return persist(d.led, d.store, st, ctrs)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) CheckpointError()                                   {}
+func (nopObserver) Gauges(e *policy.Engine, st policy.State, ctrs int) {}
+func (nopObserver) PoolEmpty(empty bool)                               {}
 
 // step admits a container (exclusive or shared, in a new pod or one of
 // the pods there) or removes one, persists and commits, as the handlers
@@ -78,7 +111,7 @@ func (d *journalDaemon) step(t *testing.T) {
 		}
 		st = next
 		id := fmt.Sprintf("id-%d", d.n)
-		recs[id] = ctrRecord{ID: id, Pod: pod, PodName: "ns/" + pod, Name: req.Container, Exclusive: !dec.CPUs.IsEmpty() && req.QoS == policy.Guaranteed}
+		recs[id] = ledger.Record{ID: id, Pod: pod, PodName: "ns/" + pod, Name: req.Container, Exclusive: !dec.CPUs.IsEmpty() && req.QoS == policy.Guaranteed}
 	}
 	if err := d.persist(st, recs); err != nil {
 		t.Fatal(err)
@@ -86,7 +119,7 @@ func (d *journalDaemon) step(t *testing.T) {
 	_, _ = d.led.Commit(ledger.Change{Restore: &ledger.Restore{State: st, Index: recs}})
 }
 
-func sortedKeys(m map[string]ctrRecord) []string {
+func sortedKeys(m map[string]ledger.Record) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -118,7 +151,7 @@ func sameState(t *testing.T, when string, a, b *journalDaemon) {
 func TestJournalRestoresEveryDecision(t *testing.T) {
 	dir := t.TempDir()
 	size := int64(12 * 512) // full after a few records: many rewinds
-	d := newJournalDaemon(t, dir, StoreJournal, size)
+	d := newJournalDaemon(t, dir, Journal, size)
 	snap := filepath.Join(dir, CheckpointName)
 	compactions := 0
 	for round := 0; round < 12; round++ {
@@ -130,8 +163,8 @@ func TestJournalRestoresEveryDecision(t *testing.T) {
 				compactions++
 			}
 		}
-		d.store.jnl.reset() // a kill: nothing written on the way out
-		d2 := newJournalDaemon(t, dir, StoreJournal, size)
+		d.store.Reset() // a kill: nothing written on the way out
+		d2 := newJournalDaemon(t, dir, Journal, size)
 		sameState(t, fmt.Sprintf("restart %d", round), d, d2)
 		d2.rng, d2.n = d.rng, d.n
 		d = d2
@@ -149,7 +182,7 @@ func TestJournalRestoresEveryDecision(t *testing.T) {
 // Either store reads what the other wrote: switching is a restart.
 func TestJournalAndSnapshotStoresReadEachOther(t *testing.T) {
 	dir := t.TempDir()
-	d := newJournalDaemon(t, dir, StoreJournal, 0)
+	d := newJournalDaemon(t, dir, Journal, 0)
 	for i := 0; i < 20; i++ {
 		d.step(t)
 	}
@@ -159,14 +192,14 @@ func TestJournalAndSnapshotStoresReadEachOther(t *testing.T) {
 	if raw, _ := os.ReadFile(filepath.Join(dir, CheckpointName)); !bytes.Contains(raw, []byte(`"version": 2`)) {
 		t.Errorf("journal store's snapshot is not version 2:\n%.200s", raw)
 	}
-	d.store.jnl.reset()
-	s := newJournalDaemon(t, dir, StoreSnapshot, 0)
+	d.store.Reset()
+	s := newJournalDaemon(t, dir, Snapshot, 0)
 	sameState(t, "journal -> snapshot", d, s)
 	s.rng, s.n = d.rng, d.n
 	for i := 0; i < 10; i++ {
 		s.step(t)
 	}
-	j := newJournalDaemon(t, dir, StoreJournal, 0)
+	j := newJournalDaemon(t, dir, Journal, 0)
 	sameState(t, "snapshot -> journal", s, j)
 	// The snapshot-only store's snapshot names no journal: the stale
 	// journal file is ignored, not replayed.
@@ -180,7 +213,7 @@ func TestJournalAndSnapshotStoresReadEachOther(t *testing.T) {
 // answer) is dropped with a warning; every decision before it is kept.
 func TestJournalTornTailDropped(t *testing.T) {
 	dir := t.TempDir()
-	d := newJournalDaemon(t, dir, StoreJournal, 0)
+	d := newJournalDaemon(t, dir, Journal, 0)
 	for i := 0; i < 10; i++ {
 		d.step(t)
 	}
@@ -191,8 +224,8 @@ func TestJournalTornTailDropped(t *testing.T) {
 	binary.LittleEndian.PutUint64(hdr[8:], d.store.jnl.j.Next())
 	copy(hdr[20:], `{"shared":"0-3","res`)
 	writeAt(t, checkpoint.JournalPath(dir, CheckpointName), d.store.jnl.j, hdr)
-	d.store.jnl.reset()
-	d2 := newJournalDaemon(t, dir, StoreJournal, 0)
+	d.store.Reset()
+	d2 := newJournalDaemon(t, dir, Journal, 0)
 	sameState(t, "torn tail", d, d2)
 	if !loggedAt(d2.logs, logrus.WarnLevel, "torn record") {
 		t.Error("no warning about the torn record")
@@ -226,7 +259,7 @@ func loggedAt(h *test.Hook, level logrus.Level, text string) bool {
 // aside and the state is rebuilt from the runtime (here: empty).
 func TestJournalDamagedRecordSetAside(t *testing.T) {
 	dir := t.TempDir()
-	d := newJournalDaemon(t, dir, StoreJournal, 0)
+	d := newJournalDaemon(t, dir, Journal, 0)
 	for i := 0; i < 10; i++ {
 		d.step(t)
 	}
@@ -241,8 +274,8 @@ func TestJournalDamagedRecordSetAside(t *testing.T) {
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d.store.jnl.reset()
-	d2 := newJournalDaemon(t, dir, StoreJournal, 0)
+	d.store.Reset()
+	d2 := newJournalDaemon(t, dir, Journal, 0)
 	if d2.led.Len() != 0 || len(d2.led.State().Alloc.Assignments) != 0 {
 		t.Errorf("state restored from a damaged journal: %d containers", d2.led.Len())
 	}
@@ -257,11 +290,11 @@ func TestJournalDamagedRecordSetAside(t *testing.T) {
 	// A snapshot naming a journal that is gone is the same.
 	d2.step(t)
 	d2.step(t)
-	d2.store.jnl.reset()
+	d2.store.Reset()
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	d3 := newJournalDaemon(t, dir, StoreJournal, 0)
+	d3 := newJournalDaemon(t, dir, Journal, 0)
 	if d3.led.Len() != 0 || !loggedAt(d3.logs, logrus.ErrorLevel, "corrupt") {
 		t.Errorf("missing journal: %d containers restored, error logged %v", d3.led.Len(), loggedAt(d3.logs, logrus.ErrorLevel, "corrupt"))
 	}
@@ -273,7 +306,7 @@ func TestJournalDamagedRecordSetAside(t *testing.T) {
 // decision.
 func TestJournalReplacedAfterFailedAppend(t *testing.T) {
 	dir := t.TempDir()
-	d := newJournalDaemon(t, dir, StoreJournal, 0)
+	d := newJournalDaemon(t, dir, Journal, 0)
 	for i := 0; i < 12; i++ {
 		d.step(t)
 	}
@@ -307,11 +340,11 @@ func TestJournalReplacedAfterFailedAppend(t *testing.T) {
 		t.Errorf("persist with a symlink for the journal = %v", err)
 	}
 	d.led.Unlock()
-	d.store.jnl.reset()
+	d.store.Reset()
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	d2 := newJournalDaemon(t, dir, StoreJournal, 0)
+	d2 := newJournalDaemon(t, dir, Journal, 0)
 	sameState(t, "after the failed replacement", committed, d2)
 	d2.rng, d2.n = d.rng, d.n
 	d2.step(t)
@@ -319,8 +352,8 @@ func TestJournalReplacedAfterFailedAppend(t *testing.T) {
 	if d2.store.jnl.j.ID() == id {
 		t.Error("the journal was not replaced")
 	}
-	d2.store.jnl.reset()
-	d3 := newJournalDaemon(t, dir, StoreJournal, 0)
+	d2.store.Reset()
+	d3 := newJournalDaemon(t, dir, Journal, 0)
 	sameState(t, "new journal", d2, d3)
 }
 
@@ -328,24 +361,18 @@ func TestJournalReplacedAfterFailedAppend(t *testing.T) {
 // in five exclusive) in the state, on tmpfs when there is one: the
 // store's own work without the disk's flush.
 func BenchmarkPersist(b *testing.B) {
-	for _, store := range []Store{StoreJournal, StoreSnapshot} {
+	for _, store := range []Mode{Journal, Snapshot} {
 		b.Run("store="+string(store), func(b *testing.B) {
 			dir, err := os.MkdirTemp("/dev/shm", "persist-")
 			if err != nil {
 				dir = b.TempDir()
 			}
 			defer os.RemoveAll(dir)
-			cfg, err := config.Load([]byte("cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n" + fmt.Sprintf("state_dir = %q\n", dir) + offHostCgroups(b)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			d, err := New(cfg, WithTopology(sysfstest.Load(b, "epyc-9754")), WithLogger(quietLogger()), WithStore(store))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer d.store.jnl.reset()
-			st, recs := d.led.Engine().NewState(), map[string]ctrRecord{}
-			add := func(st policy.State, i int, excl bool) (policy.State, ctrRecord) {
+			led, sto := newLedger(b, dir, "epyc-9754", "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n", store, quietLogger())
+			defer sto.Reset()
+			d := &journalDaemon{led: led, store: sto}
+			st, recs := d.led.Engine().NewState(), map[string]ledger.Record{}
+			add := func(st policy.State, i int, excl bool) (policy.State, ledger.Record) {
 				req := policy.Request{Pod: fmt.Sprintf("pod-%d", i), Container: "c", QoS: policy.Burstable, CPURequestMilli: 100}
 				if excl {
 					req.QoS, req.CPURequestMilli, req.CPULimitMilli = policy.Guaranteed, 2000, 2000
@@ -355,10 +382,10 @@ func BenchmarkPersist(b *testing.B) {
 					b.Fatal(err)
 				}
 				id := fmt.Sprintf("%064d", i)
-				return next, ctrRecord{ID: id, Pod: req.Pod, PodName: "default/" + req.Pod, Name: "c", CgroupsPath: "/kubepods/" + req.Pod + "/" + id, Exclusive: excl}
+				return next, ledger.Record{ID: id, Pod: req.Pod, PodName: "default/" + req.Pod, Name: "c", CgroupsPath: "/kubepods/" + req.Pod + "/" + id, Exclusive: excl}
 			}
 			for i := 0; i < 500; i++ {
-				var r ctrRecord
+				var r ledger.Record
 				st, r = add(st, i, i%5 == 0)
 				recs[r.ID] = r
 			}
@@ -371,7 +398,7 @@ func BenchmarkPersist(b *testing.B) {
 				// Alternately add and remove a 2-CPU container, as the
 				// round-trip benchmark does.
 				next, r := add(st, 1000, true)
-				with := cloneRecords(recs)
+				with := ledger.CloneRecords(recs)
 				with[r.ID] = r
 				if err := d.persist(next, with); err != nil {
 					b.Fatal(err)

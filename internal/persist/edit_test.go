@@ -1,4 +1,4 @@
-package daemon
+package persist
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 )
 
 // TestEditDeltaMatchesIndexDelta: the journal record of an edit names the
@@ -16,14 +18,14 @@ import (
 // removed when absent, and removed and put again in one edit.
 func TestEditDeltaMatchesIndexDelta(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
-	committed := map[string]ctrRecord{}
-	rec := func(id string) ctrRecord {
-		return ctrRecord{ID: id, Pod: "uid-" + id[:1], PodName: "ns/p", Name: id, Exclusive: rng.Intn(2) == 0,
+	committed := map[string]ledger.Record{}
+	rec := func(id string) ledger.Record {
+		return ledger.Record{ID: id, Pod: "uid-" + id[:1], PodName: "ns/p", Name: id, Exclusive: rng.Intn(2) == 0,
 			Mems: []string{"", "0", "0-1"}[rng.Intn(3)]}
 	}
 	var kinds [4]int // records added, changed, unchanged, removed in the deltas
 	for step := range 2000 {
-		var e ctrEdit
+		var e ledger.Edit
 		for range rng.Intn(4) {
 			id := fmt.Sprintf("%d%d", rng.Intn(4), rng.Intn(8))
 			switch rng.Intn(3) {
@@ -34,20 +36,20 @@ func TestEditDeltaMatchesIndexDelta(t *testing.T) {
 				if !ok || rng.Intn(2) == 0 {
 					r = rec(id)
 				}
-				if !slices.ContainsFunc(e.Put, func(r ctrRecord) bool { return r.ID == id }) {
+				if !slices.ContainsFunc(e.Put, func(r ledger.Record) bool { return r.ID == id }) {
 					e.Put = append(e.Put, r)
 				}
 			case 2:
 				e.Del = append(e.Del, id)
-				if !slices.ContainsFunc(e.Put, func(r ctrRecord) bool { return r.ID == id }) {
+				if !slices.ContainsFunc(e.Put, func(r ledger.Record) bool { return r.ID == id }) {
 					e.Put = append(e.Put, rec(id))
 				}
 			}
 		}
 		e.Del = dedup(e.Del)
-		var byEdit, byIndex []keyDelta[ctrRecord]
+		var byEdit, byIndex []keyDelta[ledger.Record]
 		diffEdit(&byEdit, e, committed)
-		next := indexChange{Edit: e}.Index(committed)
+		next := ledger.IndexChange{Edit: e}.Index(committed)
 		diffEqual(&byIndex, next, committed)
 		if len(byEdit) == 0 && len(byIndex) == 0 {
 			byEdit, byIndex = nil, nil

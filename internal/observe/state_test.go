@@ -1,0 +1,75 @@
+package observe
+
+import (
+	"io"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
+)
+
+type nopStore struct{}
+
+func (nopStore) Save(ledger.Save) error { return nil }
+
+type nopObserver struct{}
+
+func (nopObserver) CheckpointError()                         {}
+func (nopObserver) Gauges(*policy.Engine, policy.State, int) {}
+func (nopObserver) PoolEmpty(bool)                           {}
+
+// /state shows a container's right cpuset as the ledger answers it: its
+// assignment, narrowed by a downsize answered and not committed; the
+// shared pool; and an assignment no tracked container holds as held.
+func TestStateOfView(t *testing.T) {
+	cfg, e := policytest.Engine(t, "ht-1s-4c", "cpu_manager_policy = \"static\"\nreserved_system_cpus = \"0,4\"\n")
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	l := ledger.New(cfg, e.Topology(), e, nil, ledger.Deps{Store: nopStore{}, Obs: nopObserver{}, Log: log})
+	req := func(pod string, cpus int64) policy.Request {
+		return policy.Request{Pod: pod, Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 1000 * cpus, CPULimitMilli: 1000 * cpus}
+	}
+	// The ledger's lock around its queries and commits, as a handler
+	// holds it; View takes it itself.
+	l.Lock()
+	st, _, err := e.Add(l.State(), req("a", 2)) // 1,5
+	if err == nil {
+		st, _, err = e.Resize(st, req("a", 4)) // 1-2,5-6
+	}
+	if err == nil {
+		st, _, err = e.Add(st, req("gone", 2)) // 3,7: no record, held
+	}
+	if err != nil {
+		l.Unlock()
+		t.Fatal(err)
+	}
+	rec := ledger.Record{ID: "a-c", Pod: "a", PodName: "ns/a", Name: "c", Exclusive: true}
+	_, err = l.Commit(ledger.Change{Next: &st, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}})
+	l.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when, cpus string) {
+		t.Helper()
+		v := State(l.View(), true)
+		if !v.Connected || v.Shared != "0,4" || len(v.Containers) != 1 || v.Containers[0].CPUs != cpus || v.Containers[0].Baseline != "1,5" ||
+			len(v.Held) != 1 || v.Held[0].PodUID != "gone" || v.Held[0].CPUs != "3,7" {
+			t.Errorf("%s: %+v, want a-c on %s (baseline 1,5), shared 0,4, gone/c held on 3,7", when, v, cpus)
+		}
+	}
+	check("committed", "1-2,5-6")
+	l.Lock()
+	from, _ := e.Assignment(l.State(), "a", "c")
+	_, rd, err := e.Resize(l.State(), req("a", 2))
+	if err == nil && rd.Kind == policy.ResizeDown {
+		_, err = l.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]ledger.Shrink{rec.ID: {From: from, Req: req("a", 2), To: rd.CPUs}}}})
+	}
+	l.Unlock()
+	if err != nil || rd.Kind != policy.ResizeDown {
+		t.Fatalf("downsize: %+v, %v", rd, err)
+	}
+	check("downsize pending", rd.CPUs.String())
+}
