@@ -88,16 +88,6 @@ func (s *podResources) close() {
 	s.lister, s.closer, s.socket = nil, nil, ""
 }
 
-// pastDeadline reports whether ctx's deadline has passed by the clock.
-// gRPC checks the clock before it sends a call and then fails it with a
-// DeadlineExceeded status that does not wrap context.DeadlineExceeded,
-// while ctx.Err() stays nil until the context's own timer has run: on a
-// loaded machine the timeout would be reported as a failed Get.
-func pastDeadline(ctx context.Context) bool {
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
-}
-
 // withPodResources adds to info the devices the kubelet's PodResources
 // API lists for the container that carry a NUMA node, each named
 // "RESOURCE ID[,ID] via PodResources", and returns entry with them as the
@@ -121,7 +111,7 @@ func (p *plugin) withPodResources(ctx context.Context, pod *api.PodSandbox, ctr 
 		switch {
 		case errors.Is(err, kubeletpodres.ErrNoSocket):
 			kind, msg = "socket", "kubelet PodResources: no socket; no device hint from it (set pod_resources = false where no kubelet runs)"
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) || pastDeadline(ctx):
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 			kind, msg = "timeout", "kubelet PodResources: no answer within pod_resources_timeout; no device hint from it"
 		}
 		if d.kube.podres.warnOnce(kind) {
