@@ -174,7 +174,7 @@ func (e *Engine) addPodLevel(st State, req Request, budget int) (State, Decision
 	next := st
 	if store {
 		next.PodAffinity = copyAffinities(st.PodAffinity)
-		next.PodAffinity[req.Pod] = h
+		next.PodAffinity[req.Pod] = podAffinity(h)
 	}
 	if _, ok := next.Alloc.Assignments[req.Pod][PodPoolEntry]; !ok {
 		// The pod's first container: the whole budget as one block, placed
