@@ -45,6 +45,11 @@
 //     own size), then a partial take in each; v1.37 listed such a cache
 //     under each node, and took whole caches only while the need was at
 //     least the average cache size, interleaved with the partial takes.
+//   - Hint Score (generateHints; #141796): v1.38 gives each CPU hint the
+//     share of its NUMA nodes' unreserved CPUs that are not in the shared
+//     pool (hints.UtilizationScore, the nodes as one pool; a container's
+//     own and its pod's reusable CPUs count as taken); v1.37 has none. It
+//     moves no placement: the merge and admission ignore it.
 //
 // Two v1.38 fixes hold under both rule sets, because the v1.37 code would
 // hang or allocate on nodes it did not choose (see the differences below):
