@@ -111,11 +111,27 @@ const maxScoreWalk = 1 << 20
 // resources of one provider the kubelet's order is its map's, random; it
 // is by resource name here.)
 func mergedScore(lists [][]Hint, best Hint, all Mask) int64 {
+	// Only hints that keep the AND a superset of best can be in such a
+	// combination; floor[i] is the narrowest AND lists i.. could reach
+	// with them (the AND of all their masks), so a branch whose AND with
+	// it is still wider than best is left at once.
+	cand := make([][]Hint, len(lists))
+	floor := make([]Mask, len(lists)+1)
+	floor[len(lists)] = all
 	scored := false
-	for _, hs := range lists {
-		for _, h := range hs {
-			scored = scored || (h.Affinity != 0 && h.Score > 0)
+	for i := len(lists) - 1; i >= 0; i-- {
+		narrow := all
+		for _, h := range lists[i] {
+			if a := maskOr(h.Affinity, all); a&best.Affinity == best.Affinity && (h.Preferred || !best.Preferred) {
+				cand[i] = append(cand[i], h)
+				narrow &= a
+				scored = scored || (h.Affinity != 0 && h.Score > 0)
+			}
 		}
+		if len(cand[i]) == 0 {
+			return 0
+		}
+		floor[i] = floor[i+1] & narrow
 	}
 	if !scored {
 		return 0
@@ -132,12 +148,12 @@ func mergedScore(lists [][]Hint, best Hint, all Mask) int64 {
 			score, _ := AggregateScores(perm)
 			return score, true
 		}
-		for _, h := range lists[i] {
+		for _, h := range cand[i] {
 			if steps++; steps > maxScoreWalk {
 				return 0, true
 			}
 			q := p.extend(h, all)
-			if q.affinity(all)&best.Affinity != best.Affinity || (best.Preferred && !q.pref) {
+			if q.affinity(all)&floor[i+1] != best.Affinity || (best.Preferred && !q.pref) {
 				continue
 			}
 			perm = append(perm, h)

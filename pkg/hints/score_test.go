@@ -1,6 +1,7 @@
 package hints
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
@@ -159,4 +160,86 @@ func TestMergedScoreFirstCombination(t *testing.T) {
 	if got := be.MergeLists([]Hint{scored(true, 30, 0)}, []Hint{scored(true, 30, 1)}); got != (Hint{Affinity: NewMask(0, 1)}) {
 		t.Errorf("no combination: merged %+v, want {0,1} not preferred Score 0", got)
 	}
+}
+
+// TestMergedScoreMatchesBruteForce: the merged Score against the kubelet's
+// walk (every combination in order, compare keeping the current hint
+// against an equal one, the Score of the combination that set it), on
+// random lists with random scores, for every policy.
+func TestMergedScoreMatchesBruteForce(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 141796))
+	for iter := 0; iter < 3000; iter++ {
+		n := 1 + r.IntN(4)
+		info, opts := randomNUMA(t, r, []int{0, 1, 2, 3}[:n], 3, 5)
+		var lists [][]Hint
+		for k := 1 + r.IntN(4); k > 0; k-- {
+			var hs []Hint
+			for j := 1 + r.IntN(5); j > 0; j-- {
+				hs = append(hs, Hint{Affinity: Mask(r.IntN(1 << n)), Preferred: r.IntN(2) == 0, Score: int64(r.IntN(4) * 30)})
+			}
+			lists = append(lists, hs)
+		}
+		for _, policy := range []string{PolicyBestEffort, PolicyRestricted, PolicySingleNUMANode} {
+			m := merger(t, policy, info, opts)
+			in := lists
+			if policy == PolicySingleNUMANode {
+				in = singleNUMAOnly(lists)
+			}
+			want := bruteScore(m, in)
+			got := m.MergeLists(lists...)
+			if policy == PolicySingleNUMANode && got.Affinity == 0 {
+				want = 0
+			}
+			if got.Score != want {
+				t.Fatalf("iteration %d, %s, lists %v: merged %+v, brute force Score %d", iter, policy, lists, got, want)
+			}
+		}
+	}
+}
+
+// bruteScore is the Score of the kubelet's merged hint: that of the
+// combination whose merged hint compare last took; 0 when none has a
+// non-empty affinity.
+func bruteScore(m *Merger, lists [][]Hint) int64 {
+	for _, hs := range lists {
+		if len(hs) == 0 {
+			return 0
+		}
+	}
+	bestCount := bestNonPreferredCount(lists)
+	var best Hint
+	var score int64
+	found := false
+	perm := make([]Hint, 0, len(lists))
+	var walk func(and Mask, pref bool, first Mask)
+	walk = func(and Mask, pref bool, first Mask) {
+		i := len(perm)
+		if i == len(lists) {
+			if and == 0 {
+				return
+			}
+			cand := Hint{Affinity: and, Preferred: pref}
+			if next := m.compare(bestCount, best, cand); !found || next != best {
+				best, found = cand, true
+				score, _ = AggregateScores(perm)
+			}
+			return
+		}
+		for _, h := range lists[i] {
+			a, p, f := and, pref && h.Preferred, first
+			if h.Affinity != 0 {
+				if f == 0 {
+					f = h.Affinity
+				} else if h.Affinity != f {
+					p = false
+				}
+				a &= h.Affinity
+			}
+			perm = append(perm, h)
+			walk(a, p, f)
+			perm = perm[:i]
+		}
+	}
+	walk(m.numa.all, true, 0)
+	return score
 }
