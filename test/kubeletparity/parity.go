@@ -336,6 +336,27 @@ func engineRefusal(err error) *Refusal {
 
 func (e *engine) remove(pod, container string) { e.st = e.s.Release(e.st, pod, container) }
 
+// scored reports whether the kubelet's hints carry a Score: v1.38 gives
+// every CPU hint at least 1, v1.37 none.
+func scored(hs []Hint) bool {
+	for _, h := range hs {
+		if h.Score > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// unscored is hs with every Score 0.
+func unscored(hs []Hint) []Hint {
+	out := make([]Hint, len(hs))
+	for i, h := range hs {
+		h.Score = 0
+		out[i] = h
+	}
+	return out
+}
+
 // hintsEqual compares two hint lists as sets (both sides enumerate the
 // same masks; the merge does not depend on their order).
 func hintsEqual(a, b []Hint) bool {
@@ -429,12 +450,11 @@ func RunCase(c Case, newK NewKubelet) (*Mismatch, error) {
 			admitted := true
 			for ci, ct := range p.Containers {
 				eh, kh := eng.hints(p, ci), kub.Hints(p, ci)
-				if c.Version == kubever.V137 {
-					// 1.37 has no Score: against the 1.38 kubelet (the
-					// negative check) only the placement rules differ.
-					for i := range kh {
-						kh[i].Score = 0
-					}
+				if c.Version == kubever.V137 || !scored(kh) {
+					// Scores are compared between the 1.38 rules and
+					// kubelet 1.38 only: 1.37 has none, so the negative
+					// checks see the placement rules alone.
+					eh, kh = unscored(eh), unscored(kh)
 				}
 				if !hintsEqual(eh, kh) {
 					return fail(step, "%s/%s (%d CPUs) hints: engine %v, kubelet %v", p.UID, ct.Name, ct.CPUs, eh, kh), nil
