@@ -126,8 +126,10 @@ build_etcd() {
 # the module proxy does not serve), as "module@version (why)" words; empty
 # when everything is there. Known for 1.38: cmd/kubelet imports
 # sigs.k8s.io/iptables-wrappers (pkg/kubelet/kubelet_network_linux.go),
-# cmd/kube-apiserver the clientset of the new staging module
-# k8s.io/apiextensions-api.
+# which the proxy still refuses (403 for v1.0.0). cmd/kube-apiserver needs
+# the clientset of the new staging module k8s.io/apiextensions-api, which
+# the proxy serves since 2026-12 (with k8s.io/ktesting and
+# structured-merge-diff v7.0.1): iptables-wrappers is the only one missing.
 unavailable() {
 	local b m want=()
 	for b in "$@"; do

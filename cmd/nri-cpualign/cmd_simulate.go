@@ -589,7 +589,7 @@ func (s *simulator) add(req requestLine) any {
 				Devices: found.Located, DeviceError: found.Err}
 			if s.log.IsLevelEnabled(logrus.DebugLevel) { // the fields cost more than the decision
 				s.log.WithFields(logrus.Fields{"pod": req.Pod, "container": req.Container, "cpus": res.CPUs,
-					"mems": res.Mems, "exclusive": d.Exclusive, "numa": d.Affinity.Affinity.String()}).Debug("simulate: add")
+					"mems": res.Mems, "exclusive": d.Exclusive, "numa": d.Affinity.Affinity.String(), "score": d.Affinity.Score}).Debug("simulate: add")
 			}
 			if d.Exclusive && s.engine.StrictUncore() != allocator.UncoreStrictOff {
 				res.L3 = s.engine.Topology().L3GroupsOf(d.CPUs)

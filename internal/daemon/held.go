@@ -41,11 +41,15 @@ func withReuse(st policy.State, req policy.Request, static bool, tracked func(na
 	if _, ok := assigned[req.Container]; ok {
 		return st
 	}
+	if _, ok := assigned[policy.PodPoolEntry]; ok {
+		// Inside a pod-level pod's block a slice may reuse an init
+		// container's slice only (podlevel.go); a stopped container here
+		// may as well be an app container in back-off, whose restart gets
+		// its slice back while the new one runs on it. Nothing is reused.
+		return st
+	}
 	held, running := cpuset.New(), cpuset.New()
 	for name, cpus := range assigned {
-		if name == policy.PodPoolEntry {
-			continue // a pod-level pod's block: its slices come from it (podlevel.go)
-		}
 		if tracked(name) {
 			running = running.Union(cpus)
 		} else {

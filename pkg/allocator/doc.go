@@ -45,6 +45,11 @@
 //     own size), then a partial take in each; v1.37 listed such a cache
 //     under each node, and took whole caches only while the need was at
 //     least the average cache size, interleaved with the partial takes.
+//   - Hint Score (generateHints; #141796): v1.38 gives each CPU hint the
+//     share of its NUMA nodes' unreserved CPUs that are not in the shared
+//     pool (hints.UtilizationScore, the nodes as one pool; a container's
+//     own and its pod's reusable CPUs count as taken); v1.37 has none. It
+//     moves no placement: the merge and admission ignore it.
 //
 // Two v1.38 fixes hold under both rule sets, because the v1.37 code would
 // hang or allocate on nodes it did not choose (see the differences below):
@@ -115,6 +120,28 @@
 //     this (the topology manager refuses more than 8 by default): there
 //     the other providers' hints alone decide the affinity and restricted
 //     admission, and exclusive CPUs are taken from that affinity first.
+//   - A pod-level pod's checkpoint (pkg/policy; kubelet v1.38 restores it
+//     too, #141041) is kept as the plugin wrote it, every assignment being
+//     a container's that may be running: assignments that are not a
+//     prefix of the spec order keep their CPUs (a container removed before
+//     a later one leaves that shape; the kubelet takes it for a dead
+//     instance's leftovers and allocates the pod again); a block that
+//     overlaps the checkpoint's shared pool stays the pod's (the pool is
+//     recomputed from the assignments, so no release is ever half done);
+//     a slice the block can no longer hold refuses that container only
+//     (the kubelet releases the whole pod, its running containers' CPUs
+//     included). A shared regular init container stays on its pod's pool
+//     until it is removed (nothing tells the plugin it has finished), so
+//     an app slice that would empty that pool is refused
+//     (EmptyPodSharedPoolError) while the kubelet lets it overlap the
+//     finished init container; such a pod (a sidecar slice, a shared init
+//     container, app slices filling the rest of the block) does not start.
+//   - Inside a pod-level block, an app slice reuses a regular init
+//     container's slice only when the request says Init (simulate, the
+//     engine's callers); the daemon marks no container so (NRI does not),
+//     and a stopped container there may be an app container in back-off
+//     whose restart gets its slice back, so the daemon reuses nothing
+//     inside a block.
 //   - A pod's reusable init-container CPUs exclude CPUs another pod holds
 //     (reachable only through Assign). AssignReusing restores the
 //     same-pod overlaps init-container reuse creates; Assign refuses any

@@ -6,6 +6,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 // CPUHints is the kubelet's CPU hint generation for one container: every
@@ -28,9 +29,10 @@ func (s *Static) CPUHints(st State, req Request) []hints.Hint {
 		if cur.Size() != req.CPUs {
 			return []hints.Hint{}
 		}
-		return s.generateHints(s.m.toBits(cur), newBitset(s.m.n), req.CPUs)
+		return s.generateHints(s.m.toBits(cur), newBitset(s.m.n), s.free(st), req.CPUs)
 	}
-	out := s.generateHints(s.m.maskBits(st.Default).andNot(s.reservedBits), s.reusable(st, req.Pod), req.CPUs)
+	free := s.free(st)
+	out := s.generateHints(free, s.reusable(st, req.Pod), free, req.CPUs)
 	if s.strict() && out != nil {
 		out = s.strictHints(st, req, out)
 	}
@@ -64,10 +66,17 @@ func (s *Static) PodCPUHintsFor(st State, pod string, cpus int, containers map[s
 		}
 		assigned = assigned.Union(set)
 	}
+	free := s.free(st)
 	if assigned.Size() == cpus {
-		return s.generateHints(s.m.toBits(assigned), newBitset(s.m.n), cpus)
+		return s.generateHints(s.m.toBits(assigned), newBitset(s.m.n), free, cpus)
 	}
-	return s.generateHints(s.m.maskBits(st.Default).andNot(s.reservedBits), s.reusable(st, pod).or(s.m.toBits(assigned)), cpus)
+	return s.generateHints(free, s.reusable(st, pod).or(s.m.toBits(assigned)), free, cpus)
+}
+
+// free is the shared pool less the reserved CPUs: what hints can take,
+// and what a hint's Score counts as not assigned.
+func (s *Static) free(st State) bitset {
+	return s.m.maskBits(st.Default).andNot(s.reservedBits)
 }
 
 func (s *Static) reusableSet(st State, pod string) cpuset.CPUSet {
@@ -82,8 +91,12 @@ func (s *Static) reusableSet(st State, pod string) cpuset.CPUSet {
 const maxHintNodes = 16
 
 // generateHints is the kubelet's generateCPUTopologyHints. Reusable and
-// available CPUs are counted separately, as there.
-func (s *Static) generateHints(available, reusable bitset, request int) []hints.Hint {
+// available CPUs are counted separately, as there. Under kubelet v1.38
+// each hint's Score is the share of its nodes' unreserved CPUs that are
+// not free (free: the shared pool less the reserved CPUs, on every path,
+// so a container's own and its pod's reusable CPUs count as assigned),
+// the nodes of a mask taken as one pool.
+func (s *Static) generateHints(available, reusable, free bitset, request int) []hints.Hint {
 	m := s.m
 	nNodes := len(m.numas.ids)
 	if nNodes > maxHintNodes {
@@ -97,22 +110,29 @@ func (s *Static) generateHints(available, reusable bitset, request int) []hints.
 	// free[c] is the free CPUs of combination c (bit i: the i-th NUMA
 	// node), built from c without its lowest node: one addition each.
 	var buf [1 << maxTableNodes]int32
-	var free []int32
+	var avail []int32
 	if t != nil {
-		free = buf[:1<<nNodes]
+		avail = buf[:1<<nNodes]
 	} else {
-		free = make([]int32, 1<<nNodes)
+		avail = make([]int32, 1<<nNodes)
 	}
 	for g := range m.numas.ids {
-		free[1<<g] = int32(available.andCount(m.numas.mask[g]))
+		avail[1<<g] = int32(available.andCount(m.numas.mask[g]))
 		if reusable.intersects(m.numas.mask[g]) {
 			reusableNodes |= hints.NewMask(m.numas.ids[g])
 		}
 	}
-	for c := 1; c < len(free); c++ {
-		if c&(c-1) != 0 {
-			free[c] = free[c&(c-1)] + free[c&-c]
+	sumCombinations(avail)
+	// Per combination for the Score: unreserved CPUs and free ones.
+	var unreserved, unused []int32
+	if s.opts.KubeletVersion != kubever.V137 {
+		unreserved, unused = make([]int32, 1<<nNodes), make([]int32, 1<<nNodes)
+		for g := range m.numas.ids {
+			unreserved[1<<g] = int32(m.numas.mask[g].andNotCount(s.reservedBits))
+			unused[1<<g] = int32(free.andCount(m.numas.mask[g]))
 		}
+		sumCombinations(unreserved)
+		sumCombinations(unused)
 	}
 	nReusable := int32(reusable.count())
 	if t == nil {
@@ -129,10 +149,14 @@ func (s *Static) generateHints(available, reusable bitset, request int) []hints.
 	out := make([]hints.Hint, 0, len(t.order))
 	for _, c := range t.order {
 		aff := t.affinity[c]
-		if reusableNodes&^aff != 0 || free[c]+nReusable < int32(request) {
+		if reusableNodes&^aff != 0 || avail[c]+nReusable < int32(request) {
 			continue
 		}
-		out = append(out, hints.Hint{Affinity: aff})
+		h := hints.Hint{Affinity: aff}
+		if unreserved != nil {
+			h.Score = hints.UtilizationScore(int64(unreserved[c]), int64(unreserved[c]-unused[c]))
+		}
+		out = append(out, h)
 	}
 	for i := range out {
 		if s.opts.AlignBySocket && s.socketAligned(out[i].Affinity, minSize) {
@@ -142,6 +166,17 @@ func (s *Static) generateHints(available, reusable bitset, request int) []hints.
 		out[i].Preferred = out[i].Affinity.Count() == minSize
 	}
 	return out
+}
+
+// sumCombinations fills v[c] for every combination c of two or more nodes
+// from the single nodes' v[1<<g]: v[c] = v[c without its lowest node] +
+// v[its lowest node], one addition each.
+func sumCombinations(v []int32) {
+	for c := 1; c < len(v); c++ {
+		if c&(c-1) != 0 {
+			v[c] = v[c&(c-1)] + v[c&-c]
+		}
+	}
 }
 
 // maxTableNodes bounds the NUMA nodes for which a Static keeps its hint

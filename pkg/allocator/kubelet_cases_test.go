@@ -228,8 +228,10 @@ func TestKubeletStaticPolicyAddCases(t *testing.T) {
 func TestKubeletTopologyHintCases(t *testing.T) {
 	dual := kubeletTopo(t, 12, func(i int) (int, int, int, int) { n := (i % 6) / 3; return n, i % 6, n, n })
 	multi := build(t, specHT2S4NUMA)
-	h := func(pref bool, nodes ...int) hints.Hint {
-		return hints.Hint{Affinity: hints.NewMask(nodes...), Preferred: pref}
+	// Scores are kubelet v1.38's (#141796): the share of the mask's
+	// unreserved CPUs not in the shared pool.
+	h := func(pref bool, score int64, nodes ...int) hints.Hint {
+		return hints.Hint{Affinity: hints.NewMask(nodes...), Preferred: pref, Score: score}
 	}
 	type tc struct {
 		name     string
@@ -241,22 +243,22 @@ func TestKubeletTopologyHintCases(t *testing.T) {
 		want     []hints.Hint
 	}
 	cases := []tc{
-		{"2 of 4+6", dual, Options{}, "2-11", "", 2, []hints.Hint{h(true, 0), h(true, 1), h(false, 0, 1)}},
-		{"5 of 4+6", dual, Options{}, "2-11", "", 5, []hints.Hint{h(true, 1), h(false, 0, 1)}},
-		{"7 of 4+6", dual, Options{}, "2-11", "", 7, []hints.Hint{h(true, 0, 1)}},
+		{"2 of 4+6", dual, Options{}, "2-11", "", 2, []hints.Hint{h(true, 33, 0), h(true, 1, 1), h(false, 16, 0, 1)}},
+		{"5 of 4+6", dual, Options{}, "2-11", "", 5, []hints.Hint{h(true, 1, 1), h(false, 16, 0, 1)}},
+		{"7 of 4+6", dual, Options{}, "2-11", "", 7, []hints.Hint{h(true, 16, 0, 1)}},
 		{"11 of 4+6", dual, Options{}, "2-11", "", 11, []hints.Hint{}},
-		{"2 of 1+1", dual, Options{}, "0,3", "", 2, []hints.Hint{h(false, 0, 1)}},
+		{"2 of 1+1", dual, Options{}, "0,3", "", 2, []hints.Hint{h(false, 83, 0, 1)}},
 		{"more than available", dual, Options{}, "0-3", "", 5, []hints.Hint{}},
-		{"regenerate node 0", dual, Options{}, "", "0,6", 2, []hints.Hint{h(true, 0), h(false, 0, 1)}},
-		{"regenerate node 1", dual, Options{}, "", "3,9", 2, []hints.Hint{h(true, 1), h(false, 0, 1)}},
-		{"regenerate cross-NUMA", dual, Options{}, "11", "0-10", 11, []hints.Hint{h(true, 0, 1)}},
+		{"regenerate node 0", dual, Options{}, "", "0,6", 2, []hints.Hint{h(true, 100, 0), h(false, 100, 0, 1)}},
+		{"regenerate node 1", dual, Options{}, "", "3,9", 2, []hints.Hint{h(true, 100, 1), h(false, 100, 0, 1)}},
+		{"regenerate cross-NUMA", dual, Options{}, "", "0-10", 11, []hints.Hint{h(true, 100, 0, 1)}},
 		{"less than allocated", dual, Options{}, "", "0,3,6,9", 2, []hints.Hint{}},
 		{"more than allocated", dual, Options{}, "", "0,3,6,9", 11, []hints.Hint{}},
 		{"align-by-socket off", multi, Options{}, "2-3,11", "", 2, []hints.Hint{
-			h(true, 0), h(false, 0, 1), h(false, 0, 2), h(false, 0, 3), h(false, 0, 1, 2), h(false, 0, 1, 3), h(false, 0, 2, 3), h(false, 0, 1, 2, 3)}},
+			h(true, 90, 0), h(false, 92, 0, 1), h(false, 95, 0, 2), h(false, 95, 0, 3), h(false, 95, 0, 1, 2), h(false, 95, 0, 1, 3), h(false, 96, 0, 2, 3), h(false, 96, 0, 1, 2, 3)}},
 		{"align-by-socket on", multi, Options{AlignBySocket: true}, "2-3,11", "", 2, []hints.Hint{
-			h(true, 0), h(true, 0, 1), h(false, 0, 2), h(false, 0, 3), h(false, 0, 1, 2), h(false, 0, 1, 3), h(false, 0, 2, 3), h(false, 0, 1, 2, 3)}},
-		{"align-by-socket across sockets", multi, Options{AlignBySocket: true}, "0-28,40-57", "", 41, []hints.Hint{h(true, 0, 1, 2), h(true, 0, 1, 2, 3)}},
+			h(true, 90, 0), h(true, 92, 0, 1), h(false, 95, 0, 2), h(false, 95, 0, 3), h(false, 95, 0, 1, 2), h(false, 95, 0, 1, 3), h(false, 96, 0, 2, 3), h(false, 96, 0, 1, 2, 3)}},
+		{"align-by-socket across sockets", multi, Options{AlignBySocket: true}, "0-28,40-57", "", 41, []hints.Hint{h(true, 21, 0, 1, 2), h(true, 41, 0, 1, 2, 3)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

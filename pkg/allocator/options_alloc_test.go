@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"k8s.io/utils/cpuset"
@@ -455,8 +456,13 @@ func TestCPUHints(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newStatic(t, topo, tc.o, "0,40")
 			got := s.CPUHints(s.NewState(), Request{Pod: "p", Container: "c", CPUs: tc.n})
-			if !equalHints(got, tc.want) {
-				t.Errorf("got  %v\nwant %v", got, tc.want)
+			// Nothing is assigned: every hint scores 1 (kubelet v1.38).
+			want := slices.Clone(tc.want)
+			for i := range want {
+				want[i].Score = 1
+			}
+			if !equalHints(got, want) {
+				t.Errorf("got  %v\nwant %v", got, want)
 			}
 		})
 	}
@@ -468,9 +474,11 @@ func TestCPUHints(t *testing.T) {
 	}
 	t.Run("regenerated from the assignment", func(t *testing.T) {
 		// c holds 10,50 (node 1): only masks with node 1 can hold it; {1}
-		// is the narrowest.
+		// is the narrowest. Scores: 2 CPUs assigned of the mask's
+		// unreserved ones (20 a node, 18 on node 0): 10, 5 for pairs, 3
+		// for triples, 2 for all four.
 		got := s.CPUHints(st, Request{Pod: "p", Container: "c", CPUs: 2})
-		want := []hints.Hint{h(true, 1), h(false, 0, 1), h(false, 1, 2), h(false, 1, 3), h(false, 0, 1, 2), h(false, 0, 1, 3), h(false, 1, 2, 3), h(false, 0, 1, 2, 3)}
+		want := scoredHints([]int64{10, 5, 5, 5, 3, 3, 3, 2}, h(true, 1), h(false, 0, 1), h(false, 1, 2), h(false, 1, 3), h(false, 0, 1, 2), h(false, 0, 1, 3), h(false, 1, 2, 3), h(false, 0, 1, 2, 3))
 		if !equalHints(got, want) {
 			t.Errorf("got  %v\nwant %v", got, want)
 		}
@@ -492,20 +500,29 @@ func TestCPUHints(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := s.CPUHints(st2, Request{Pod: "p", Container: "app", CPUs: 2})
-		want := []hints.Hint{h(true, 2), h(false, 0, 2), h(false, 1, 2), h(false, 2, 3), h(false, 0, 1, 2), h(false, 0, 2, 3), h(false, 1, 2, 3), h(false, 0, 1, 2, 3)}
+		// The init container's 2 CPUs count as assigned: the same scores.
+		want := scoredHints([]int64{10, 5, 5, 5, 3, 3, 3, 2}, h(true, 2), h(false, 0, 2), h(false, 1, 2), h(false, 2, 3), h(false, 0, 1, 2), h(false, 0, 2, 3), h(false, 1, 2, 3), h(false, 0, 1, 2, 3))
 		if !equalHints(got, want) {
 			t.Errorf("got  %v\nwant %v", got, want)
 		}
 	})
 	t.Run("pod scope regenerates", func(t *testing.T) {
 		got := s.PodCPUHints(st, "p", 2)
-		if len(got) != 8 || got[0] != h(true, 1) {
+		if len(got) != 8 || got[0] != scoredHints([]int64{10}, h(true, 1))[0] {
 			t.Errorf("got %v", got)
 		}
 		if got := s.PodCPUHintsFor(st, "p", 2, map[string]int{"c": 4}); got == nil || len(got) != 0 {
 			t.Errorf("size mismatch: got %v, want empty", got)
 		}
 	})
+}
+
+// scoredHints is hs with the scores given, in order.
+func scoredHints(scores []int64, hs ...hints.Hint) []hints.Hint {
+	for i := range hs {
+		hs[i].Score = scores[i]
+	}
+	return hs
 }
 
 func equalHints(a, b []hints.Hint) bool {

@@ -84,7 +84,7 @@ func (s *Static) ResizeHints(st State, pod, container string, n int) []hints.Hin
 		return nil
 	}
 	own := s.m.toBits(cur)
-	return s.generateHints(s.growAvail(st, own), own, n)
+	return s.generateHints(s.growAvail(st, own), own, s.free(st), n)
 }
 
 // Grow gives the container n CPUs in all, n above what it holds, keeping

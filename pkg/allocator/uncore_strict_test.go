@@ -225,11 +225,11 @@ func TestStrictUncoreHints(t *testing.T) {
 	}
 	req := Request{Pod: "p", Container: "c", CPUs: 8}
 	ph := plain.CPUHints(st, req)
-	if len(ph) == 0 || ph[0] != (hints.Hint{Affinity: hints.NewMask(0), Preferred: true}) {
+	if len(ph) == 0 || ph[0].Affinity != hints.NewMask(0) || !ph[0].Preferred {
 		t.Fatalf("without the option the first hint should be {0} preferred: %v", ph)
 	}
 	sh := s.CPUHints(st, req)
-	if len(sh) == 0 || sh[0] != (hints.Hint{Affinity: hints.NewMask(1), Preferred: true}) {
+	if len(sh) == 0 || sh[0].Affinity != hints.NewMask(1) || !sh[0].Preferred {
 		t.Fatalf("strict hints start %v, want {1} preferred", sh)
 	}
 	for _, h := range sh {

@@ -27,7 +27,9 @@ func appendCombinations(out []Mask, nodes []int, size, start int, acc Mask) []Ma
 // of the device nodes itself (so a single device on node k prefers exactly
 // {k}, as the kubelet's device manager prefers the narrowest mask that holds
 // the devices). Nodes the NUMAInfo does not know are ignored; with no known
-// node the result is nil, no preference.
+// node the result is nil, no preference. The hints carry no Score: the
+// kubelet's (v1.38) counts the node's healthy and allocated devices on
+// each mask, which a plugin that sees one container's devices cannot.
 func DeviceHints(numa NUMAInfo, deviceNodes []int) []Hint {
 	var need Mask
 	for _, node := range deviceNodes {

@@ -90,4 +90,38 @@ func (m Mask) String() string {
 type Hint struct {
 	Affinity  Mask
 	Preferred bool
+	// Score is kubelet v1.38's utilization signal (#141796): the share of
+	// the hint's allocatable resources already assigned, 1-100, 0 for no
+	// signal (always 0 under kubelet_version 1.37). It decides nothing:
+	// merging and admission ignore it, and a merged hint carries the mean
+	// of its permutation's scores (MergeScore).
+	Score int64
+}
+
+// UtilizationScore is the kubelet's Score of a hint whose nodes hold
+// allocatable resources of which assigned are taken: 0 when nothing is
+// allocatable (no signal), else assigned*100/allocatable, at least 1 and
+// not capped (more assigned than allocatable gives over 100).
+func UtilizationScore(allocatable, assigned int64) int64 {
+	if allocatable <= 0 {
+		return 0
+	}
+	return max(1, assigned*100/allocatable)
+}
+
+// AggregateScores is the merged Score of a permutation of hints: the
+// truncated mean of the scores of the hints with an affinity and a
+// non-zero score (0 is no signal, not idle), and whether there was any.
+func AggregateScores(perm []Hint) (int64, bool) {
+	var sum, n int64
+	for _, h := range perm {
+		if h.Affinity != 0 && h.Score > 0 {
+			sum += h.Score
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return sum / n, true
 }

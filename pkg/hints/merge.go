@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 // Merger merges the hints of all providers for one container (container
@@ -86,12 +88,85 @@ func (m *Merger) merge(lists [][]Hint) Hint {
 	// Step 5.
 	if !ok {
 		best = Hint{Affinity: m.numa.all}
+	} else if m.opts.KubeletVersion != kubever.V137 {
+		best.Score = mergedScore(lists, best, m.numa.all)
 	}
-	// Step 6.
+	// Step 6: the kubelet rewrites the hint as {nil, preferred}, Score 0.
 	if m.policy == PolicySingleNUMANode && best.Affinity == m.numa.all {
-		best.Affinity = 0
+		best = Hint{Preferred: best.Preferred}
 	}
 	return best
+}
+
+// maxScoreWalk bounds the combinations mergedScore visits; past it the
+// merged hint gets Score 0 (no signal), which moves nothing.
+const maxScoreWalk = 1 << 20
+
+// mergedScore is the Score the kubelet's merge gives best (kubelet v1.38):
+// the mean score (AggregateScores) of the first combination, in its walk
+// order (the first resource's hints outermost), whose merged hint is best,
+// as compare keeps the current hint against an equal one. mergeLists folds
+// equal merges together, so the combination is looked for again here,
+// leaving every branch that can no longer merge to best. (Across the
+// resources of one provider the kubelet's order is its map's, random; it
+// is by resource name here.)
+func mergedScore(lists [][]Hint, best Hint, all Mask) int64 {
+	// Only hints that keep the AND a superset of best can be in such a
+	// combination; floor[i] is the narrowest AND lists i.. could reach
+	// with them (the AND of all their masks), so a branch whose AND with
+	// it is still wider than best is left at once.
+	cand := make([][]Hint, len(lists))
+	floor := make([]Mask, len(lists)+1)
+	floor[len(lists)] = all
+	scored := false
+	for i := len(lists) - 1; i >= 0; i-- {
+		narrow := all
+		for _, h := range lists[i] {
+			if a := maskOr(h.Affinity, all); a&best.Affinity == best.Affinity && (h.Preferred || !best.Preferred) {
+				cand[i] = append(cand[i], h)
+				narrow &= a
+				scored = scored || (h.Affinity != 0 && h.Score > 0)
+			}
+		}
+		if len(cand[i]) == 0 {
+			return 0
+		}
+		floor[i] = floor[i+1] & narrow
+	}
+	if !scored {
+		return 0
+	}
+	perm := make([]Hint, 0, len(lists))
+	steps := 0
+	var walk func(p partial) (int64, bool)
+	walk = func(p partial) (int64, bool) {
+		i := len(perm)
+		if i == len(lists) {
+			if p.affinity(all) != best.Affinity || p.pref != best.Preferred {
+				return 0, false
+			}
+			score, _ := AggregateScores(perm)
+			return score, true
+		}
+		for _, h := range cand[i] {
+			if steps++; steps > maxScoreWalk {
+				return 0, true
+			}
+			q := p.extend(h, all)
+			if q.affinity(all)&floor[i+1] != best.Affinity || (best.Preferred && !q.pref) {
+				continue
+			}
+			perm = append(perm, h)
+			score, ok := walk(q)
+			perm = perm[:i]
+			if ok {
+				return score, true
+			}
+		}
+		return 0, false
+	}
+	score, _ := walk(partial{pref: true})
+	return score
 }
 
 // flatten turns the providers' maps into one hint list per resource, with

@@ -66,8 +66,8 @@ type Options struct {
 	// KubeletVersion is the kubelet release whose merge rules are
 	// followed (config key kubelet_version; zero is 1.38). Not a
 	// topology manager option: ParseOptions leaves it zero. No merge rule
-	// that decides an affinity differs between 1.37 and 1.38 (1.38 adds
-	// a hint Score, which decides nothing and is not carried here).
+	// that decides an affinity differs between 1.37 and 1.38; 1.38 gives
+	// the merged hint a Score (mergedScore), which decides nothing.
 	KubeletVersion kubever.Version
 }
 

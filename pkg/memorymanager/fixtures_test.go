@@ -77,6 +77,13 @@ func hint(pref bool, nodes ...int) hints.Hint {
 	return hints.Hint{Affinity: mask(nodes...), Preferred: pref}
 }
 
+// scoredHint is hint with kubelet v1.38's Score.
+func scoredHint(score int64, pref bool, nodes ...int) hints.Hint {
+	h := hint(pref, nodes...)
+	h.Score = score
+	return h
+}
+
 func guaranteed(uid string, ctrs ...Container) Pod {
 	return Pod{UID: uid, Guaranteed: true, Containers: ctrs}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 // exercise runs the policy on a state that passed Check: removing each
@@ -28,7 +29,7 @@ func exercise(t *testing.T, st State) {
 		}
 	}
 	pod := guaranteed("fuzz", ctr("c", Request{Memory: Mi, hp2M: 2 * Mi}))
-	if _, err := Hints(st, pod, "c"); err != nil {
+	if _, err := Hints(st, pod, "c", kubever.V137); err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range []hints.Hint{{}, {Affinity: 1, Preferred: true}} {

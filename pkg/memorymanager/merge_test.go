@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
 
 // The memory hints go into the topology manager's merge as they are.
@@ -18,7 +19,7 @@ func TestHintsMerge(t *testing.T) {
 	}
 	st := state2(t)
 	pod := guaranteed("p", ctr("c", Request{Memory: 4 * Gi, hp2M: 256 * Mi}))
-	mem, err := Hints(st, pod, "c")
+	mem, err := Hints(st, pod, "c", kubever.V137)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestHintsMerge(t *testing.T) {
 
 	// 20Gi needs both nodes: single-numa-node cannot admit it.
 	big := guaranteed("big", ctr("c", Request{Memory: 20 * Gi}))
-	mem, _ = Hints(st, big, "c")
+	mem, _ = Hints(st, big, "c", kubever.V137)
 	if best := m.Merge(cpu, mem); m.Admits(best) {
 		t.Errorf("merged %v admitted under single-numa-node", best)
 	}

@@ -107,8 +107,9 @@ func PodRequest(p Pod, v kubever.Version) Request {
 //     calculateHints); an empty map when none can, which the merge reads
 //     as no preference and Allocate then refuses.
 //
-// It does not modify st.
-func Hints(st State, pod Pod, container string) (map[string][]hints.Hint, error) {
+// Under kubelet v1.38 every hint carries a Score (score). It does not
+// modify st.
+func Hints(st State, pod Pod, container string, v kubever.Version) (map[string][]hints.Hint, error) {
 	if !pod.Guaranteed {
 		return nil, nil
 	}
@@ -120,9 +121,9 @@ func Hints(st State, pod Pod, container string) (map[string][]hints.Hint, error)
 		return nil, fmt.Errorf("pod %s container %q: %w", pod.UID, container, err)
 	}
 	if blocks, ok := st.Assignments[pod.UID][container]; ok {
-		return regenerate(blocks, c.Request), nil
+		return regenerate(st, blocks, c.Request, v), nil
 	}
-	return calculateHints(st, pod.UID, c.Request), nil
+	return calculateHints(st, pod.UID, c.Request, v), nil
 }
 
 // PodHints returns the hints for the whole pod (topology manager scope
@@ -145,15 +146,31 @@ func PodHints(st State, pod Pod, v kubever.Version) (map[string][]hints.Hint, er
 	for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
 		if blocks, ok := st.Assignments[pod.UID][c.Name]; ok {
 			if v == kubever.V137 {
-				return regenerate(blocks, req), nil
+				return regenerate(st, blocks, req, v), nil
 			}
-			return regenerate(blocks, c.Request), nil
+			return regenerate(st, blocks, c.Request, v), nil
 		}
 	}
-	return calculateHints(st, pod.UID, req), nil
+	return calculateHints(st, pod.UID, req, v), nil
 }
 
-func regenerate(blocks []Block, req Request) map[string][]hints.Hint {
+// score is kubelet v1.38's Score of a hint for one resource on nodes:
+// the share of their summed allocatable memory that is not free; 0 under
+// v1.37.
+func score(st State, nodes []int, name Resource, v kubever.Version) int64 {
+	if v == kubever.V137 {
+		return 0
+	}
+	var alloc, free int64
+	for _, id := range nodes {
+		t := st.table(id, name)
+		alloc += int64(t.Allocatable)
+		free += int64(t.Free)
+	}
+	return hints.UtilizationScore(alloc, alloc-free)
+}
+
+func regenerate(st State, blocks []Block, req Request, v kubever.Version) map[string][]hints.Hint {
 	if len(blocks) != len(req) {
 		return nil
 	}
@@ -163,7 +180,8 @@ func regenerate(blocks []Block, req Request) map[string][]hints.Hint {
 		if !ok || b.Size != want {
 			return nil
 		}
-		out[string(b.Type)] = append(out[string(b.Type)], hints.Hint{Affinity: hints.NewMask(b.NUMAAffinity...), Preferred: true})
+		out[string(b.Type)] = append(out[string(b.Type)], hints.Hint{Affinity: hints.NewMask(b.NUMAAffinity...), Preferred: true,
+			Score: score(st, b.NUMAAffinity, b.Type, v)})
 	}
 	return out
 }
@@ -184,7 +202,7 @@ func regenerate(blocks []Block, req Request) map[string][]hints.Hint {
 // A kept mask is preferred when its size is the narrowest of step 1: a
 // multi-node mask is not preferred while one node could hold the request
 // once emptied.
-func calculateHints(st State, podUID string, req Request) map[string][]hints.Hint {
+func calculateHints(st State, podUID string, req Request, v kubever.Version) map[string][]hints.Hint {
 	nodes := st.NodeIDs()
 	minSize := len(nodes)
 	var kept []hints.Mask
@@ -229,7 +247,8 @@ func calculateHints(st State, podUID string, req Request) map[string][]hints.Hin
 	out := map[string][]hints.Hint{}
 	for _, mask := range kept {
 		for _, name := range names {
-			out[string(name)] = append(out[string(name)], hints.Hint{Affinity: mask, Preferred: mask.Count() == minSize})
+			out[string(name)] = append(out[string(name)], hints.Hint{Affinity: mask, Preferred: mask.Count() == minSize,
+				Score: score(st, mask.Nodes(), name, v)})
 		}
 	}
 	return out
@@ -356,7 +375,8 @@ func Allocate(st State, pod Pod, container string, merged hints.Hint) (State, As
 	best := merged
 	// Step 3.
 	if best.Affinity.IsEmpty() {
-		hs := calculateHints(st, pod.UID, c.Request)[string(Memory)]
+		// Only affinities matter here, no Score (V137 skips it).
+		hs := calculateHints(st, pod.UID, c.Request, kubever.V137)[string(Memory)]
 		if len(hs) == 0 {
 			return refuse("[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available")
 		}
@@ -369,7 +389,7 @@ func Allocate(st State, pod Pod, container string, merged hints.Hint) (State, As
 	// Step 4.
 	if !freeHolds(st, best.Affinity, c.Request) {
 		var within []hints.Hint
-		for _, h := range calculateHints(st, pod.UID, c.Request)[string(Memory)] {
+		for _, h := range calculateHints(st, pod.UID, c.Request, kubever.V137)[string(Memory)] {
 			if h.Affinity&best.Affinity == best.Affinity {
 				within = append(within, h)
 			}

@@ -12,7 +12,7 @@ import (
 func TestNotGuaranteed(t *testing.T) {
 	st := state2(t)
 	pod := Pod{UID: "bu", Containers: []Container{ctr("c", Request{Memory: Gi})}}
-	h, err := Hints(st, pod, "c")
+	h, err := Hints(st, pod, "c", kubever.V137)
 	if err != nil || h != nil {
 		t.Errorf("Hints = %v, %v; want nil (no preference)", h, err)
 	}
@@ -30,7 +30,7 @@ func TestSingleNodeFit(t *testing.T) {
 	pod := guaranteed("p", ctr("c", Request{Memory: 4 * Gi}))
 	// 4Gi fits the 12Gi of either node: both single nodes are preferred,
 	// the pair is not.
-	h, err := Hints(st, pod, "c")
+	h, err := Hints(st, pod, "c", kubever.V137)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +57,11 @@ func TestSingleNodeFit(t *testing.T) {
 		t.Errorf("second Allocate = %+v; want the first one's blocks, state unchanged", a2)
 	}
 	// Its hints are now its blocks.
-	h, _ = Hints(next, pod, "c")
+	h, _ = Hints(next, pod, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 1)}})
 	// A request that no longer matches the blocks: no preference.
 	changed := guaranteed("p", ctr("c", Request{Memory: 5 * Gi}))
-	if h, _ := Hints(next, changed, "c"); h != nil {
+	if h, _ := Hints(next, changed, "c", kubever.V137); h != nil {
 		t.Errorf("hints for a changed request = %v, want nil", h)
 	}
 }
@@ -82,7 +82,7 @@ func TestCrossNUMAGroup(t *testing.T) {
 	big := guaranteed("big", ctr("c", Request{Memory: 20 * Gi}))
 	// 20Gi exceeds either node's 12Gi: only the pair, preferred (the
 	// narrowest size that can hold it is 2).
-	h, _ := Hints(st, big, "c")
+	h, _ := Hints(st, big, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 0, 1)}})
 
 	st, a := mustAllocate(t, st, big, "c", hint(true, 0, 1))
@@ -99,7 +99,7 @@ func TestCrossNUMAGroup(t *testing.T) {
 	// the group's 4Gi free holds it, but not preferred, since one node
 	// could hold 2Gi.
 	small := guaranteed("small", ctr("c", Request{Memory: 2 * Gi}))
-	h, _ = Hints(st, small, "c")
+	h, _ = Hints(st, small, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(false, 0, 1)}})
 
 	// Node 1 alone (what a CPU hint could narrow the group to): node 1
@@ -125,7 +125,7 @@ func TestNodeUsedAloneRefusesGroup(t *testing.T) {
 	big := guaranteed("big", ctr("c", Request{Memory: 20 * Gi}))
 	// Node 0 is used alone, so the pair cannot form: no hint at all, an
 	// empty map (no preference to the merge).
-	h, _ := Hints(st, big, "c")
+	h, _ := Hints(st, big, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{})
 	_, _, err := Allocate(st, big, "c", hints.Hint{})
 	wantErr(t, err, "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available")
@@ -145,7 +145,7 @@ func TestNodeUsedAloneRefusesGroup(t *testing.T) {
 func TestHugepages(t *testing.T) {
 	st := state2(t)
 	pod := guaranteed("p", ctr("c", Request{Memory: Gi, hp2M: 256 * Mi, hp1G: Gi}))
-	h, _ := Hints(st, pod, "c")
+	h, _ := Hints(st, pod, "c", kubever.V137)
 	all := []hints.Hint{hint(true, 0), hint(true, 1), hint(false, 0, 1)}
 	wantHints(t, h, map[string][]hints.Hint{"memory": all, "hugepages-2Mi": all, "hugepages-1Gi": all})
 
@@ -166,10 +166,10 @@ func TestHugepages(t *testing.T) {
 
 	// 3Gi of 1Gi pages: 2Gi per node, so only the pair, preferred.
 	pages := guaranteed("pages", ctr("c", Request{Memory: Gi, hp1G: 3 * Gi}))
-	h, _ = Hints(state2(t), pages, "c")
+	h, _ = Hints(state2(t), pages, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 0, 1)}, "hugepages-1Gi": {hint(true, 0, 1)}})
 	// On st node 1 is used alone: the pair cannot form any more.
-	h, _ = Hints(st, pages, "c")
+	h, _ = Hints(st, pages, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{})
 }
 
@@ -178,7 +178,7 @@ func TestReservedHugepagesPerNode(t *testing.T) {
 	// 768Mi of 2Mi pages: node 0 has 1Gi, node 1 only 512Mi after its
 	// reservation; the pair has 1.5Gi. Narrowest that fits is 1 node.
 	pod := guaranteed("p", ctr("c", Request{Memory: Gi, hp2M: 768 * Mi}))
-	h, _ := Hints(st, pod, "c")
+	h, _ := Hints(st, pod, "c", kubever.V137)
 	want := []hints.Hint{hint(true, 0), hint(false, 0, 1)}
 	wantHints(t, h, map[string][]hints.Hint{"memory": want, "hugepages-2Mi": want})
 	// The CPU side picked node 1: widened to the best hint holding it, the
@@ -203,7 +203,7 @@ func TestFourNodes(t *testing.T) {
 	a := guaranteed("a", ctr("c", Request{Memory: 12 * Gi}))
 	// 12Gi needs two nodes of 7.5Gi: the six pairs are preferred, the four
 	// triples and the quad are not.
-	h, _ := Hints(st, a, "c")
+	h, _ := Hints(st, a, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {
 		hint(true, 0, 1), hint(true, 0, 2), hint(true, 0, 3), hint(true, 1, 2), hint(true, 1, 3), hint(true, 2, 3),
 		hint(false, 0, 1, 2), hint(false, 0, 1, 3), hint(false, 0, 2, 3), hint(false, 1, 2, 3), hint(false, 0, 1, 2, 3),
@@ -216,7 +216,7 @@ func TestFourNodes(t *testing.T) {
 	// A second 12Gi: any mask with node 1 or 2 but not equal to {1,2} is
 	// out, and {1,2} has 3Gi free: only {0,3}.
 	b := guaranteed("b", ctr("c", Request{Memory: 12 * Gi}))
-	h, _ = Hints(st, b, "c")
+	h, _ = Hints(st, b, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 0, 3)}})
 	// The CPU side said node 0: 7.5Gi cannot hold 12Gi, widened to {0,3}.
 	st, asg := mustAllocate(t, st, b, "c", hint(true, 0))
@@ -233,7 +233,7 @@ func TestFourNodes(t *testing.T) {
 	_, _, err := Allocate(st, c, "c", hint(true, 3))
 	wantErr(t, err, "[memorymanager] preferred hint violates NUMA node allocation")
 	// Within its group it fits: {1,2} has node 2's 3Gi free.
-	h, _ = Hints(st, c, "c")
+	h, _ = Hints(st, c, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(false, 0, 3), hint(false, 1, 2)}})
 	st, _ = mustAllocate(t, st, c, "c", hint(false, 1, 2))
 	wantTable(t, st, 1, Memory, tbl(8*Gi, 512*Mi, 7680*Mi, 7680*Mi))
@@ -251,7 +251,7 @@ func TestDefaultHintNotPreferred(t *testing.T) {
 	// 2Gi: a single node could hold it once emptied, so the only fit,
 	// {2,3}, is not preferred.
 	pod := guaranteed("p", ctr("c", Request{Memory: 2 * Gi}))
-	h, _ := Hints(st, pod, "c")
+	h, _ := Hints(st, pod, "c", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(false, 2, 3)}})
 	_, _, err := Allocate(st, pod, "c", hints.Hint{Preferred: true})
 	wantErr(t, err, "[memorymanager] failed to find the default preferred hint")
@@ -286,7 +286,7 @@ func TestInitContainerReuse(t *testing.T) {
 
 	// app2's 3Gi: free 6Gi + reusable 2Gi count for the hint; 2Gi reused,
 	// 1Gi taken (7Gi reserved); init's block goes to 0.
-	h, _ := Hints(st, pod, "app2")
+	h, _ := Hints(st, pod, "app2", kubever.V137)
 	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 0), hint(true, 1)}})
 	st, _ = mustAllocate(t, st, pod, "app2", hint(true, 0))
 	wantTable(t, st, 0, Memory, tbl(16*Gi, Gi, 12*Gi, 7*Gi))
@@ -362,7 +362,7 @@ func TestPodScope(t *testing.T) {
 	wide := guaranteed("w", ctr("a", Request{Memory: 4 * Gi}), ctr("b", Request{Memory: 4 * Gi}),
 		ctr("c", Request{Memory: 4 * Gi}), ctr("d", Request{Memory: 4 * Gi}))
 	h, _ = PodHints(st, wide, kubever.V138)
-	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 0, 1)}})
+	wantHints(t, h, map[string][]hints.Hint{"memory": {scoredHint(1, true, 0, 1)}})
 	// Every container then allocates on the pod's affinity: 16Gi over
 	// {0,1}, node 0 full (12Gi), node 1 4Gi.
 	for _, name := range []string{"a", "b", "c", "d"} {
@@ -379,7 +379,8 @@ func TestPodScope(t *testing.T) {
 		t.Errorf("PodHints v1.37 after allocation = %v, want nil", h)
 	}
 	h, _ = PodHints(st, wide, kubever.V138)
-	wantHints(t, h, map[string][]hints.Hint{"memory": {hint(true, 0, 1)}})
+	// Score: 16Gi used of the two nodes' 24Gi.
+	wantHints(t, h, map[string][]hints.Hint{"memory": {scoredHint(66, true, 0, 1)}})
 	one := guaranteed("one", ctr("a", Request{Memory: 2 * Gi}))
 	st, _ = mustAllocate(t, state2(t), one, "a", hint(true, 1))
 	h, _ = PodHints(st, one, kubever.V137)
@@ -428,7 +429,7 @@ func TestAllocateRefusesBadInput(t *testing.T) {
 	ok := guaranteed("p", ctr("c", Request{Memory: Gi}))
 	_, _, err = Allocate(st, ok, "c", hint(true, 5))
 	wantErr(t, err, `pod p container "c": affinity 5 names NUMA node 5, which the memory manager does not know`)
-	if _, err := Hints(st, pod, "c"); err == nil {
+	if _, err := Hints(st, pod, "c", kubever.V137); err == nil {
 		t.Error("Hints accepted a cpu request")
 	}
 }

@@ -625,7 +625,7 @@ func (e *Engine) Add(st State, req Request) (State, Decision, error) {
 	next := st
 	if store {
 		next.PodAffinity = copyAffinities(st.PodAffinity)
-		next.PodAffinity[req.Pod] = h
+		next.PodAffinity[req.Pod] = podAffinity(h)
 	}
 	if !exclusive {
 		// Step 5, shared pool.
@@ -947,4 +947,12 @@ func (e *Engine) FromSnapshot(s Snapshot) (State, []string, error) {
 		}
 	}
 	return st, notes, nil
+}
+
+// podAffinity is a pod's merged hint as State.PodAffinity keeps it:
+// without its Score, which the checkpoint does not keep (SnapshotHint),
+// so that a restored State equals the one written.
+func podAffinity(h hints.Hint) hints.Hint {
+	h.Score = 0
+	return h
 }

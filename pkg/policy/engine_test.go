@@ -486,10 +486,11 @@ func TestCPUPolicyNone(t *testing.T) {
 
 func TestHintsMatchAdd(t *testing.T) {
 	// ht-2s-6c, reserved 0,12: 4 CPUs fit either node; {0} and {1}
-	// preferred, {0,1} not.
+	// preferred, {0,1} not; nothing assigned, so every Score is 1
+	// (kubelet v1.38).
 	e := newEngine(t, "ht-2s-6c", static("best-effort", "0,12"))
 	got := e.Hints(e.NewState(), guaranteed("p", "c", 4))["cpu"]
-	wantHints := []hints.Hint{{Affinity: hints.NewMask(0), Preferred: true}, {Affinity: hints.NewMask(1), Preferred: true}, {Affinity: hints.NewMask(0, 1)}}
+	wantHints := []hints.Hint{{Affinity: hints.NewMask(0), Preferred: true, Score: 1}, {Affinity: hints.NewMask(1), Preferred: true, Score: 1}, {Affinity: hints.NewMask(0, 1), Score: 1}}
 	if len(got) != len(wantHints) {
 		t.Fatalf("hints = %v, want %v", got, wantHints)
 	}
@@ -678,7 +679,7 @@ func TestPodScopeRejectsWholePod(t *testing.T) {
 	e := newEngine(t, "ht-2s-6c", cfg)
 	req := guaranteed("p", "small", 2)
 	req.PodCPURequestMilli = 13000
-	if h := e.Hints(e.NewState(), req)["cpu"]; len(h) != 1 || h[0] != (hints.Hint{Affinity: hints.NewMask(0, 1), Preferred: true}) {
+	if h := e.Hints(e.NewState(), req)["cpu"]; len(h) != 1 || h[0] != (hints.Hint{Affinity: hints.NewMask(0, 1), Preferred: true, Score: 1}) {
 		t.Fatalf("pod hints = %v, want only {0-1 preferred}", h)
 	}
 	next, _, err := e.Add(e.NewState(), req)

@@ -105,7 +105,7 @@ func (e *Engine) memHints(st State, req Request) (map[string][]hints.Hint, error
 		whole.MemoryReuse = nil
 		hs, err = memorymanager.PodHints(memoryReuse(st.Memory, req), memPod(whole, r), e.cfg.KubeletVersion)
 	} else {
-		hs, err = memorymanager.Hints(memoryReuse(st.Memory, req), memPod(req, req.Memory), req.Container)
+		hs, err = memorymanager.Hints(memoryReuse(st.Memory, req), memPod(req, req.Memory), req.Container, e.cfg.KubeletVersion)
 	}
 	if err != nil {
 		return nil, &RequestError{Pod: req.Pod, Container: req.Container, Field: "memory", Msg: err.Error()}

@@ -12,7 +12,8 @@ package policy
 //   - the budget allocated as one block of CPUs from the node's shared pool;
 //   - each container whose CPU request equals its limit and is a whole
 //     number gets an exclusive slice of the block (takeByTopology inside
-//     the block);
+//     the block less the sidecars' and earlier app containers' slices: a
+//     regular init container's slice is reused, as it has finished);
 //   - every other container runs on what is left of the block, the pod's
 //     private shared pool, and keeps its CFS quota;
 //   - a pod whose exclusive slices add up to the whole budget while one of
@@ -146,7 +147,9 @@ func (e *Engine) addPodLevel(st State, req Request, budget int) (State, Decision
 	if k > 0 {
 		if cpus, ok := e.Assignment(st, req.Pod, req.Container); ok {
 			h := st.PodAffinity[req.Pod]
-			next, mems, pinned, err := e.allocMemory(st, req, h)
+			next := st
+			next.Alloc.ReusablePod, next.Alloc.Reusable = podReuse(st, req, cpus)
+			next, mems, pinned, err := e.allocMemory(next, req, h)
 			if err != nil {
 				return st, Decision{}, err
 			}
@@ -171,7 +174,7 @@ func (e *Engine) addPodLevel(st State, req Request, budget int) (State, Decision
 	next := st
 	if store {
 		next.PodAffinity = copyAffinities(st.PodAffinity)
-		next.PodAffinity[req.Pod] = h
+		next.PodAffinity[req.Pod] = podAffinity(h)
 	}
 	if _, ok := next.Alloc.Assignments[req.Pod][PodPoolEntry]; !ok {
 		// The pod's first container: the whole budget as one block, placed
@@ -195,26 +198,55 @@ func (e *Engine) addPodLevel(st State, req Request, budget int) (State, Decision
 		}
 		return next, Decision{CPUs: pool, Mems: mems, Affinity: h, MemPinned: pinned, PodPool: true}, nil
 	}
-	if k > pool.Size() {
-		return st, Decision{}, &allocator.InsufficientCPUsError{Requested: k, Available: pool.Size()}
+	// A slice is taken from the pool plus the slices of the pod's finished
+	// init containers (the reuse set), as the kubelet's partition takes
+	// every container's slice from the block less the sidecars' and the
+	// earlier app containers' slices. The init containers' slices stay
+	// theirs (held), so the pod's pool never gets them back.
+	free := pool.Union(podReusable(next, req.Pod))
+	if k > free.Size() {
+		return st, Decision{}, &allocator.InsufficientCPUsError{Requested: k, Available: free.Size()}
 	}
-	if k == pool.Size() && len(next.PodShared[req.Pod]) > 0 {
-		return st, Decision{}, &EmptyPodSharedPoolError{Pod: req.Pod, Container: req.Container, Budget: budget, Exclusive: e.podSlices(next, req.Pod).Size() + k}
-	}
-	cpus, err := e.static.Take(pool, k, h.Affinity)
+	cpus, err := e.static.Take(free, k, h.Affinity)
 	if err != nil {
 		return st, Decision{}, err
+	}
+	if len(next.PodShared[req.Pod]) > 0 && pool.Difference(cpus).IsEmpty() {
+		return st, Decision{}, &EmptyPodSharedPoolError{Pod: req.Pod, Container: req.Container, Budget: budget, Exclusive: e.podSlices(next, req.Pod).Union(cpus).Size()}
 	}
 	alloc, err := e.static.AssignReusing(next.Alloc, req.Pod, req.Container, cpus)
 	if err != nil {
 		return st, Decision{}, err
 	}
+	alloc.ReusablePod, alloc.Reusable = podReuse(next, req, cpus)
 	next.Alloc = alloc
 	next, mems, pinned, err := e.allocMemory(next, req, h)
 	if err != nil {
 		return st, Decision{}, err
 	}
 	return next, Decision{CPUs: cpus, Mems: mems, Exclusive: true, Affinity: h, MemPinned: pinned}, nil
+}
+
+// podReusable is the part of the allocator's reuse set that belongs to
+// pod: the slices of its finished init containers (an Init request's, or,
+// in the daemon, those held for its stopped containers). Empty when the
+// set is another pod's.
+func podReusable(st State, pod string) cpuset.CPUSet {
+	if st.Alloc.ReusablePod != pod || st.Alloc.Reusable.IsEmpty() {
+		return cpuset.New()
+	}
+	return st.Alloc.Reusable
+}
+
+// podReuse is the reuse set after req's pod-level container got (or kept)
+// cpus, as the allocator keeps it for the per-container path: an init
+// container's slice joins it, a sidecar's or an app container's leaves it.
+func podReuse(st State, req Request, cpus cpuset.CPUSet) (string, cpuset.CPUSet) {
+	reuse := podReusable(st, req.Pod)
+	if req.Type == allocator.Init {
+		return req.Pod, reuse.Union(cpus)
+	}
+	return req.Pod, reuse.Difference(cpus)
 }
 
 // withPodShared returns m with container added to (add) or removed from

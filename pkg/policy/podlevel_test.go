@@ -265,3 +265,68 @@ func TestPodLevelSliceNotResized(t *testing.T) {
 		t.Errorf("same size: %v %+v, want 1,13 unchanged", err, rd)
 	}
 }
+
+// TestPodLevelInitSliceReuse: inside a block, an app container's slice
+// may reuse a regular init container's slice, as the kubelet's partition
+// takes app slices from the block less the sidecars' and the earlier app
+// containers' slices only. Pod p, budget 4: the block 1-2,13-14 (node 0,
+// two whole cores), sidecar s takes core 1 (1,13), init container i core 2
+// (2,14), and app container c, with nothing left in the pool, reuses i's
+// slice. A second app container finds nothing: app and sidecar slices are
+// never reused. Without and with a restart between i and c.
+func TestPodLevelInitSliceReuse(t *testing.T) {
+	e := podLevel(t, "pod", true)
+	typed := func(name string, typ allocator.ContainerType) policy.Request {
+		r := inPod("p", name, 4, 2000, 2000)
+		r.Type = typ
+		return r
+	}
+	st := e.NewState()
+	st, d := add(t, e, st, typed("s", allocator.Sidecar))
+	check(t, d, want{cpus: "1,13", mems: "0-1", exclusive: true, numa: "0", preferred: true})
+	st, d = add(t, e, st, typed("i", allocator.Init))
+	check(t, d, want{cpus: "2,14", mems: "0-1", exclusive: true, numa: "0", preferred: true})
+
+	snap, err := json.Marshal(e.Snapshot(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back policy.Snapshot
+	if err := json.Unmarshal(snap, &back); err != nil {
+		t.Fatal(err)
+	}
+	restored, notes, err := e.FromSnapshot(back)
+	if err != nil || len(notes) > 0 {
+		t.Fatalf("FromSnapshot: %v %v", err, notes)
+	}
+	for name, st := range map[string]policy.State{"no restart": st, "restart": restored} {
+		next, d := add(t, e, st, typed("c", allocator.App))
+		if d.CPUs.String() != "2,14" {
+			t.Errorf("%s: app container c got %s, want i's slice 2,14", name, d.CPUs)
+		}
+		if _, _, err := e.Add(next, typed("d", allocator.App)); !errors.As(err, new(*allocator.InsufficientCPUsError)) {
+			t.Errorf("%s: a second app container: err = %v, want InsufficientCPUs (s's and c's slices are not reused)", name, err)
+		}
+		if got := e.SharedCPUs(next).String(); got != "0,3-12,15-23" {
+			t.Errorf("%s: node shared pool %s, want 0,3-12,15-23", name, got)
+		}
+		// c's end gives nothing to the node: i still holds the CPUs, and
+		// the block keeps them until the pod ends.
+		next = e.Remove(next, "p", "c")
+		if pool, _ := e.PodPoolCPUs(next, "p"); !pool.IsEmpty() {
+			t.Errorf("%s: pod pool %s after c's end, want empty (i's slice is held)", name, pool)
+		}
+		if err := e.Validate(next); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+
+	// Unmarked containers (the daemon's: NRI does not say which are init
+	// containers) reuse nothing: i's slice stays i's.
+	st = e.NewState()
+	st, _ = add(t, e, st, typed("s", allocator.App))
+	st, _ = add(t, e, st, typed("i", allocator.App))
+	if _, _, err := e.Add(st, typed("c", allocator.App)); !errors.As(err, new(*allocator.InsufficientCPUsError)) {
+		t.Errorf("unmarked: err = %v, want InsufficientCPUs", err)
+	}
+}

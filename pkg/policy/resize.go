@@ -169,7 +169,7 @@ func (e *Engine) Resize(st State, req Request) (State, ResizeDecision, error) {
 		h.Affinity |= aff
 		if e.cfg.TopologyScope == hints.ScopePod && e.cfg.TopologyPolicy != hints.PolicyNone {
 			next.PodAffinity = copyAffinities(st.PodAffinity)
-			next.PodAffinity[req.Pod] = h
+			next.PodAffinity[req.Pod] = podAffinity(h)
 		}
 	}
 	alloc, added, err := e.static.Grow(st.Alloc, req.Pod, req.Container, n, h.Affinity)

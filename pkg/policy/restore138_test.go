@@ -1,6 +1,8 @@
 package policy_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
@@ -11,30 +13,33 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
 
-// TestStaticPolicyRestorePodAllocation: the rows of kubelet v1.38's
-// policy_static_restore_test.go (#141041) that a container-at-a-time
-// plugin can meet. topoRestoreUniformSingleSocket: 8 single-thread CPUs,
-// CPU 0 reserved, pod-level resource managers on, pod scope. The
-// checkpoint is a Snapshot read back with FromSnapshot (the daemon's
-// restart); then the pod's containers are added in spec order, as the
-// runtime creates them, and each must get the row's CPUs. v1.38 keeps the
-// checkpointed block and slices and carves the missing ones out of the
-// block; v1.37 allocated the pod again. The plugin restores its own state
-// under both rule sets, so both expect the v1.38 rows.
+// TestStaticPolicyRestorePodAllocation: every row of kubelet v1.38's
+// policy_static_restore_test.go (#141041), under its description.
+// topoRestoreUniformSingleSocket: 8 single-thread CPUs, CPU 0 reserved,
+// pod-level resource managers on, pod scope. The checkpoint is a Snapshot
+// read back with FromSnapshot (the daemon's restart); then the pod's
+// containers are added in spec order, as the runtime creates them, twice
+// (a second AllocatePod must change nothing), and each must get the row's
+// CPUs. v1.37 allocated the pod again; the plugin restores its own state
+// under both rule sets, so both expect the same.
 //
-// Rows left out, because the plugin never holds their input: "non-prefix
-// leftovers" (a running container without an earlier one is a legal
-// state here: the earlier one was removed, and the running one keeps its
-// CPUs), "stale pod-level CPU set overlapping the default CPU set" (the
-// journal commits a release atomically; such a snapshot fails Validate),
-// "failed completion releases every CPU held by the pod" (the plugin
-// refuses the one container and leaves the running ones as they are), and
-// the two rows with a non-guaranteed regular init container beside a
-// sidecar (the plugin keeps a shared init container on the pod pool until
-// it is removed, so the app container's slice would empty that pool), and
-// the two rows where app containers reuse a restored init container's
-// slice (the plugin does not reuse init slices inside a block, restart or
-// not: docs/pod-level-resources.md, "Left to do").
+// Rows with diff set meet an input the plugin treats differently on
+// purpose (pkg/allocator/doc.go, docs/migration.md); they assert the
+// plugin's behaviour, and diff says the kubelet's:
+//   - a checkpoint whose assignments are not a prefix of the spec order:
+//     the kubelet takes them for a dead instance's leftovers and allocates
+//     again; here they are the running containers' (a container removed
+//     before a later one leaves exactly this), which keep their CPUs;
+//   - a block that overlaps the checkpoint's shared pool: the plugin's
+//     shared pool is recomputed from the assignments, so the block is the
+//     pod's and the pool is what no one holds;
+//   - a missing slice that the block cannot hold: the kubelet releases
+//     the whole pod, running containers included; the plugin refuses that
+//     container and leaves the others their CPUs;
+//   - a shared regular init container beside an app slice: it stays on
+//     the pod's pool until it is removed (the plugin cannot tell that it
+//     has finished), so the slice that would empty that pool is refused
+//     until then, and a shared container has no set of its own to restore.
 func TestStaticPolicyRestorePodAllocation(t *testing.T) {
 	var cpus []topology.CPUInfo
 	for i := 0; i < 8; i++ {
@@ -51,69 +56,160 @@ func TestStaticPolicyRestorePodAllocation(t *testing.T) {
 		shared bool
 	}
 	gu := func(name string, n int64) ctr { return ctr{name, allocator.App, n * 1000, false} }
+	initGu := func(name string, n int64) ctr { return ctr{name, allocator.Init, n * 1000, false} }
+	sidecar := func(name string, n int64) ctr { return ctr{name, allocator.Sidecar, n * 1000, false} }
+	const refused = "refused: "
 	for _, c := range []struct {
-		name     string
-		budget   int64
-		shared   string            // node shared pool in the checkpoint
-		restored map[string]string // pod's assignments in the checkpoint, "@pod" = block
-		ctrs     []ctr
-		want     map[string]string
-		wantPool string // node shared pool at the end
+		name      string
+		diff      string // the kubelet's outcome where the plugin's differs
+		budget    int64
+		shared    string            // node shared pool in the checkpoint
+		restored  map[string]string // pod's assignments in the checkpoint, "@pod" = block
+		podShared []string          // the pod's containers on its pool in the checkpoint
+		ctrs      []ctr
+		want      map[string]string // CPUs, or refused + the reason
+		wantPool  string            // node shared pool at the end
+		remove    string            // then removed: the refused containers are added again
+		wantAfter map[string]string
 	}{
-		{"complete checkpoint is restored as-is", 4, "0,5-7", map[string]string{"@pod": "1-4", "c1": "1-2", "c2": "3-4"},
-			[]ctr{gu("c1", 2), gu("c2", 2)}, map[string]string{"c1": "1-2", "c2": "3-4"}, "0,5-7"},
-		{"restored as-is even when a fresh allocation would pick different CPUs", 4, "0-2,7", map[string]string{"@pod": "3-6", "c1": "3-4", "c2": "5-6"},
-			[]ctr{gu("c1", 2), gu("c2", 2)}, map[string]string{"c1": "3-4", "c2": "5-6"}, "0-2,7"},
-		{"partial checkpoint: the missing container assignment is carved out", 4, "0,5-7", map[string]string{"@pod": "1-4", "c1": "1-2"},
-			[]ctr{gu("c1", 2), gu("c2", 2)}, map[string]string{"c1": "1-2", "c2": "3-4"}, "0,5-7"},
-		{"partial checkpoint: no container assignments at all", 4, "0,5-7", map[string]string{"@pod": "1-4"},
-			[]ctr{gu("c1", 2), gu("c2", 2)}, map[string]string{"c1": "1-2", "c2": "3-4"}, "0,5-7"},
-		{"missing non-guaranteed container gets the pod shared pool", 3, "0,4-7", map[string]string{"@pod": "1-3", "c1": "1-2"},
-			[]ctr{gu("c1", 2), {"c2", allocator.App, 500, true}}, map[string]string{"c1": "1-2", "c2": "3"}, "0,4-7"},
-		{"missing app container does not collide with a restored sidecar", 4, "0,5-7", map[string]string{"@pod": "1-4", "s1": "1-2"},
-			[]ctr{{"s1", allocator.Sidecar, 2000, false}, gu("c1", 2)}, map[string]string{"s1": "1-2", "c1": "3-4"}, "0,5-7"},
-		{"missing sidecar does not collide with a restored sidecar declared earlier", 6, "0,7", map[string]string{"@pod": "1-6", "s1": "1-2"},
-			[]ctr{{"s1", allocator.Sidecar, 2000, false}, {"s2", allocator.Sidecar, 2000, false}, gu("c1", 2)},
-			map[string]string{"s1": "1-2", "s2": "3-4", "c1": "5-6"}, "0,7"},
-		{"missing non-guaranteed sidecar gets the pod shared pool", 3, "0,4-7", map[string]string{"@pod": "1-3"},
-			[]ctr{{"s1", allocator.Sidecar, 500, true}, gu("c1", 2)}, map[string]string{"c1": "1-2", "s1": "3"}, "0,4-7"},
+		{name: "complete checkpoint is restored as-is", budget: 4, shared: "0,5-7",
+			restored: map[string]string{"@pod": "1-4", "c1": "1-2", "c2": "3-4"},
+			ctrs:     []ctr{gu("c1", 2), gu("c2", 2)}, want: map[string]string{"c1": "1-2", "c2": "3-4"}, wantPool: "0,5-7"},
+		{name: "complete checkpoint is restored as-is even when a fresh allocation would pick different CPUs", budget: 4, shared: "0-2,7",
+			restored: map[string]string{"@pod": "3-6", "c1": "3-4", "c2": "5-6"},
+			ctrs:     []ctr{gu("c1", 2), gu("c2", 2)}, want: map[string]string{"c1": "3-4", "c2": "5-6"}, wantPool: "0-2,7"},
+		{name: "partial checkpoint: the missing container assignment is carved out of the restored pod CPU set", budget: 4, shared: "0,5-7",
+			restored: map[string]string{"@pod": "1-4", "c1": "1-2"},
+			ctrs:     []ctr{gu("c1", 2), gu("c2", 2)}, want: map[string]string{"c1": "1-2", "c2": "3-4"}, wantPool: "0,5-7"},
+		{name: "partial checkpoint: no container assignments at all, every one is carved out", budget: 4, shared: "0,5-7",
+			restored: map[string]string{"@pod": "1-4"},
+			ctrs:     []ctr{gu("c1", 2), gu("c2", 2)}, want: map[string]string{"c1": "1-2", "c2": "3-4"}, wantPool: "0,5-7"},
+		{name: "partial checkpoint: the missing non-guaranteed container gets the recomputed pod shared pool", budget: 3, shared: "0,4-7",
+			restored: map[string]string{"@pod": "1-3", "c1": "1-2"},
+			ctrs:     []ctr{gu("c1", 2), {"c2", allocator.App, 500, true}}, want: map[string]string{"c1": "1-2", "c2": "3"}, wantPool: "0,4-7"},
+		{name: "partial checkpoint: the missing guaranteed app container reuses the CPUs of a restored regular init container", budget: 2, shared: "0,3-7",
+			restored: map[string]string{"@pod": "1-2", "i1": "1-2"},
+			ctrs:     []ctr{initGu("i1", 2), gu("c1", 2)}, want: map[string]string{"i1": "1-2", "c1": "1-2"}, wantPool: "0,3-7"},
+		{name: "partial checkpoint: the missing guaranteed app container does not collide with a restored sidecar", budget: 4, shared: "0,5-7",
+			restored: map[string]string{"@pod": "1-4", "s1": "1-2"},
+			ctrs:     []ctr{sidecar("s1", 2), gu("c1", 2)}, want: map[string]string{"s1": "1-2", "c1": "3-4"}, wantPool: "0,5-7"},
+		{name: "partial checkpoint: the missing sidecar does not collide with a restored sidecar declared earlier in the spec", budget: 6, shared: "0,7",
+			restored: map[string]string{"@pod": "1-6", "s1": "1-2"},
+			ctrs:     []ctr{sidecar("s1", 2), sidecar("s2", 2), gu("c1", 2)},
+			want:     map[string]string{"s1": "1-2", "s2": "3-4", "c1": "5-6"}, wantPool: "0,7"},
+		{name: "non-prefix leftovers: a hole among the app containers releases the stale allocation and the pod is allocated from scratch",
+			diff:   "c1 1-2, c2 3-4 (released, allocated again)",
+			budget: 4, shared: "0,5-7", restored: map[string]string{"@pod": "1-4", "c2": "2,4"},
+			ctrs: []ctr{gu("c1", 2), gu("c2", 2)}, want: map[string]string{"c1": "1,3", "c2": "2,4"}, wantPool: "0,5-7"},
+		{name: "non-prefix leftovers: a hole between init and app containers releases the stale allocation and the pod is allocated from scratch",
+			diff:   "i1 1-2, c1 1-2 (released, allocated again)",
+			budget: 2, shared: "0,3-7", restored: map[string]string{"@pod": "1-2", "c1": "2"},
+			ctrs: []ctr{initGu("i1", 2), gu("c1", 2)}, want: map[string]string{"i1": refused + "InsufficientCPUs", "c1": "2"}, wantPool: "0,3-7"},
+		{name: "stale pod-level CPU set overlapping the default CPU set is dropped and the pod is allocated from scratch",
+			diff:   "c1 1-2, pod 1-2, default 0,3-7",
+			budget: 2, shared: "0-7", restored: map[string]string{"@pod": "5-6"},
+			ctrs: []ctr{gu("c1", 2)}, want: map[string]string{"c1": "5-6"}, wantPool: "0-4,7"},
+		{name: "partial checkpoint: the missing non-guaranteed sidecar gets the recomputed pod shared pool", budget: 3, shared: "0,4-7",
+			restored: map[string]string{"@pod": "1-3"},
+			ctrs:     []ctr{{"s1", allocator.Sidecar, 500, true}, gu("c1", 2)}, want: map[string]string{"c1": "1-2", "s1": "3"}, wantPool: "0,4-7"},
+		{name: "partial checkpoint: the missing non-guaranteed regular init container gets the pod CPU set minus the sidecar CPUs",
+			diff:   "i1 3-4, c1 3-4",
+			budget: 4, shared: "0,5-7", restored: map[string]string{"@pod": "1-4", "s1": "1-2"},
+			ctrs: []ctr{sidecar("s1", 2), {"i1", allocator.Init, 500, true}, gu("c1", 2)},
+			want: map[string]string{"s1": "1-2", "i1": "3-4", "c1": refused + policy.ReasonEmptyPodSharedPool}, wantPool: "0,5-7",
+			remove: "i1", wantAfter: map[string]string{"s1": "1-2", "c1": "3-4"}},
+		{name: "partial checkpoint: the restored non-guaranteed regular init container assignment is preserved as-is",
+			diff:   "i1 3 (its checkpointed set), c1 3-4",
+			budget: 4, shared: "0,5-7", restored: map[string]string{"@pod": "1-4", "s1": "1-2"}, podShared: []string{"i1"},
+			ctrs: []ctr{sidecar("s1", 2), {"i1", allocator.Init, 500, true}, gu("c1", 2)},
+			want: map[string]string{"s1": "1-2", "i1": "3-4", "c1": refused + policy.ReasonEmptyPodSharedPool}, wantPool: "0,5-7",
+			remove: "i1", wantAfter: map[string]string{"s1": "1-2", "c1": "3-4"}},
+		{name: "partial checkpoint: missing regular init and app containers reuse the CPUs of a restored regular init container", budget: 2, shared: "0,3-7",
+			restored: map[string]string{"@pod": "1-2", "i1": "1-2"},
+			ctrs:     []ctr{initGu("i1", 2), initGu("i2", 2), gu("c1", 2)},
+			want:     map[string]string{"i1": "1-2", "i2": "1-2", "c1": "1-2"}, wantPool: "0,3-7"},
+		{name: "restoring is idempotent: a second AllocatePod call leaves the state unchanged", budget: 4, shared: "0,5-7",
+			restored: map[string]string{"@pod": "1-4", "c1": "1-2"},
+			ctrs:     []ctr{gu("c1", 2), gu("c2", 2)}, want: map[string]string{"c1": "1-2", "c2": "3-4"}, wantPool: "0,5-7"},
+		{name: "failed completion releases every CPU held by the pod back to the default CPU set",
+			diff:   "the pod refused, c1 released too, default 0-7",
+			budget: 4, shared: "0,3-7", restored: map[string]string{"@pod": "1-2", "c1": "1-2"},
+			ctrs: []ctr{gu("c1", 2), gu("c2", 2)}, want: map[string]string{"c1": "1-2", "c2": refused + "InsufficientCPUs"}, wantPool: "0,3-7"},
 	} {
-		for _, v := range []kubever.Version{kubever.V137, kubever.V138} {
-			e, err := policy.New(topo, policy.Config{CPUManagerPolicy: "static", TopologyPolicy: "none", TopologyScope: "pod",
-				ReservedCPUs: mustParse(t, "0"), PodLevelResourceManagers: true, KubeletVersion: v})
-			if err != nil {
-				t.Fatal(err)
-			}
-			snap := e.Snapshot(e.NewState())
-			snap.Shared = c.shared
-			snap.Assignments = map[string]map[string]string{"pod": c.restored}
-			st, notes, err := e.FromSnapshot(snap)
-			if err != nil {
-				t.Fatalf("%s %s: FromSnapshot: %v %v", c.name, v, err, notes)
-			}
-			for pass := 0; pass < 2; pass++ { // the second pass: restoring is idempotent
-				for _, k := range c.ctrs {
-					req := inPod("pod", k.name, c.budget, k.milli, k.milli)
-					if k.shared {
-						req.CPULimitMilli = 1000
+		t.Run(c.name, func(t *testing.T) {
+			for _, v := range []kubever.Version{kubever.V137, kubever.V138} {
+				e, err := policy.New(topo, policy.Config{CPUManagerPolicy: "static", TopologyPolicy: "none", TopologyScope: "pod",
+					ReservedCPUs: mustParse(t, "0"), PodLevelResourceManagers: true, KubeletVersion: v})
+				if err != nil {
+					t.Fatal(err)
+				}
+				snap := e.Snapshot(e.NewState())
+				snap.Shared = c.shared
+				snap.Assignments = map[string]map[string]string{"pod": c.restored}
+				if c.podShared != nil {
+					snap.PodShared = map[string][]string{"pod": c.podShared}
+				}
+				st, _, err := e.FromSnapshot(snap)
+				if err != nil {
+					t.Fatalf("%s: FromSnapshot: %v", v, err)
+				}
+				got := map[string]string{}
+				addAll := func(only map[string]bool) {
+					for _, k := range c.ctrs {
+						if only != nil && !only[k.name] {
+							continue
+						}
+						req := inPod("pod", k.name, c.budget, k.milli, k.milli)
+						if k.shared {
+							req.CPULimitMilli = 1000
+						}
+						req.Type = k.typ
+						next, d, err := e.Add(st, req)
+						if err != nil {
+							var r allocator.Reasoner
+							if !errors.As(err, &r) {
+								t.Fatalf("%s: Add(%s): %v", v, k.name, err)
+							}
+							got[k.name] = refused + r.Reason()
+							continue
+						}
+						if err := e.Validate(next); err != nil {
+							t.Fatalf("%s: state invalid after Add(%s): %v", v, k.name, err)
+						}
+						st, got[k.name] = next, d.CPUs.String()
 					}
-					req.Type = k.typ
-					st, _ = add(t, e, st, req)
+				}
+				for pass := 0; pass < 2; pass++ {
+					addAll(nil)
+				}
+				check := func(when string, want map[string]string) {
+					for name, w := range want {
+						if got[name] != w {
+							t.Errorf("%s%s: %s got %q, want %q (kubelet: %s)", v, when, name, got[name], w, c.diff)
+						}
+					}
+					if pool := e.SharedCPUs(st).String(); pool != c.wantPool {
+						t.Errorf("%s%s: node shared pool %s, want %s", v, when, pool, c.wantPool)
+					}
+					if block, _ := e.Assignment(st, "pod", policy.PodPoolEntry); !block.Union(e.SharedCPUs(st)).Equals(mustParse(t, "0-7")) {
+						t.Errorf("%s%s: block %s and shared pool %s do not cover every CPU", v, when, block, e.SharedCPUs(st))
+					}
+				}
+				check("", c.want)
+				if c.remove != "" {
+					st = e.Remove(st, "pod", c.remove)
+					again := map[string]bool{}
+					for name, w := range c.want {
+						if strings.HasPrefix(w, refused) {
+							again[name] = true
+						}
+					}
+					addAll(again)
+					addAll(again)
+					check(" after removing "+c.remove, c.wantAfter)
 				}
 			}
-			for name, want := range c.want {
-				got, ok := e.Assignment(st, "pod", name)
-				if !ok {
-					got, ok = e.PodPoolOf(st, "pod", name)
-				}
-				if !ok || got.String() != want {
-					t.Errorf("%s %s: %s has %s (%t), want %s", c.name, v, name, got, ok, want)
-				}
-			}
-			if got := e.SharedCPUs(st).String(); got != c.wantPool {
-				t.Errorf("%s %s: node shared pool %s, want %s", c.name, v, got, c.wantPool)
-			}
-		}
+		})
 	}
 }
 

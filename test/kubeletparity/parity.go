@@ -42,13 +42,15 @@ type Pod struct {
 	Containers []Container
 }
 
-// Hint is a CPU topology hint as both sides give it.
+// Hint is a CPU topology hint as both sides give it. Score is kubelet
+// v1.38's (0 from v1.37 and under the 1.37 rules).
 type Hint struct {
 	Affinity  hints.Mask
 	Preferred bool
+	Score     int64
 }
 
-func (h Hint) String() string { return fmt.Sprintf("{%s %v}", h.Affinity, h.Preferred) }
+func (h Hint) String() string { return fmt.Sprintf("{%s %v %d}", h.Affinity, h.Preferred, h.Score) }
 
 // Refusal is an admission error reduced to what both sides must agree on:
 // the reason word and, for SMTAlignmentError, its numbers. The
@@ -308,7 +310,7 @@ func (e *engine) hints(p Pod, c int) []Hint {
 	hs := e.s.CPUHints(e.st, request(p, c))
 	out := make([]Hint, 0, len(hs))
 	for _, h := range hs {
-		out = append(out, Hint{h.Affinity, h.Preferred})
+		out = append(out, Hint{h.Affinity, h.Preferred, h.Score})
 	}
 	return out
 }
@@ -333,6 +335,27 @@ func engineRefusal(err error) *Refusal {
 }
 
 func (e *engine) remove(pod, container string) { e.st = e.s.Release(e.st, pod, container) }
+
+// scored reports whether the kubelet's hints carry a Score: v1.38 gives
+// every CPU hint at least 1, v1.37 none.
+func scored(hs []Hint) bool {
+	for _, h := range hs {
+		if h.Score > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// unscored is hs with every Score 0.
+func unscored(hs []Hint) []Hint {
+	out := make([]Hint, len(hs))
+	for i, h := range hs {
+		h.Score = 0
+		out[i] = h
+	}
+	return out
+}
 
 // hintsEqual compares two hint lists as sets (both sides enumerate the
 // same masks; the merge does not depend on their order).
@@ -427,6 +450,12 @@ func RunCase(c Case, newK NewKubelet) (*Mismatch, error) {
 			admitted := true
 			for ci, ct := range p.Containers {
 				eh, kh := eng.hints(p, ci), kub.Hints(p, ci)
+				if c.Version == kubever.V137 || !scored(kh) {
+					// Scores are compared between the 1.38 rules and
+					// kubelet 1.38 only: 1.37 has none, so the negative
+					// checks see the placement rules alone.
+					eh, kh = unscored(eh), unscored(kh)
+				}
 				if !hintsEqual(eh, kh) {
 					return fail(step, "%s/%s (%d CPUs) hints: engine %v, kubelet %v", p.UID, ct.Name, ct.CPUs, eh, kh), nil
 				}

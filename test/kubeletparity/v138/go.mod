@@ -101,17 +101,9 @@ require (
 
 replace github.com/nri-cpualign/nri-cpualign => ../../..
 
-// Not on the module proxy (new staging modules of 1.38): empty stand-ins;
-// nothing the cm packages import is in them.
-replace (
-	k8s.io/apiextensions-api => ./stub/apiextensions-api
-	k8s.io/ktesting => ./stub/ktesting
-)
-
-// v7.0.1, which the beta asks for, is not on the proxy.
-replace sigs.k8s.io/structured-merge-diff/v7 => sigs.k8s.io/structured-merge-diff/v7 v7.0.0
-
 replace k8s.io/api => k8s.io/api v0.38.0-beta.0
+
+replace k8s.io/apiextensions-api => k8s.io/apiextensions-api v0.38.0-beta.0
 
 replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.38.0-beta.0
 
@@ -150,6 +142,8 @@ replace k8s.io/endpointslice => k8s.io/endpointslice v0.38.0-beta.0
 replace k8s.io/externaljwt => k8s.io/externaljwt v0.38.0-beta.0
 
 replace k8s.io/kms => k8s.io/kms v0.38.0-beta.0
+
+replace k8s.io/ktesting => k8s.io/ktesting v0.38.0-beta.0
 
 replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.38.0-beta.0
 

@@ -139,7 +139,7 @@ func (k *Kubelet) Hints(p kubeletparity.Pod, c int) []kubeletparity.Hint {
 		if h.NUMANodeAffinity != nil {
 			m = hints.NewMask(h.NUMANodeAffinity.GetBits()...)
 		}
-		out = append(out, kubeletparity.Hint{Affinity: m, Preferred: h.Preferred})
+		out = append(out, kubeletparity.Hint{Affinity: m, Preferred: h.Preferred, Score: h.Score})
 	}
 	return out
 }

@@ -1,3 +1,0 @@
-module k8s.io/apiextensions-api
-
-go 1.27.0
