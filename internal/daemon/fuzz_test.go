@@ -19,16 +19,7 @@ import (
 
 // The fuzzers run on the fixture ht-2s-6c (24 CPUs, siblings N and N+12,
 // two NUMA nodes) with two CPUs reserved.
-const fuzzConfig = "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"best-effort\"\n"
-
-func fuzzEngine(f *testing.F) *policy.Engine { return engineFor(f, "ht-2s-6c", fuzzConfig) }
-
-// engineFor builds the engine of a configuration document on a fixture.
-func engineFor(t testing.TB, fixture, doc string) *policy.Engine {
-	t.Helper()
-	_, e := policytest.Engine(t, fixture, doc)
-	return e
-}
+const fuzzConfig = policytest.Reserved2BestEffort
 
 func quietLogger() *logrus.Logger {
 	l := logrus.New()
@@ -44,7 +35,7 @@ func quietLogger() *logrus.Logger {
 // milli*100, period 100000) whole CPUs of a Guaranteed pod come back
 // exactly.
 func FuzzRequestFor(f *testing.F) {
-	e := fuzzEngine(f)
+	e := policytest.EngineOf(f, "ht-2s-6c", fuzzConfig)
 	f.Add("/kubepods/podx", uint64(2048), int64(200000), uint64(100000), uint64(0), int64(2000))
 	f.Add("/kubepods/burstable/podx", uint64(512), int64(-1), uint64(100000), uint64(1024), int64(0))
 	f.Add("kubepods-besteffort-podx.slice", uint64(2), int64(0), uint64(0), uint64(0), int64(0))

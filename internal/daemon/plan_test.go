@@ -14,6 +14,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 )
 
 // The plans below are worked out by hand on the fixture ht-1s-4c: 8 CPUs,
@@ -381,7 +382,7 @@ func TestPlanSync(t *testing.T) {
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := engineFor(t, "ht-1s-4c", tc.doc)
+			e := policytest.EngineOf(t, "ht-1s-4c", tc.doc)
 			in := tc.in
 			in.Static = true
 			in.State = e.NewState()

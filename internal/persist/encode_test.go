@@ -13,6 +13,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 )
 
 // TestPayloadEncoderMatchesJSON: through random sequences of admissions
@@ -27,7 +28,7 @@ func TestPayloadEncoderMatchesJSON(t *testing.T) {
 		"cpu_manager_policy = \"none\"\n",
 		memoryStaticConfig,
 	} {
-		e := engineFor(t, "ht-2s-6c", doc)
+		e := policytest.EngineOf(t, "ht-2s-6c", doc)
 		rng := rand.New(rand.NewSource(7))
 		names := []string{"app", "side<car>", "init&1", "quote\"d", "ünï", "bad\xffutf8", "tab\there"}
 		var enc payloadEncoder
@@ -84,7 +85,7 @@ func TestSnapshotFieldsKnown(t *testing.T) {
 // 500 containers (100 with 2 exclusive CPUs, as the round-trip benchmark
 // populates) of which one record changed, against encoding/json.
 func BenchmarkPayloadEncoder(b *testing.B) {
-	e := engineFor(b, "epyc-9754", "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n")
+	e := policytest.EngineOf(b, "epyc-9754", "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n")
 	st := e.NewState()
 	ctrs := map[string]ledger.Record{}
 	for i := 0; i < 500; i++ {
@@ -192,7 +193,7 @@ func TestRecordDeltaMatchesJSON(t *testing.T) {
 		memoryStaticConfig,
 		podLevelTOML,
 	} {
-		e := engineFor(t, "ht-2s-6c", doc)
+		e := policytest.EngineOf(t, "ht-2s-6c", doc)
 		rng := rand.New(rand.NewSource(11))
 		names := []string{"app", "side<car>", "init&1", "quote\"d", "ünï", "bad\xffutf8", "tab\there", "back\\slash"}
 		var s journalStore
@@ -356,7 +357,7 @@ func roundTrip(t *testing.T, p payload) payload {
 // TestPayloadEncoderPodShared: a pod-level pod's pod-pool containers
 // (pod_shared) are written as encoding/json writes them, and read back.
 func TestPayloadEncoderPodShared(t *testing.T) {
-	e := engineFor(t, "ht-2s-6c", "reserved_cpu_count = 2\ntopology_manager_scope = \"pod\"\npod_level_resource_managers = true\n")
+	e := policytest.EngineOf(t, "ht-2s-6c", "reserved_cpu_count = 2\ntopology_manager_scope = \"pod\"\npod_level_resource_managers = true\n")
 	st := e.NewState()
 	for _, req := range []policy.Request{
 		{Pod: "p", Container: "a", QoS: policy.Guaranteed, CPURequestMilli: 2000, CPULimitMilli: 2000, PodCPURequestMilli: 4000, PodCPULimitMilli: 4000},

@@ -2,27 +2,14 @@ package persist
 
 import (
 	"io"
-	"testing"
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 )
 
-// The configurations and helpers the store's tests share with the
-// daemon's (internal/daemon/fuzz_test.go).
-
-const fuzzConfig = "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"best-effort\"\n"
-
-func fuzzEngine(f *testing.F) *policy.Engine { return engineFor(f, "ht-2s-6c", fuzzConfig) }
-
-// engineFor builds the engine of a configuration document on a fixture.
-func engineFor(t testing.TB, fixture, doc string) *policy.Engine {
-	t.Helper()
-	_, e := policytest.Engine(t, fixture, doc)
-	return e
-}
+// The configuration the store's tests share with the daemon's fuzzers.
+const fuzzConfig = policytest.Reserved2BestEffort
 
 // memoryStaticConfig runs the memory manager on ht-2s-6c (16 GiB per
 // node, 2 GiB of it in hugepage pools; 1 GiB reserved on node 0).

@@ -9,13 +9,14 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
 	"github.com/nri-cpualign/nri-cpualign/pkg/kubeletstate"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
 )
 
 // Kubelet 1.37 writes cpu_manager_state as V4: the import reads the
 // entries from "data" (the legacy fields beside it may be stale) and
 // refuses a file whose dataChecksum does not match, naming the file.
 func TestKubeletStateImportV4(t *testing.T) {
-	e := engineFor(t, "ht-2s-6c", fuzzConfig)
+	e := policytest.EngineOf(t, "ht-2s-6c", fuzzConfig)
 	data := `{"policyName":"static","defaultCpuSet":"0,3-12,15-23","entries":{"uid-a":{"c":"1-2,13-14"}}}`
 	file := func(ck uint32) string {
 		return `{"policyName":"static","defaultCpuSet":"0-23","checksum":0,"data":` + strconv.Quote(data) +
@@ -47,7 +48,7 @@ func TestKubeletStateImportV4(t *testing.T) {
 // named in the error; what it imports must be a valid state (the entries
 // it could not use skipped, never trusted).
 func FuzzKubeletState(f *testing.F) {
-	e := fuzzEngine(f)
+	e := policytest.EngineOf(f, "ht-2s-6c", fuzzConfig)
 	f.Add([]byte(`{"policyName":"static","defaultCpuSet":"0,12","entries":{"uid-a":{"c":"1-2,13-14"},"uid-b":{"x":"1"}},"checksum":1}`))
 	f.Add([]byte(`{"policyName":"none","defaultCpuSet":"","checksum":0}`))
 	f.Add([]byte(`{"policyName":"static","defaultCpuSet":"x"}`))
@@ -84,7 +85,7 @@ func FuzzKubeletState(f *testing.F) {
 // Huge CPU ranges in the kubelet's state are refused or skipped, never
 // expanded (cpuset.Parse would build billions of CPUs before failing).
 func TestKubeletStateHugeRange(t *testing.T) {
-	e := engineFor(t, "ht-2s-6c", fuzzConfig)
+	e := policytest.EngineOf(t, "ht-2s-6c", fuzzConfig)
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		doc     string

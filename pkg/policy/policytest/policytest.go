@@ -54,3 +54,15 @@ func MachineMemory(t testing.TB, fixture string) []memorymanager.NodeCapacity {
 	}
 	return sysfs.Capacities(nodes)
 }
+
+// Reserved2BestEffort is the configuration the fuzzers and the store's
+// tests share: the static policy with two CPUs reserved under the
+// best-effort topology manager.
+const Reserved2BestEffort = "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"best-effort\"\n"
+
+// EngineOf is Engine for a test that needs only the engine.
+func EngineOf(t testing.TB, fixture, doc string) *policy.Engine {
+	t.Helper()
+	_, e := Engine(t, fixture, doc)
+	return e
+}
