@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # kubelet-parity.sh [1.37] [1.38] [bench] - the side-by-side check of the
 # allocator against the kubelet's own static policy (test/kubeletparity):
-# the module v137 against k8s.io/kubernetes v1.37.2 with the project's Go,
-# the module v138 against v1.38.0-beta.0 with Go 1.27 (GOTOOLCHAIN, set
-# here only; the beta asks for it). Each runs seeded random add/remove
+# the module test/kubeletparity/kubelet, one source for both releases: its
+# go.mod against k8s.io/kubernetes v1.37.2 with the project's Go, its
+# v138.mod (-modfile, build tag kubelet138) against v1.38.0-beta.0 with
+# Go 1.27 (GOTOOLCHAIN, set here only; the beta asks for it). Each runs seeded random add/remove
 # sequences on every fixture machine and option set and fails on the first
 # differing hint, admission, CPU set or shared set, with the seed and step,
 # plus its negative check (the other rule set must disagree). With no
@@ -20,31 +21,34 @@ ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)
 GO127=${GO127:-go1.27.3}
 
 # module_env VERSION: the environment of that module's go commands.
-module_env() {
+# go_env RELEASE: the toolchain and the go flags that pick its pins.
+go_env() {
 	case $1 in
-	1.37) echo "v137 GOTOOLCHAIN=local" ;;
-	1.38) echo "v138 GOTOOLCHAIN=$GO127" ;;
+	1.37) echo "GOTOOLCHAIN=local" ;;
+	1.38) echo "GOTOOLCHAIN=$GO127 -modfile=v138.mod -tags=kubelet138" ;;
 	*) die "unknown kubelet version $1 (1.37, 1.38)" ;;
 	esac
 }
 
 check() {
-	local dir env
-	read -r dir env < <(module_env "$1")
-	log "kubelet $1: parity check (test/kubeletparity/$dir, $env)"
+	local env flags
+	read -r env flags < <(go_env "$1")
+	log "kubelet $1: parity check (test/kubeletparity/kubelet, $env $flags)"
 	# -v for the exclusions and counts; the passing subtests' lines go.
-	(cd "$ROOT/test/kubeletparity/$dir" &&
-		env "$env" go test -v -count=1 -timeout 20m ./... 2>&1 |
+	# shellcheck disable=SC2086 # flags are words
+	(cd "$ROOT/test/kubeletparity/kubelet" &&
+		env "$env" go test $flags -v -count=1 -timeout 20m ./... 2>&1 |
 		grep -Ev '^(=== (RUN|PAUSE|CONT|NAME)|    --- PASS|--- PASS)'
 		exit "${PIPESTATUS[0]}") || die "kubelet $1 parity check failed"
 }
 
 bench() {
-	local dir env
-	read -r dir env < <(module_env "$1")
-	log "kubelet $1: side-by-side benchmark (test/kubeletparity/$dir)"
-	(cd "$ROOT/test/kubeletparity/$dir" &&
-		env "$env" go test -run '^$' -bench "${PARITY_BENCH:-.}" -benchmem -benchtime "${PARITY_BENCHTIME:-2000x}" -count=1 ./...) ||
+	local env flags
+	read -r env flags < <(go_env "$1")
+	log "kubelet $1: side-by-side benchmark (test/kubeletparity/kubelet, $env $flags)"
+	# shellcheck disable=SC2086 # flags are words
+	(cd "$ROOT/test/kubeletparity/kubelet" &&
+		env "$env" go test $flags -run '^$' -bench "${PARITY_BENCH:-.}" -benchmem -benchtime "${PARITY_BENCHTIME:-2000x}" -count=1 ./...) ||
 		die "kubelet $1 benchmark failed"
 }
 

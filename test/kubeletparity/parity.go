@@ -3,8 +3,9 @@
 // pkg/kubelet/cm/cpumanager): seeded random sequences of Guaranteed pods
 // added and removed, every container's CPU hints, admission and chosen CPUs
 // compared with the kubelet's on the same machine, options and NUMA
-// affinity. The kubelet side lives in the modules v137 and v138 (each
-// requires one k8s.io/kubernetes release and implements Kubelet); this
+// affinity. The kubelet side lives in the module test/kubeletparity/kubelet
+// (one source built against each k8s.io/kubernetes release, by its go.mod
+// and by go -modfile=v138.mod; it implements Kubelet); this
 // package, in the main module, holds the sequences, the engine side and the
 // comparison, so both releases run exactly the same inputs.
 //

@@ -1,8 +1,11 @@
-// Package v138 runs the side-by-side check (test/kubeletparity) against
-// the static policy of kubelet v1.38.0-beta.0: its own module, so that the main
-// module does not depend on k8s.io/kubernetes. Run it with
-// scripts/kubelet-parity.sh (make kubelet-parity).
-package v138
+// Package kubelet runs the side-by-side check (test/kubeletparity) against
+// the kubelet's own static policy: its own module, so that the main module
+// does not depend on k8s.io/kubernetes. One source serves every release:
+// go.mod pins kubelet v1.37.2, v138.mod (go -modfile=v138.mod, with the
+// build tag kubelet138) v1.38.0-beta.0, and release_*.go hold what the
+// releases' APIs differ in. Run it with scripts/kubelet-parity.sh (make
+// kubelet-parity).
+package kubelet
 
 import (
 	"errors"
@@ -139,7 +142,7 @@ func (k *Kubelet) Hints(p kubeletparity.Pod, c int) []kubeletparity.Hint {
 		if h.NUMANodeAffinity != nil {
 			m = hints.NewMask(h.NUMANodeAffinity.GetBits()...)
 		}
-		out = append(out, kubeletparity.Hint{Affinity: m, Preferred: h.Preferred, Score: h.Score})
+		out = append(out, hintOf(h, m))
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package v138
+package kubelet
 
 import (
 	"testing"
@@ -7,7 +7,6 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
-	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 	"github.com/nri-cpualign/nri-cpualign/test/kubeletparity"
 )
 
@@ -23,7 +22,7 @@ func BenchmarkDecision(b *testing.B) {
 	for _, name := range kubeletparity.BenchMachines {
 		m := kubeletparity.MachineNamed(b, name)
 		for _, o := range kubeletparity.BenchOptions() {
-			f, err := kubeletparity.Fill(m, o, kubever.V138, 50, 1)
+			f, err := kubeletparity.Fill(m, o, Release, 50, 1)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-module github.com/nri-cpualign/nri-cpualign/test/kubeletparity/v138
+module github.com/nri-cpualign/nri-cpualign/test/kubeletparity/kubelet
 
 go 1.27.0
 
