@@ -19,6 +19,8 @@ type handlerDaemon struct {
 	d   *Daemon
 	p   *plugin
 	log *logtest.Hook
+	// kicks is how many worker kicks kicked has seen (no worker runs).
+	kicks uint64
 }
 
 func newHandlerDaemon(t *testing.T, stateDir, extra string) *handlerDaemon {
@@ -115,13 +117,12 @@ func (h *handlerDaemon) abandonLines() []*logrus.Entry {
 	return out
 }
 
+// kicked reports whether the worker was kicked since the last call.
 func (h *handlerDaemon) kicked() bool {
-	select {
-	case <-h.d.kickC():
-		return true
-	default:
-		return false
-	}
+	asked := h.d.applier().Kicks().Asked()
+	seen := h.kicks
+	h.kicks = asked
+	return asked != seen
 }
 
 // A Guaranteed container placed at CreateContainer that never gets

@@ -16,7 +16,7 @@
 // the next state with the engine, and hands every fact it learnt to
 // ledger.Commit, which applies them only after the store made the state
 // durable; the runtime gets its answer after that. The applier, whose
-// mode chooseMode decides at start-up (and once more from the first
+// mode applier.ChooseMode decides at start-up (and once more from the first
 // container's cgroups path, seeDriver), brings the shared-pool
 // containers along: in the answer or from its worker through the runtime
 // (in-answer; never stub.UpdateContainers inside a handler, which
@@ -44,6 +44,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
@@ -123,7 +124,7 @@ type Daemon struct {
 	led       *ledger.Ledger
 	store     *persist.Store // the ledger's Store; used under the ledger's lock
 	app       applying
-	conn      connection
+	conn      applier.Connection
 	obs       *metrics
 	log       *logrus.Logger
 	stubOpts  []stub.Option
@@ -157,21 +158,21 @@ type runState struct {
 }
 
 // applying is how the shared pool reaches the cgroups: the applier of the
-// mode chooseMode decided, replaced by the first Configure of a
+// mode applier.ChooseMode decided, replaced by the first Configure of a
 // pre-registered plugin or when the first container's cgroups path
 // changes the mode (seeDriver); the way to systemd its writes take on a
 // systemd node; and whether that first path was seen.
 type applying struct {
 	ref        atomic.Pointer[applierRef]
-	sd         *sysLink
+	sd         *applier.SysLink
 	driverSeen bool // under the ledger's lock
 }
 
 // applierRef boxes an applier for atomic.Pointer.
-type applierRef struct{ a applier }
+type applierRef struct{ a applier.Applier }
 
 // applier is the way the shared pool is applied.
-func (d *Daemon) applier() applier { return d.app.ref.Load().a }
+func (d *Daemon) applier() applier.Applier { return d.app.ref.Load().a }
 
 // New validates cfg, reads the topology (unless WithTopology), builds the
 // engine and returns the daemon. It refuses the static policy without a
@@ -223,16 +224,15 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if o.sdDial == nil {
 		o.sdDial = dialSystemd
 	}
-	d.app.sd = newSysLink(o.sdDial)
-	d.app.sd.after = o.sdAfter
+	d.app.sd = applier.NewSysLink(o.sdDial, o.sdAfter)
 	root := cgroups.New(cfg.CgroupRoot)
-	if err := chooseMode(&cfg, root, d.app.sd, "", o.log); err != nil {
+	if err := applier.ChooseMode(&cfg, root, d.app.sd, "", o.log); err != nil {
 		return nil, err
 	}
 	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: d.store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
 	d.led = l
 	d.obs.reg.MustRegister(observe.NewHeldGauge(l.View), observe.NewMemoryCollector(l.View))
-	d.app.ref.Store(&applierRef{newApplier(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
+	d.app.ref.Store(&applierRef{applier.New(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
 	if d.kube.nrt, err = observe.NewNRTExporter(cfg, l.View, o.log); err != nil {
 		return nil, err
 	}
@@ -491,7 +491,7 @@ func (l nriLogger) Warnf(_ context.Context, format string, args ...any)  { l.e.W
 func (l nriLogger) Errorf(_ context.Context, format string, args ...any) { l.e.Errorf(format, args...) }
 
 func (d *Daemon) setStub(s stub.Stub) {
-	d.conn.set(s)
+	d.conn.Set(s)
 	if s == nil {
 		d.connected.Store(false)
 	}
@@ -544,7 +544,7 @@ func warnIgnoredKeys(log *logrus.Logger, cfg config.Config, source string) {
 // start-up and only logged when they differ. shared_pool_updates is fixed
 // once the plugin runs: a configuration asking for another value is
 // refused, since the way the pool reaches the cgroups is chosen by the
-// plugin (chooseMode: at start-up, and from the first container's cgroups
+// plugin (applier.ChooseMode: at start-up, and from the first container's cgroups
 // path) and silently keeping the old one would leave the operator
 // believing in a mode that is not running.
 func (d *Daemon) configure(doc string) error {
@@ -578,10 +578,10 @@ func (d *Daemon) configure(doc string) error {
 		// First configuration (pre-registered plugin): the applier is
 		// chosen now, and everything starts.
 		root := cgroups.New(next.CgroupRoot)
-		if err := chooseMode(&next, root, d.app.sd, "", d.log); err != nil {
+		if err := applier.ChooseMode(&next, root, d.app.sd, "", d.log); err != nil {
 			return fmt.Errorf("configuration from the runtime: %w", err)
 		}
-		d.app.ref.Store(&applierRef{newApplier(next.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, d.log)})
+		d.app.ref.Store(&applierRef{applier.New(next.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, d.log)})
 		if _, err := l.Commit(ledger.Change{Reconfigure: &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: engine.NewState()}}); err != nil {
 			return err
 		}
@@ -595,7 +595,7 @@ func (d *Daemon) configure(doc string) error {
 		}
 		return d.startLocked()
 	}
-	if mode := d.applier().mode(); in.Line(config.KeySharedPoolUpdates) > 0 && in.SharedPoolUpdates != mode {
+	if mode := d.applier().Mode(); in.Line(config.KeySharedPoolUpdates) > 0 && in.SharedPoolUpdates != mode {
 		return fmt.Errorf("configuration from the runtime: %w", in.KeyError(config.KeySharedPoolUpdates, in.SharedPoolUpdates,
 			fmt.Sprintf("the plugin runs with shared_pool_updates = %q, chosen at start-up; it cannot change while the plugin runs: "+
 				"change it in the plugin's configuration and restart the plugin", mode)))
@@ -615,7 +615,7 @@ func (d *Daemon) configure(doc string) error {
 	if _, err := l.Commit(ledger.Change{Reconfigure: &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: st}}); err != nil {
 		return err
 	}
-	d.applier().kick() // the worker picks up a new reconcile_period
+	d.applier().Kick() // the worker picks up a new reconcile_period
 	applyLogSettings(d.log, next)
 	d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String()}).
 		Info("configuration from the runtime applied")
@@ -719,7 +719,7 @@ func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.T
 // in-answer, by writing the cgroup under direct). A container whose cgroup
 // is gone is skipped. It returns how many containers drifted. The daemon
 // runs it every reconcile_period; it is exported for tests and tools.
-func (d *Daemon) ReconcileNow() int { return d.applier().reconcile() }
+func (d *Daemon) ReconcileNow() int { return d.applier().Reconcile() }
 
 // WithNow replaces the wall clock that stamps when a container got its
 // CPUs (/state's since; test hook).

@@ -577,7 +577,7 @@ func TestConfigureKeepsSharedPoolUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := d.applier().mode(); m != config.SharedUpdatesDirect {
+	if m := d.applier().Mode(); m != config.SharedUpdatesDirect {
 		t.Fatalf("mode %q at start, want the default direct", m)
 	}
 	err = d.configure("reserved_system_cpus = \"3,7\"\nshared_pool_updates = \"in-answer\"\n")
@@ -590,8 +590,8 @@ func TestConfigureKeepsSharedPoolUpdates(t *testing.T) {
 	if err := d.configure("reserved_system_cpus = \"3,7\"\nshared_pool_updates = \"direct\"\n"); err != nil {
 		t.Errorf("configure with the running mode: %v", err)
 	}
-	if got := d.Config(); got.ReservedSystemCPUs != "3,7" || d.applier().mode() != config.SharedUpdatesDirect {
-		t.Errorf("after configure: reserved %q, mode %q; want 3,7 and direct", got.ReservedSystemCPUs, d.applier().mode())
+	if got := d.Config(); got.ReservedSystemCPUs != "3,7" || d.applier().Mode() != config.SharedUpdatesDirect {
+		t.Errorf("after configure: reserved %q, mode %q; want 3,7 and direct", got.ReservedSystemCPUs, d.applier().Mode())
 	}
 	err = d.configure("shared_pool_updates = \"after-answer\"\n")
 	if err == nil || !strings.Contains(err.Error(), `use "direct"`) {

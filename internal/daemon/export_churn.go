@@ -39,9 +39,9 @@ func (d *Daemon) Handlers() Handlers { return &plugin{d: d} }
 // every kick so far, the re-pushes of stale pushes included, and the
 // runtime has answered each push (test hook: the runtime's cpusets equal
 // the state only then), or until ctx ends.
-func (d *Daemon) Settle(ctx context.Context) error { return d.applier().kickCount().wait(ctx) }
+func (d *Daemon) Settle(ctx context.Context) error { return d.applier().Kicks().Wait(ctx) }
 
 // Settled reports without waiting whether every kick so far has been
 // served (test hook: a benchmark spins on it between timed calls, where
 // reading back every cgroup would load the measured process's collector).
-func (d *Daemon) Settled() bool { return d.applier().kickCount().settled() }
+func (d *Daemon) Settled() bool { return d.applier().Kicks().Settled() }

@@ -211,7 +211,7 @@ var _ io.Writer = testWriter{}
 // (cpuset/, so that the default "direct" stays the mode, as on a cgroup
 // v1 host). With the default cgroup_root, /sys/fs/cgroup, a daemon on a
 // cgroup v2 host with systemd as PID 1 sees systemd there and dials the
-// host's system bus (chooseMode), and its cgroup writes would reach the
+// host's system bus (applier.ChooseMode), and its cgroup writes would reach the
 // host's cgroups.
 func offHostRoot(t testing.TB) string {
 	t.Helper()
@@ -279,7 +279,7 @@ func settle(t *testing.T, d *Daemon) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.applier().kickCount().wait(ctx); err != nil {
+	if err := d.applier().Kicks().Wait(ctx); err != nil {
 		t.Fatalf("the update worker did not settle: %v", err)
 	}
 }

@@ -7,14 +7,3 @@ func (d *Daemon) restore() error {
 	defer d.led.Unlock()
 	return d.restoreLocked()
 }
-
-// kickC is the worker's wake-up channel.
-func (d *Daemon) kickC() chan struct{} {
-	switch a := d.applier().(type) {
-	case *direct:
-		return a.kickC
-	case *inAnswer:
-		return a.kickC
-	}
-	return nil
-}

@@ -332,3 +332,9 @@ var _ ledger.Observer = (*metrics)(nil)
 
 // CheckpointError counts a checkpoint write that failed.
 func (m *metrics) CheckpointError() { m.checkpointErrors.Inc() }
+
+// Drifted, RepairedAfterUpdate and Deferred are the applier's counts
+// (applier.Counts).
+func (m *metrics) Drifted(n int)             { m.drift.Add(float64(n)) }
+func (m *metrics) RepairedAfterUpdate(n int) { m.updateRepairs.Add(float64(n)) }
+func (m *metrics) Deferred(n int)            { m.deferred.Add(float64(n)) }

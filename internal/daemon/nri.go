@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -77,12 +78,12 @@ func (p *plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 	// What this runtime can take decides, before Synchronize and before
 	// any update, whether the plugin may update containers on its own.
 	nriVersion := ""
-	if s := d.conn.get(); s != nil {
+	if s := d.conn.Get(); s != nil {
 		nriVersion = s.RuntimeNRIVersion() // the stub has it before it calls Configure
 	}
-	rs := supportOf(runtime, version, nriVersion)
-	d.conn.setRuntime(rs)
-	rs.logSupport(d.log, d.applier().mode())
+	rs := applier.SupportOf(runtime, version, nriVersion)
+	d.conn.SetRuntime(rs)
+	rs.LogSupport(d.log, d.applier().Mode())
 	return 0, nil // 0: every event the plugin implements
 }
 
@@ -129,7 +130,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		d.log.WithError(err).Error("synchronize: cannot write the checkpoint")
 		return nil, err
 	}
-	updates := p.quotaAtSync(ctrs, a.synchronized(plan.Updates))
+	updates := p.quotaAtSync(ctrs, a.Synchronized(plan.Updates))
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
 		"updates": len(updates), "shared": l.Engine().SharedMask(l.State()).String(),
@@ -158,8 +159,8 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: podKey(pod), Name: podName(pod)})
 	}
 	devs := p.deviceReader()
-	readCgroups := d.applier().syncReadsCgroups()
-	cg := d.applier().cgroupRoot()
+	readCgroups := d.applier().SyncReadsCgroups()
+	cg := d.applier().CgroupRoot()
 	for _, c := range ctrs {
 		cpu := c.GetLinux().GetResources().GetCpu()
 		sc := syncCtr{ID: c.GetId(), SandboxID: c.GetPodSandboxId(), Name: c.GetName(), Phase: phaseOf(c),
@@ -313,13 +314,13 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	adj := adjustmentOf(dec)
 	p.exclusiveQuota(adj, rec)
 	if !dec.Exclusive {
-		a.created(rec.ID, dec.CPUs.String())
+		a.Created(rec.ID, dec.CPUs.String())
 	}
 	var updates []*api.ContainerUpdate
 	if poolChanged {
-		updates = a.poolChanged(rec.ID)
+		updates = a.PoolChanged(rec.ID)
 	}
-	updates = append(updates, a.owed(rec.ID, updates)...)
+	updates = append(updates, a.Owed(rec.ID, updates)...)
 	p.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
 	return adj, updates, nil
 }
@@ -384,7 +385,7 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	p.unplaced(pod, ctr)
 	a := d.applier() // after unplaced's seeDriver, which may replace it
 	l.Unlock()
-	a.startBarrier(ctr.GetId())
+	a.StartBarrier(ctr.GetId())
 	return nil
 }
 
@@ -415,7 +416,7 @@ func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) {
 	}
 	entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
 	d.seeDriver(rec.CgroupsPath)
-	d.applier().kick()
+	d.applier().Kick()
 }
 
 // StopContainer forgets the container but not its CPUs: as under the
@@ -433,7 +434,7 @@ func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Co
 	// The answer also carries what was held back for one (owed): on a
 	// runtime that takes no unsolicited update a stop is one of the few
 	// events whose answer can.
-	owed := d.applier().owed(ctr.GetId(), nil)
+	owed := d.applier().Owed(ctr.GetId(), nil)
 	r, ok := d.led.Record(ctr.GetId())
 	if !ok {
 		return owed, nil
@@ -493,7 +494,7 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	}
 	l.Unlock()
 	if changed {
-		d.applier().kick()
+		d.applier().Kick()
 	}
 	return err
 }
@@ -572,7 +573,7 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 	changed, err := p.releaseAll(key, podName(pod), "pod "+why)
 	l.Unlock()
 	if changed {
-		d.applier().kick()
+		d.applier().Kick()
 	}
 	return err
 }
@@ -674,7 +675,7 @@ func (p *plugin) withOwed(skip string, updates []*api.ContainerUpdate) []*api.Co
 	if l.Engine() == nil {
 		return updates
 	}
-	owed := p.d.applier().owed(skip, updates)
+	owed := p.d.applier().Owed(skip, updates)
 	if len(owed) == 0 {
 		return updates
 	}
@@ -691,7 +692,7 @@ func (p *plugin) currentCPUSet(r ledger.Record) []*api.ContainerUpdate {
 	if cpus.IsEmpty() {
 		return nil
 	}
-	return []*api.ContainerUpdate{cpusetUpdate(r.ID, cpus.String(), r.Mems)}
+	return []*api.ContainerUpdate{applier.CPUSetUpdate(r.ID, cpus.String(), r.Mems)}
 }
 
 // PostUpdateContainer follows an update the runtime applied: a downsize
@@ -703,6 +704,6 @@ func (p *plugin) currentCPUSet(r ledger.Record) []*api.ContainerUpdate {
 func (p *plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("PostUpdateContainer")()
 	p.resized(ctr.GetId())
-	p.d.applier().updated(ctr.GetId())
+	p.d.applier().Updated(ctr.GetId())
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -111,7 +112,7 @@ type syncPlan struct {
 	Admissions  []admission
 	Placed      int      // adopted and admitted
 	AwaitStart  []string // created, not started yet
-	Updates     []cpuUpdate
+	Updates     []applier.CPUUpdate
 	Events      []syncEvent
 }
 
@@ -343,6 +344,6 @@ func (p *planner) finish() {
 		if err == nil && have.Equals(want) && (r.Mems == "" || sameList(r.Mems, c.Mems)) {
 			continue
 		}
-		p.plan.Updates = append(p.plan.Updates, cpuUpdate{ID: c.ID, CPUs: want.String(), Mems: r.Mems})
+		p.plan.Updates = append(p.plan.Updates, applier.CPUUpdate{ID: c.ID, CPUs: want.String(), Mems: r.Mems})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -70,7 +71,7 @@ type planWant struct {
 	admissions  []string // "id: cpus exclusive" or "id: reason"
 	placed      int
 	await       []string
-	updates     []cpuUpdate
+	updates     []applier.CPUUpdate
 	events      []string // "kind id"
 }
 
@@ -105,7 +106,7 @@ func TestPlanSync(t *testing.T) {
 			records: map[string]ledger.Record{"c2": sinceAt(rec("c2", "p1", "app", true, ""), epoch)},
 			adopted: []string{"c2"},
 			placed:  1,
-			updates: []cpuUpdate{{ID: "c2", CPUs: "1,5"}},
+			updates: []applier.CPUUpdate{{ID: "c2", CPUs: "1,5"}},
 		},
 	}, {
 		// A downsize answered and not committed (its PostUpdateContainer
@@ -138,7 +139,7 @@ func TestPlanSync(t *testing.T) {
 		want: planWant{
 			assignments: map[string]string{"p1/app": "1-2,5-6"},
 			records:     map[string]ledger.Record{"c1": rec("c1", "p1", "app", true, "0")},
-			updates:     []cpuUpdate{{ID: "c1", CPUs: "1-2,5-6", Mems: "0"}},
+			updates:     []applier.CPUUpdate{{ID: "c1", CPUs: "1-2,5-6", Mems: "0"}},
 		},
 	}, {
 		// A corrupt checkpoint was set aside: no state, no index. The
@@ -193,7 +194,7 @@ func TestPlanSync(t *testing.T) {
 			},
 			admissions: []string{"c1: 1,5 exclusive", "c2: 0,2-4,6-7 shared"},
 			placed:     2,
-			updates:    []cpuUpdate{{ID: "c1", CPUs: "1,5", Mems: "0"}, {ID: "c2", CPUs: "0,2-4,6-7"}},
+			updates:    []applier.CPUUpdate{{ID: "c1", CPUs: "1,5", Mems: "0"}, {ID: "c2", CPUs: "0,2-4,6-7"}},
 			events:     []string{"placed c1", "placed c2"},
 		},
 	}, {
@@ -226,7 +227,7 @@ func TestPlanSync(t *testing.T) {
 			},
 			admissions: []string{"c2: 2,6 exclusive", "c3: 0,3-4,7 shared"},
 			placed:     2,
-			updates:    []cpuUpdate{{ID: "c2", CPUs: "2,6", Mems: "0"}, {ID: "c3", CPUs: "0,3-4,7"}},
+			updates:    []applier.CPUUpdate{{ID: "c2", CPUs: "2,6", Mems: "0"}, {ID: "c3", CPUs: "0,3-4,7"}},
 			events:     []string{"no-device-hint c2", "placed c2", "placed c3"},
 		},
 	}, {
@@ -246,7 +247,7 @@ func TestPlanSync(t *testing.T) {
 			released:    []ledger.PodContainer{{Pod: "p9", Name: "gone"}},
 			adopted:     []string{"c1"},
 			placed:      1,
-			updates:     []cpuUpdate{{ID: "c1", CPUs: "3,7"}},
+			updates:     []applier.CPUUpdate{{ID: "c1", CPUs: "3,7"}},
 		},
 	}, {
 		// Every non-reserved core is taken; a Guaranteed container
@@ -313,7 +314,7 @@ func TestPlanSync(t *testing.T) {
 			admissions: []string{"c2: 0,2,4,6 shared"},
 			placed:     1,
 			await:      []string{"c1", "c2"},
-			updates:    []cpuUpdate{{ID: "c2", CPUs: "0,2,4,6"}},
+			updates:    []applier.CPUUpdate{{ID: "c2", CPUs: "0,2,4,6"}},
 			events:     []string{"placed c2"},
 		},
 	}, {
@@ -377,7 +378,7 @@ func TestPlanSync(t *testing.T) {
 				"c5": rec("c5", "p5", "e", false, ""),
 			},
 			admissions: []string{"c5: InsufficientCPUs stranded 2 CPUs 1 shared"},
-			updates:    []cpuUpdate{{ID: "c5", CPUs: "0,4"}},
+			updates:    []applier.CPUUpdate{{ID: "c5", CPUs: "0,4"}},
 			events:     []string{"refused c5"},
 		},
 	}} {

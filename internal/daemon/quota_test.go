@@ -193,7 +193,7 @@ func TestReconcileLiftsPodQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	setFile(t, gQuota, "100000")
-	r.d.applier().(interface{ reconcileQuota() }).reconcileQuota()
+	r.d.applier().ReconcileQuota()
 	if q := fileText(t, gQuota); q != "-1" {
 		t.Errorf("exclusive pod's cpu.cfs_quota_us after reconcile = %s, want -1", q)
 	}

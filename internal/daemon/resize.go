@@ -6,6 +6,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -84,7 +85,7 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 			return nil, err
 		}
 		if poolChanged {
-			updates = a.poolChanged(id)
+			updates = a.PoolChanged(id)
 		}
 		fields["added"] = rd.Added.String()
 		fields["updates"] = len(updates)
@@ -98,10 +99,10 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		// direct: the new pool is in every shared-pool cgroup before the
 		// container may run on the added CPUs (in-answer: no-op, the
 		// updates above go first).
-		a.startBarrier(id)
+		a.StartBarrier(id)
 	}
 	entry.WithFields(fields).Info("container resized")
-	return append(updates, cpusetUpdate(id, rd.CPUs.String(), rd.Mems.String())), nil
+	return append(updates, applier.CPUSetUpdate(id, rd.CPUs.String(), rd.Mems.String())), nil
 }
 
 // resized is PostUpdateContainer's part for a downsize answered by
@@ -146,7 +147,7 @@ func (p *plugin) resized(id string) {
 	shared := l.Engine().SharedMask(l.State()).String()
 	l.Unlock()
 	if changed {
-		a.kick()
+		a.Kick()
 	}
 	entry.WithFields(logrus.Fields{"cpus": rd.CPUs.String(), "released": rd.Released.String(), "shared": shared}).
 		Info("downsize done: the CPUs given back joined the shared pool")

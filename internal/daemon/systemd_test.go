@@ -17,7 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
@@ -189,7 +189,7 @@ func TestModeOnSystemd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, mode := d.Config().SharedPoolUpdates, d.applier().mode(); got != tc.want || mode != tc.want {
+			if got, mode := d.Config().SharedPoolUpdates, d.applier().Mode(); got != tc.want || mode != tc.want {
 				t.Errorf("shared_pool_updates %q, applier %q; want %q", got, mode, tc.want)
 			}
 			if int(dials.Load()) != tc.dials {
@@ -262,7 +262,7 @@ func TestSeeDriver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if mode := d.applier().mode(); mode != tc.before {
+			if mode := d.applier().Mode(); mode != tc.before {
 				t.Fatalf("applier %q at start-up, want %q", mode, tc.before)
 			}
 			hook.Reset()
@@ -271,7 +271,7 @@ func TestSeeDriver(t *testing.T) {
 				d.seeDriver(p)
 			}
 			d.led.Unlock()
-			if got, mode := d.Config().SharedPoolUpdates, d.applier().mode(); got != tc.want || mode != tc.want {
+			if got, mode := d.Config().SharedPoolUpdates, d.applier().Mode(); got != tc.want || mode != tc.want {
 				t.Errorf("shared_pool_updates %q, applier %q; want %q", got, mode, tc.want)
 			}
 			lines := append(entriesAt(hook, logrus.InfoLevel), entriesAt(hook, logrus.WarnLevel)...)
@@ -280,142 +280,6 @@ func TestSeeDriver(t *testing.T) {
 				t.Errorf("%d lines naming shared_pool_updates, want %v: %v", len(lines), changed, lines)
 			}
 		})
-	}
-}
-
-// scopeRoot is a cgroup v2 root holding a container scope (cpuset.cpus
-// 0-7) and its pod slice (cpu.max 400000: a 4-CPU quota).
-func scopeRoot(t *testing.T) (root, ctrPath, scopeDir, podDir string) {
-	t.Helper()
-	podDir = "kubepods.slice/kubepods-pod1.slice"
-	scopeDir = podDir + "/cri-containerd-abc.scope"
-	root = unifiedRoot(t, scopeDir)
-	for f, v := range map[string]string{scopeDir + "/cpuset.cpus": "0-7\n", scopeDir + "/cpuset.mems": "0\n", podDir + "/cpu.max": "400000 100000\n"} {
-		if err := os.WriteFile(filepath.Join(root, f), []byte(v), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root, "kubepods-pod1.slice:cri-containerd:abc", scopeDir, podDir
-}
-
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// TestWriteThroughSystemd: the applier's one write seam gives a systemd
-// scope its cpuset through systemd first (systemd is asked while the file
-// still holds the old value), then in the files; a scope systemd does not
-// know still gets its files; a failure of systemd is reported after the
-// files are written; cgroupfs paths and cgroup v1 never ask systemd.
-func TestWriteThroughSystemd(t *testing.T) {
-	root, path, scopeDir, _ := scopeRoot(t)
-	fake := &fakeSystemd{version: 252}
-	fake.file = func(unit string) string {
-		if unit != "cri-containerd-abc.scope" {
-			return "?"
-		}
-		return readFile(t, filepath.Join(root, scopeDir, "cpuset.cpus"))
-	}
-	u := newUpdater(nil, nil, nil, cgroups.New(root), logrus.New())
-	u.sd = newSysLink(func(context.Context) (systemd.Manager, error) { return fake, nil })
-
-	if err := u.writeCPUSet(path, "2-3", "0"); err != nil {
-		t.Fatal(err)
-	}
-	if got := readFile(t, filepath.Join(root, scopeDir, "cpuset.cpus")); got != "2-3" {
-		t.Errorf("cpuset.cpus %q, want 2-3", got)
-	}
-	want := []string{"SetCPUSet cri-containerd-abc.scope cpus=2-3 mems=0 file=0-7"}
-	if got := fake.got(); strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("systemd calls %q, want %q", got, want)
-	}
-
-	fake.setErr = fmt.Errorf("%w: Unit cri-containerd-abc.scope not found.", systemd.ErrNoUnit)
-	if err := u.writeCPUSet(path, "4", ""); err != nil {
-		t.Errorf("a unit systemd does not know: %v", err)
-	}
-	fake.setErr = errors.New("Access denied")
-	if err := u.writeCPUSet(path, "5", ""); err == nil || !strings.Contains(err.Error(), "cri-containerd-abc.scope") {
-		t.Errorf("systemd's failure not reported with the unit: %v", err)
-	}
-	if got := readFile(t, filepath.Join(root, scopeDir, "cpuset.cpus")); got != "5" {
-		t.Errorf("cpuset.cpus %q after systemd failed, want 5 (the file is written anyway)", got)
-	}
-	if err := u.writeCPUSet("kubepods-pod1.slice:cri-containerd:gone", "1", ""); !errors.Is(err, cgroups.ErrGone) {
-		t.Errorf("a scope without cgroup: %v, want ErrGone", err)
-	}
-
-	// cgroupfs path on v2, and a systemd path on v1: files only.
-	n := len(fake.got())
-	fsRoot := unifiedRoot(t, "kubepods/pod1/abc")
-	if err := os.WriteFile(filepath.Join(fsRoot, "kubepods/pod1/abc/cpuset.cpus"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	u.cg = cgroups.New(fsRoot)
-	if err := u.writeCPUSet("/kubepods/pod1/abc", "1", ""); err != nil {
-		t.Fatal(err)
-	}
-	v1 := t.TempDir()
-	v1Scope := filepath.Join(v1, "cpuset/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope")
-	if err := os.MkdirAll(v1Scope, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(v1Scope, "cpuset.cpus"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	u.cg = cgroups.New(v1)
-	if err := u.writeCPUSet(path, "1", ""); err != nil {
-		t.Fatal(err)
-	}
-	if got := fake.got(); len(got) != n {
-		t.Errorf("systemd asked for a cgroupfs path or under cgroup v1: %q", got[n:])
-	}
-
-	// No systemd at all: the files.
-	u.cg = cgroups.New(root)
-	u.sd = newSysLink(sdDial(nil, new(atomic.Int32)))
-	if err := u.writeCPUSet(path, "6", ""); err != nil {
-		t.Errorf("without systemd: %v", err)
-	}
-	if got := readFile(t, filepath.Join(root, scopeDir, "cpuset.cpus")); got != "6" {
-		t.Errorf("cpuset.cpus %q, want 6", got)
-	}
-}
-
-// TestLiftQuotaThroughSystemd: a pod slice's quota is lifted in systemd
-// (CPUQuota=infinity) and then in cpu.max; once systemd holds none,
-// nothing more is sent.
-func TestLiftQuotaThroughSystemd(t *testing.T) {
-	root, path, _, podDir := scopeRoot(t)
-	fake := &fakeSystemd{version: 252}
-	u := newUpdater(nil, nil, nil, cgroups.New(root), logrus.New())
-	u.sd = newSysLink(func(context.Context) (systemd.Manager, error) { return fake, nil })
-
-	res := u.liftPodQuota(path)
-	if res.err != nil || !res.lifted || res.pod != "/kubepods.slice/kubepods-pod1.slice" {
-		t.Fatalf("lift: %+v", res)
-	}
-	if got := readFile(t, filepath.Join(root, podDir, "cpu.max")); got != "max" {
-		t.Errorf("cpu.max %q, want max", got)
-	}
-	if got := fake.got(); len(got) != 1 || got[0] != "LiftQuota kubepods-pod1.slice" {
-		t.Errorf("systemd calls %q", got)
-	}
-	if res := u.liftPodQuota(path); res.err != nil || res.lifted {
-		t.Errorf("second lift: %+v, want nothing to do", res)
-	}
-	if got := fake.got(); len(got) != 1 {
-		t.Errorf("systemd asked again though it holds no quota: %q", got)
-	}
-	// systemd set the kubelet's quota again (a re-apply after a resize).
-	fake.lifted["kubepods-pod1.slice"] = false
-	if res := u.liftPodQuota(path); res.err != nil || !res.lifted {
-		t.Errorf("lift after systemd's quota came back: %+v", res)
 	}
 }
 
@@ -479,7 +343,7 @@ func TestDirectThroughSystemd(t *testing.T) {
 	var dials atomic.Int32
 	log, hook := hookedLogger(t)
 	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo, WithLogger(log), WithSystemd(sdDial(fake, &dials)))
-	if mode := r.d.applier().mode(); mode != config.SharedUpdatesDirect || dials.Load() != 0 {
+	if mode := r.d.applier().Mode(); mode != config.SharedUpdatesDirect || dials.Load() != 0 {
 		t.Fatalf("start-up: %s, %d dials; want direct and none (no systemd in sight)", mode, dials.Load())
 	}
 	slicePod := func(uid, qos string) *api.PodSandbox { return addSlicePod(rt, uid, qos) }
@@ -499,7 +363,7 @@ func TestDirectThroughSystemd(t *testing.T) {
 	if !strings.Contains(be1.Linux.CgroupsPath, ":cri-containerd:") {
 		t.Fatalf("cgroups path %q is not the systemd driver's", be1.Linux.CgroupsPath)
 	}
-	if mode := r.d.applier().mode(); mode != config.SharedUpdatesDirect || dials.Load() != 1 {
+	if mode := r.d.applier().Mode(); mode != config.SharedUpdatesDirect || dials.Load() != 1 {
 		t.Fatalf("after the first scope: %s, %d dials; want direct through systemd", mode, dials.Load())
 	}
 	if !logged(hook, logrus.InfoLevel, "through systemd's D-Bus API") {
@@ -621,15 +485,15 @@ func (r retryTimer) next() (scheduled, bool) {
 }
 
 // first is the first retry of a run, scheduled after what failed: it
-// must come, sdRetryFirst after the failure.
+// must come, applier.SystemdRetryFirst after the failure.
 func (r retryTimer) first(t *testing.T, after string) scheduled {
 	t.Helper()
 	s, ok := r.next()
 	if !ok {
 		t.Fatalf("no retry scheduled after %s (the reconcile loop is off: nothing else would redo it)", after)
 	}
-	if s.wait != sdRetryFirst {
-		t.Errorf("first retry after %v, want %v", s.wait, sdRetryFirst)
+	if s.wait != applier.SystemdRetryFirst {
+		t.Errorf("first retry after %v, want %v", s.wait, applier.SystemdRetryFirst)
 	}
 	return s
 }
@@ -649,7 +513,7 @@ func startRetrying(t *testing.T) (*fakeRuntime, *fakeSystemd, retryTimer, *runni
 	t.Helper()
 	rt := startSystemdRuntime(t)
 	fake := &fakeSystemd{version: 252}
-	timer := make(retryTimer, sdRetries+1)
+	timer := make(retryTimer, applier.SystemdRetries+1)
 	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), loadFixture(t, "ht-1s-4c"),
 		WithSystemd(sdDial(fake, new(atomic.Int32))), withRetryTimer(timer.after))
 	if p := r.d.Config().ReconcilePeriod; p != 0 {
@@ -711,7 +575,7 @@ func TestDirectRetriesTimedOutWrite(t *testing.T) {
 	}
 	timer.none(t, "for an error systemd answered")
 
-	// systemd keeps timing out: sdRetries retries, each wait double the
+	// systemd keeps timing out: applier.SystemdRetries retries, each wait double the
 	// last, then the worker stops asking.
 	fake.failSets(timedOut)
 	rt.removePod(g2)
@@ -722,15 +586,15 @@ func TestDirectRetriesTimedOutWrite(t *testing.T) {
 		if !ok {
 			break
 		}
-		if len(waits) > sdRetries {
-			t.Fatalf("more than %d retries: %v", sdRetries, waits)
+		if len(waits) > applier.SystemdRetries {
+			t.Fatalf("more than %d retries: %v", applier.SystemdRetries, waits)
 		}
 		waits = append(waits, s.wait)
 		s.run()
 		settle(t, r.d)
 	}
-	if len(waits) != sdRetries {
-		t.Errorf("%d retries %v, want %d", len(waits), waits, sdRetries)
+	if len(waits) != applier.SystemdRetries {
+		t.Errorf("%d retries %v, want %d", len(waits), waits, applier.SystemdRetries)
 	}
 	for i := 1; i < len(waits); i++ {
 		if waits[i] != 2*waits[i-1] {

@@ -158,7 +158,7 @@ type Change struct {
 	// Life are the lifecycle facts of a single event.
 	Life Life
 	// Mode, when not "", is the shared_pool_updates mode the first
-	// container's cgroups path settled (the daemon's chooseMode, through
+	// container's cgroups path settled (internal/applier's ChooseMode, through
 	// seeDriver): the configuration says the mode that runs. Not a state
 	// change.
 	Mode string

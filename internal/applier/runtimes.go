@@ -1,4 +1,4 @@
-package daemon
+package applier
 
 import (
 	"strconv"
@@ -7,12 +7,12 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// runtimeSupport is what the plugin may rely on from the runtime it is
+// RuntimeSupport is what the plugin may rely on from the runtime it is
 // connected to, decided at Configure from what the protocol tells: the
 // runtime's name and version, and the NRI version its adaptation was
 // built with (docs/runtimes.md has the table and where each fact comes
 // from).
-type runtimeSupport struct {
+type RuntimeSupport struct {
 	name, version string
 	// nri is the runtime's NRI version as the stub has it: sent in
 	// Configure by NRI v0.12.0 and later, else inferred by the stub from
@@ -81,7 +81,7 @@ func (v semver) atLeast(o [3]int) bool {
 // unknownNRI is what NRI's stub reports when it cannot tell.
 const unknownNRI = "0.0.0-unknown"
 
-// supportOf is what a runtime supports, from its name and version and the
+// SupportOf is what a runtime supports, from its name and version and the
 // NRI version the stub has for it. A runtime whose NRI is not known is
 // taken to have the deadlock: the plugin then sends no
 // unsolicited update, which costs latency, never correctness.
@@ -94,8 +94,8 @@ const unknownNRI = "0.0.0-unknown"
 // Configure; for v0.11.0 and older the stub infers it from the runtime's
 // version where its table knows it. The CRI-O 1.37 development build the
 // suites run vendors v0.12.0 and sends it.
-func supportOf(name, ver, nri string) runtimeSupport {
-	rs := runtimeSupport{name: name, version: ver, nri: nri}
+func SupportOf(name, ver, nri string) RuntimeSupport {
+	rs := RuntimeSupport{name: name, version: ver, nri: nri}
 	// containerd: its release says which NRI it vendors (each minor one
 	// NRI minor). Its release first, because the stub's inference for a
 	// runtime that does not send its NRI version stops at the newest
@@ -115,13 +115,13 @@ func supportOf(name, ver, nri string) runtimeSupport {
 }
 
 // fields are the log fields naming the runtime.
-func (rs runtimeSupport) fields() logrus.Fields {
+func (rs RuntimeSupport) fields() logrus.Fields {
 	return logrus.Fields{"runtime": rs.name, "runtime_version": rs.version, "runtime_nri": rs.nri}
 }
 
-// logSupport says at Configure what works differently on this runtime:
+// LogSupport says at Configure what works differently on this runtime:
 // one warning per feature that is off, one info line otherwise.
-func (rs runtimeSupport) logSupport(log *logrus.Logger, mode string) {
+func (rs RuntimeSupport) LogSupport(log *logrus.Logger, mode string) {
 	f := rs.fields()
 	f["shared_pool_updates"] = mode
 	if rs.unsolicited {

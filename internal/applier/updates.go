@@ -1,9 +1,9 @@
-package daemon
+package applier
 
 import "github.com/containerd/nri/pkg/api"
 
-// cpuUpdate moves a container to CPUs (and Mems, when not "").
-type cpuUpdate struct{ ID, CPUs, Mems string }
+// CPUUpdate moves a container to CPUs (and Mems, when not "").
+type CPUUpdate struct{ ID, CPUs, Mems string }
 
 // updateOpts says how cpusetUpdates builds its updates.
 type updateOpts uint8
@@ -25,7 +25,7 @@ const (
 // their cpuset: cpuset.cpus, and cpuset.mems when the target names them
 // (a shared-pool container's mems are never set by the plugin). One block
 // holds the updates. None for no targets.
-func cpusetUpdates(targets []cpuUpdate, opts updateOpts) []*api.ContainerUpdate {
+func cpusetUpdates(targets []CPUUpdate, opts updateOpts) []*api.ContainerUpdate {
 	if len(targets) == 0 {
 		return nil
 	}
@@ -48,8 +48,8 @@ func cpusetUpdates(targets []cpuUpdate, opts updateOpts) []*api.ContainerUpdate 
 	return out
 }
 
-// cpusetUpdate is the update giving container id cpus and, unless it is
+// CPUSetUpdate is the update giving container id cpus and, unless it is
 // empty, mems (cpusetUpdates of one).
-func cpusetUpdate(id, cpus, mems string) *api.ContainerUpdate {
-	return cpusetUpdates([]cpuUpdate{{ID: id, CPUs: cpus, Mems: mems}}, 0)[0]
+func CPUSetUpdate(id, cpus, mems string) *api.ContainerUpdate {
+	return cpusetUpdates([]CPUUpdate{{ID: id, CPUs: cpus, Mems: mems}}, 0)[0]
 }

@@ -1,4 +1,4 @@
-package daemon
+package applier
 
 import (
 	"context"
@@ -15,31 +15,31 @@ import (
 func TestKickLedger(t *testing.T) {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	var k kickCounter
-	if err := k.wait(done); err != nil {
+	var k KickCounter
+	if err := k.Wait(done); err != nil {
 		t.Fatalf("no kick asked: wait = %v, want nil", err)
 	}
 	k.ask()
-	first := k.upTo() // a push starts: it serves the first kick
-	k.ask()           // a kick during that push (a stale-push re-kick)
+	first := k.Asked() // a push starts: it serves the first kick
+	k.ask()            // a kick during that push (a stale-push re-kick)
 	k.serve(first)
-	if err := k.wait(done); err == nil {
+	if err := k.Wait(done); err == nil {
 		t.Fatal("one of two kicks served: wait returned nil")
 	}
-	k.serve(k.upTo())
-	if err := k.wait(done); err != nil {
+	k.serve(k.Asked())
+	if err := k.Wait(done); err != nil {
 		t.Fatalf("both kicks served: wait = %v", err)
 	}
 	k.serve(1) // an older push finishing late does not undo the count
-	if err := k.wait(done); err != nil {
+	if err := k.Wait(done); err != nil {
 		t.Fatalf("after a late serve of an older push: wait = %v", err)
 	}
 
 	// A waiter blocked in wait returns when the last kick is served.
 	k.ask()
 	returned := make(chan error, 1)
-	go func() { returned <- k.wait(context.Background()) }()
-	k.serve(k.upTo())
+	go func() { returned <- k.Wait(context.Background()) }()
+	k.serve(k.Asked())
 	if err := <-returned; err != nil {
 		t.Fatalf("blocked waiter: %v", err)
 	}
@@ -58,7 +58,7 @@ func TestLeftoverWakeUpPassesNothing(t *testing.T) {
 	pass := func() {
 		n++
 		if n == 1 {
-			u.kick() // lands during the first pass, after its upTo: a real kick
+			u.Kick() // lands during the first pass, after its upTo: a real kick
 		}
 		passes <- n
 	}
@@ -81,7 +81,7 @@ func TestLeftoverWakeUpPassesNothing(t *testing.T) {
 	if got := <-passes; got != 2 {
 		t.Fatalf("pass %d, want 2", got)
 	}
-	if err := u.kicks.wait(ctx); err != nil {
+	if err := u.kicks.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A leftover token with every kick served: no pass.
@@ -89,11 +89,11 @@ func TestLeftoverWakeUpPassesNothing(t *testing.T) {
 	for len(u.kickC) > 0 { // the worker took it
 		runtime.Gosched()
 	}
-	u.kick() // a fresh kick behind it must still be passed exactly once
+	u.Kick() // a fresh kick behind it must still be passed exactly once
 	if got := <-passes; got != 3 {
 		t.Fatalf("pass %d, want 3", got)
 	}
-	if err := u.kicks.wait(ctx); err != nil {
+	if err := u.kicks.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	cancel()

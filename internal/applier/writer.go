@@ -1,4 +1,4 @@
-package daemon
+package applier
 
 import (
 	"context"
@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
-	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
-	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
 // On a node whose container cgroups systemd manages (cgroup v2, the
@@ -29,26 +27,11 @@ import (
 // runtime's request timeout even when systemd is busy reloading.
 const sdTimeout = time.Second
 
-// WithSystemd replaces how the daemon reaches systemd (default: the
-// system bus, systemd.Dial). Tests pass a recording fake, or a dial that
-// fails as a node without the bus socket does.
-func WithSystemd(dial func(ctx context.Context) (systemd.Manager, error)) Option {
-	return func(o *options) { o.sdDial = dial }
-}
-
-func dialSystemd(ctx context.Context) (systemd.Manager, error) {
-	c, err := systemd.Dial(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
 // A write of the shared pool that failed in systemd for a transient
 // reason (systemd.Transient: the call ran out of sdTimeout while systemd
 // was busy, as during a daemon-reload on a loaded node, or found the bus
-// closed) is tried again by the worker sdRetryFirst later, doubling up to
-// sdRetries times in a row (0.25 s to 8 s, 16 s in all: longer than a
+// closed) is tried again by the worker SystemdRetryFirst later, doubling up to
+// SystemdRetries times in a row (0.25 s to 8 s, 16 s in all: longer than a
 // reload takes on the emulated test node). It does not wait for the
 // reconcile loop, which may be off, nor for the next pool change, which
 // may never come: until systemd holds the pool, its next re-apply puts
@@ -56,22 +39,15 @@ func dialSystemd(ctx context.Context) (systemd.Manager, error) {
 // passes rather than a busy loop; the reconcile round and the next pass
 // still try after that.
 const (
-	sdRetryFirst = 250 * time.Millisecond
-	sdRetries    = 6
+	SystemdRetryFirst = 250 * time.Millisecond
+	SystemdRetries    = 6
 )
 
-// withRetryTimer replaces how the daemon waits before a retry of a
-// failed systemd write (default time.AfterFunc): tests run the retry
-// when they choose, with no wall-clock wait.
-func withRetryTimer(after func(d time.Duration, f func())) Option {
-	return func(o *options) { o.sdAfter = after }
-}
-
-// sysLink is the daemon's way to systemd, dialed when first needed: a
+// SysLink is the way to systemd, dialed when first needed: a
 // node without systemd never dials. A failed dial is tried again at a
 // need sdRedial later (the bus may come up), not at every write of a
 // pass. Its mutex is a leaf.
-type sysLink struct {
+type SysLink struct {
 	dial     func(ctx context.Context) (systemd.Manager, error)
 	after    func(d time.Duration, f func()) // runs f after d (retries)
 	mu       sync.Mutex
@@ -83,13 +59,16 @@ type sysLink struct {
 // sdRedial is how long a failed dial stands for the next ones.
 const sdRedial = 10 * time.Second
 
-func newSysLink(dial func(ctx context.Context) (systemd.Manager, error)) *sysLink {
-	return &sysLink{dial: dial}
+// NewSysLink is a SysLink that dials with dial when first needed, and
+// runs a retry after its wait with after (nil: time.AfterFunc; tests run
+// it when they choose, with no wall-clock wait).
+func NewSysLink(dial func(ctx context.Context) (systemd.Manager, error), after func(d time.Duration, f func())) *SysLink {
+	return &SysLink{dial: dial, after: after}
 }
 
 // later runs f after d, off the caller's path (time.AfterFunc unless a
 // test replaced it).
-func (s *sysLink) later(d time.Duration, f func()) {
+func (s *SysLink) later(d time.Duration, f func()) {
 	if s != nil && s.after != nil {
 		s.after(d, f)
 		return
@@ -97,7 +76,7 @@ func (s *sysLink) later(d time.Duration, f func()) {
 	time.AfterFunc(d, f)
 }
 
-func (s *sysLink) get() (systemd.Manager, error) {
+func (s *SysLink) get() (systemd.Manager, error) {
 	if s == nil || s.dial == nil {
 		return nil, errors.New("no systemd client")
 	}
@@ -128,7 +107,7 @@ func (s *sysLink) get() (systemd.Manager, error) {
 // embeds it: cg is also the root the appliers read.
 type cpusetWriter struct {
 	cg cgroups.Root
-	sd *sysLink // nil: systemd is never asked (tests)
+	sd *SysLink // nil: systemd is never asked (tests)
 }
 
 // writeCPUSet gives the container at cgroupsPath cpus and, when not "",
@@ -136,7 +115,7 @@ type cpusetWriter struct {
 // that systemd's record agrees and a re-apply keeps them; the files
 // follow in every case (ErrGone when the cgroup is not there). A scope
 // systemd does not know holds nothing it could bring back; when systemd
-// cannot be reached at all the mode decision said so (chooseMode), and
+// cannot be reached at all the mode decision said so (ChooseMode), and
 // the files are all there is.
 func (w cpusetWriter) writeCPUSet(cgroupsPath, cpus, mems string) error {
 	var sdErr error
@@ -206,71 +185,4 @@ func liftSliceQuota(m systemd.Manager, slice string) (bool, error) {
 		return false, fmt.Errorf("systemd unit %s: %w", slice, err)
 	}
 	return true, nil
-}
-
-// seeDriver has the mode decided again (chooseMode) from a container's
-// cgroups path, the sure sign of its runtime's cgroup driver, where the
-// start-up decision from the cgroup root may have been wrong: systemd
-// scopes where the root showed no systemd (the plugin started before
-// the kubelet, in a root without systemd's init.scope), or cgroupfs paths
-// where it showed systemd. The first path decides, once: a node has one
-// driver. A mode written in the configuration, and cgroup v1 (systemd
-// holds no cpuset there), stay. When the mode changes, the ledger's
-// configuration says so (ledger.Change.Mode) and the applier is swapped.
-// The ledger is locked.
-func (d *Daemon) seeDriver(paths ...string) {
-	l := d.led
-	cfg := l.Settings()
-	if d.app.driverSeen || cfg.Line(config.KeySharedPoolUpdates) > 0 || l.Engine() == nil {
-		return
-	}
-	path := ""
-	for _, p := range paths {
-		if p != "" {
-			path = p
-			break
-		}
-	}
-	if path == "" {
-		return
-	}
-	d.app.driverSeen = true
-	a := d.applier()
-	root := a.cgroupRoot()
-	if !root.Unified() || systemd.IsSystemdPath(path) == root.SystemdManaged() {
-		return // the start-up decision went by the same sign
-	}
-	// Not in the configuration: the default, decided again.
-	cfg.SharedPoolUpdates = config.SharedUpdatesDirect
-	if err := chooseMode(&cfg, root, d.app.sd, path, d.log); err != nil || cfg.SharedPoolUpdates == a.mode() {
-		return // an error only for a mode asked for, which stays
-	}
-	_, _ = l.Commit(ledger.Change{Mode: cfg.SharedPoolUpdates}) // nothing durable: cannot fail
-	d.swapApplier(applierFor(cfg.SharedPoolUpdates, a.base()))
-}
-
-// swapApplier replaces the applier and moves the worker to the new one,
-// which then brings every shared-pool container to the current pool
-// (under in-answer the runtime's record of them is stale). The ledger is
-// locked.
-func (d *Daemon) swapApplier(next applier) {
-	d.app.ref.Store(&applierRef{next})
-	if !d.run.workerOn {
-		return
-	}
-	d.run.cancel()
-	d.startWorker(next)
-	next.kick()
-}
-
-// startWorker runs app's worker until Run ends or the applier is
-// replaced. The ledger is locked.
-func (d *Daemon) startWorker(app applier) {
-	ctx, cancel := context.WithCancel(d.run.ctx)
-	d.run.cancel = cancel
-	d.run.wg.Add(1)
-	go func() {
-		defer d.run.wg.Done()
-		app.run(ctx)
-	}()
 }

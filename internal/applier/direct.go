@@ -1,4 +1,4 @@
-package daemon
+package applier
 
 import (
 	"context"
@@ -72,16 +72,16 @@ type direct struct {
 // scope, then the file).
 func newDirect(u *updater) *direct { return &direct{updater: u, written: map[string]string{}} }
 
-func (a *direct) mode() string { return config.SharedUpdatesDirect }
+func (a *direct) Mode() string { return config.SharedUpdatesDirect }
 
-// poolChanged answers nothing: the worker writes the cgroups while the OCI
+// PoolChanged answers nothing: the worker writes the cgroups while the OCI
 // runtime creates the container, and its StartContainer waits for that.
-func (a *direct) poolChanged(skip string) []*api.ContainerUpdate {
+func (a *direct) PoolChanged(skip string) []*api.ContainerUpdate {
 	a.kickIfShared(skip)
 	return nil
 }
 
-func (a *direct) created(id, cpus string) { a.note(id, cpus) }
+func (a *direct) Created(id, cpus string) { a.note(id, cpus) }
 
 // note records the cpuset a shared-pool container's cgroup holds.
 func (a *direct) note(id, cpus string) {
@@ -122,7 +122,7 @@ func (a *direct) settleRetries(ok, transient bool) time.Duration {
 	if wait > 0 {
 		a.sd.later(wait, func() {
 			a.retry.ran()
-			a.kick()
+			a.Kick()
 		})
 	}
 	return wait
@@ -145,14 +145,14 @@ func retryFields(retry time.Duration) logrus.Fields {
 	return nil
 }
 
-// synchronized answers the updates of exclusive containers, and of
+// Synchronized answers the updates of exclusive containers, and of
 // shared-pool ones whose memory the memory manager pinned (a pass writes
 // cpuset.cpus only; their update carries the pool of now with their
 // mems): other shared-pool containers are written by a pass, and not
 // sent to the runtime, whose record of them is stale by design.
 // the ledger is locked.
-func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
-	var exclusive []cpuUpdate
+func (a *direct) Synchronized(planned []CPUUpdate) []*api.ContainerUpdate {
+	var exclusive []CPUUpdate
 	for _, u := range planned {
 		if r, _ := a.l.Record(u.ID); r.Exclusive || u.Mems != "" {
 			exclusive = append(exclusive, u)
@@ -161,21 +161,21 @@ func (a *direct) synchronized(planned []cpuUpdate) []*api.ContainerUpdate {
 	a.mu.Lock()
 	clear(a.written)
 	a.mu.Unlock()
-	a.kick()
+	a.Kick()
 	return cpusetUpdates(exclusive, ignoreFailure)
 }
 
-// syncReadsCgroups: the runtime's record of a shared-pool container is
+// SyncReadsCgroups: the runtime's record of a shared-pool container is
 // the cpuset it was created with; what it runs on is in its cgroup.
-func (a *direct) syncReadsCgroups() bool { return true }
+func (a *direct) SyncReadsCgroups() bool { return true }
 
-func (a *direct) run(ctx context.Context) { a.loop(ctx, a.pass, a.reconcile) }
+func (a *direct) Run(ctx context.Context) { a.loop(ctx, a.pass, a.Reconcile) }
 
-// startBarrier is the start barrier: every state committed so far is written
+// StartBarrier is the start barrier: every state committed so far is written
 // before the container starts (a pass runs here if the worker's has not
 // yet), and a shared-pool container's own cgroup is checked, since the OCI
 // runtime wrote it with the pool of its answer.
-func (a *direct) startBarrier(id string) {
+func (a *direct) StartBarrier(id string) {
 	l := a.l
 	l.Lock()
 	if l.Engine() == nil {
@@ -230,7 +230,7 @@ func (a *direct) pass() {
 			if r.Exclusive || r.CgroupsPath == "" {
 				continue
 			}
-			// never an empty cpuset (see emptypool.go)
+			// never an empty cpuset (the daemon's emptypool.go)
 			if cpus := pools.Of(r); cpus != "" && a.written[id] != cpus {
 				todo = append(todo, target{id: id, name: r.Name, pod: r.PodName, path: r.CgroupsPath, cpus: cpus})
 			}
@@ -323,11 +323,11 @@ func (a *direct) check(id string) {
 	a.noteIfKnown(id, shared)
 }
 
-// updated is PostUpdateContainer's check: the runtime wrote the cpuset of
+// Updated is PostUpdateContainer's check: the runtime wrote the cpuset of
 // the update's answer, and a pass may have written a newer pool into the
 // cgroup before that write landed; the container's cgroup is read and
 // written back if it differs from the current state.
-func (a *direct) updated(id string) {
+func (a *direct) Updated(id string) {
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
 	found, _ := a.checkUpdated(id)
@@ -344,12 +344,12 @@ func (a *direct) noteIfKnown(id, cpus string) {
 	a.l.Unlock()
 }
 
-// reconcile first redoes the writes a pass could not finish (their
+// Reconcile first redoes the writes a pass could not finish (their
 // record forgotten): a write that reached the file but not systemd shows
 // no drift in the files, and would wait for the next pool change while a
 // daemon-reload could put systemd's stale cpuset back. Then it reads and
 // restores with no pass in between.
-func (a *direct) reconcile() int {
+func (a *direct) Reconcile() int {
 	a.pass()
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()

@@ -1,0 +1,255 @@
+package applier
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
+)
+
+// inAnswer is shared_pool_updates = "in-answer": the runtime applies the
+// shared pool. The answers of CreateContainer and StopContainer carry an
+// update for every other shared-pool container; the worker pushes them
+// with stub.UpdateContainers after events that cannot answer with
+// updates, from outside any handler (inside one it deadlocks the
+// runtime).
+//
+// On a runtime that can deadlock on an unsolicited update
+// (RuntimeSupport.unsolicited false: containerd before 2.4, CRI-O) there
+// is no safe moment for such a push: the deadlock needs only a CRI call
+// arriving while the update is under way, which the plugin cannot see.
+// The worker and the reconcile loop then send nothing: they note what
+// they would have sent (owedPool, repairs) and the next answer that can
+// carry updates (CreateContainer, StopContainer, UpdateContainer)
+// carries it, so every update the plugin makes is solicited. What is held
+// back only ever widens a shared container's cpuset or restores a drifted
+// one: a pool that shrinks (an exclusive admission or upsize) always
+// rides in that event's own answer, so no exclusive CPU is ever shared
+// because of the wait.
+type inAnswer struct {
+	*updater
+	// repairMu guards repairs, the exclusive containers found wrong after
+	// an update that the next push (or answer) restores, and owedPool, a
+	// push of the shared pool held back for the next answer; a leaf.
+	repairMu sync.Mutex
+	repairs  map[string]struct{}
+	owedPool bool
+}
+
+func newInAnswer(u *updater) *inAnswer { return &inAnswer{updater: u, repairs: map[string]struct{}{}} }
+
+func (a *inAnswer) Mode() string { return config.SharedUpdatesInAnswer }
+
+func (a *inAnswer) PoolChanged(skip string) []*api.ContainerUpdate { return a.sharedUpdates(skip) }
+
+func (a *inAnswer) Created(string, string) {}
+
+// Synchronized answers every container's cpuset, which settles whatever
+// was held back.
+func (a *inAnswer) Synchronized(planned []CPUUpdate) []*api.ContainerUpdate {
+	a.repairMu.Lock()
+	a.owedPool = false
+	clear(a.repairs)
+	a.repairMu.Unlock()
+	return cpusetUpdates(planned, ignoreFailure)
+}
+
+func (a *inAnswer) SyncReadsCgroups() bool { return false }
+
+func (a *inAnswer) StartBarrier(string) {}
+
+func (a *inAnswer) Run(ctx context.Context) { a.loop(ctx, a.push, a.Reconcile) }
+
+// Updated cannot push from PostUpdateContainer (containerd holds its NRI
+// lock across it): a shared-pool container found wrong goes with the
+// worker's next push of the pool, an exclusive one is queued for it.
+func (a *inAnswer) Updated(id string) {
+	found, _ := a.checkUpdated(id)
+	if len(found) == 0 {
+		return
+	}
+	if found[0].rec.Exclusive {
+		a.repairMu.Lock()
+		a.repairs[id] = struct{}{}
+		a.repairMu.Unlock()
+	}
+	a.Kick()
+}
+
+// push sends the shared pool to every shared-pool container, and their
+// assignment to the exclusive containers queued by updated; on a runtime
+// that takes no unsolicited update it holds them for the next answer.
+func (a *inAnswer) push() {
+	s := a.conn.Get()
+	l := a.l
+	l.Lock()
+	if s == nil || l.Syncs() == 0 {
+		l.Unlock()
+		return
+	}
+	if !a.conn.unsolicited() {
+		a.postpone(a.anyShared(), nil)
+		l.Unlock()
+		return
+	}
+	gen := l.Gen()
+	updates := append(a.sharedUpdates(""), a.takeRepairs("")...)
+	l.Unlock()
+	if len(updates) == 0 {
+		return
+	}
+	a.send(s, updates, gen, "pushing the shared pool to containers failed; the reconcile loop will retry")
+}
+
+// takeRepairs are the updates restoring the exclusive containers queued
+// for repair, but skip (its own answer sets it); the queue is emptied.
+// the ledger is locked.
+func (a *inAnswer) takeRepairs(skip string) []*api.ContainerUpdate {
+	l := a.l
+	a.repairMu.Lock()
+	defer a.repairMu.Unlock()
+	ids := make([]string, 0, len(a.repairs))
+	for id := range a.repairs {
+		ids = append(ids, id)
+	}
+	clear(a.repairs)
+	sort.Strings(ids)
+	var updates []*api.ContainerUpdate
+	for _, id := range ids {
+		if r, ok := l.Record(id); ok && r.Exclusive && id != skip {
+			updates = append(updates, cpusetUpdates([]CPUUpdate{{ID: id, CPUs: l.RightCPUs(r).String(), Mems: r.Mems}}, ignoreFailure)...)
+		}
+	}
+	return updates
+}
+
+// postpone notes a push of the shared pool (pool) and repairs of exclusive
+// containers that the next answer carries instead, and counts them once
+// each: a held push already owed is not counted again.
+func (a *inAnswer) postpone(pool bool, exclusive []string) {
+	fields := a.conn.runtimeFields() // before repairMu: leaves are never nested
+	a.repairMu.Lock()
+	defer a.repairMu.Unlock()
+	n := 0
+	if pool && !a.owedPool {
+		a.owedPool = true
+		n++
+	}
+	for _, id := range exclusive {
+		if _, ok := a.repairs[id]; !ok {
+			a.repairs[id] = struct{}{}
+			n++
+		}
+	}
+	if n > 0 {
+		a.obs.Deferred(n)
+		a.log.WithFields(fields).WithFields(logrus.Fields{"pool": a.owedPool, "exclusive": len(a.repairs)}).
+			Debug("updates deferred to the next answer: this runtime takes no unsolicited update")
+	}
+}
+
+// Owed is what the answer to skip's event carries besides answer, its
+// own updates: the push and the repairs held back, for the containers
+// answer does not already update. the ledger is locked.
+func (a *inAnswer) Owed(skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate {
+	a.repairMu.Lock()
+	pool := a.owedPool
+	a.owedPool = false
+	a.repairMu.Unlock()
+	var more []*api.ContainerUpdate
+	if pool {
+		more = a.sharedUpdates(skip)
+	}
+	more = append(more, a.takeRepairs(skip)...)
+	if len(more) == 0 {
+		return nil
+	}
+	in := make(map[string]bool, len(answer))
+	for _, u := range answer {
+		in[u.GetContainerId()] = true
+	}
+	out := more[:0]
+	for _, u := range more {
+		if !in[u.GetContainerId()] {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// Reconcile restores drifted cpusets through the runtime, or, where the
+// runtime takes no unsolicited update, holds them for the next answer.
+func (a *inAnswer) Reconcile() int {
+	return a.findDrift(func(found []drifted, s stub.Stub, gen uint64) {
+		if a.conn.unsolicited() {
+			a.send(s, driftUpdates(found), gen, "reconcile: restoring cpusets failed; retrying next period")
+			return
+		}
+		pool := false
+		var excl []string
+		for _, dr := range found {
+			if dr.rec.Exclusive {
+				excl = append(excl, dr.rec.ID)
+			} else {
+				pool = true
+			}
+		}
+		a.postpone(pool, excl)
+	})
+}
+
+// sharedUpdates are the updates moving every shared-pool container except
+// skip to its current pool: the node's shared pool, or its pod's private
+// pool (ledger.Pools). Failures are ignored by the runtime (a container
+// may be stopping); the reconcile loop repairs what is left. the ledger
+// is locked.
+func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
+	l := a.l
+	pools := l.Pools()
+	targets := make([]CPUUpdate, 0, l.Len())
+	for id, r := range l.Records() {
+		if id == skip || r.Exclusive {
+			continue
+		}
+		// No CPU for it (nothing reserved): never an empty cpuset.
+		if cpus := pools.Of(r); cpus != "" {
+			targets = append(targets, CPUUpdate{ID: id, CPUs: cpus})
+		}
+	}
+	slices.SortFunc(targets, func(a, b CPUUpdate) int { return strings.Compare(a.ID, b.ID) })
+	return cpusetUpdates(targets, ignoreFailure|oneCPUSet)
+}
+
+// anyShared says whether sharedUpdates("") would send anything, without
+// building the updates. The ledger is locked.
+func (a *inAnswer) anyShared() bool {
+	l := a.l
+	pools := l.Pools()
+	for _, r := range l.Records() {
+		if !r.Exclusive && pools.Of(r) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// driftUpdates are the updates that restore the drifted containers
+// through the runtime.
+func driftUpdates(found []drifted) []*api.ContainerUpdate {
+	targets := make([]CPUUpdate, 0, len(found))
+	for _, dr := range found {
+		t := CPUUpdate{ID: dr.rec.ID, CPUs: dr.wantCPUs.String()}
+		if dr.updateMems {
+			t.Mems = dr.wantMems
+		}
+		targets = append(targets, t)
+	}
+	return cpusetUpdates(targets, ignoreFailure)
+}
