@@ -51,8 +51,8 @@ type Applier interface {
 	Updated(id string)
 	// Owed is what the answer to skip's event (CreateContainer,
 	// StopContainer, UpdateContainer) must carry besides answer, its own
-	// updates: what the worker and the reconcile loop held back because
-	// the runtime takes no unsolicited update (inAnswer). the ledger is
+	// updates: what the worker and the reconcile loop deferred because
+	// the runtime takes no unsolicited update (inAnswer). The ledger is
 	// locked.
 	Owed(skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate
 	// Kick wakes the worker after a change no answer carries.
@@ -83,7 +83,7 @@ type Counts interface {
 	Drifted(n int)
 	// RepairedAfterUpdate counts cgroups found wrong after a runtime update.
 	RepairedAfterUpdate(n int)
-	// Deferred counts pushes and repairs held for the next answer.
+	// Deferred counts pushes and repairs deferred to the next answer.
 	Deferred(n int)
 }
 

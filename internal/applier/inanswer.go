@@ -28,8 +28,8 @@ import (
 // The worker and the reconcile loop then send nothing: they note what
 // they would have sent (owedPool, repairs) and the next answer that can
 // carry updates (CreateContainer, StopContainer, UpdateContainer)
-// carries it, so every update the plugin makes is solicited. What is held
-// back only ever widens a shared container's cpuset or restores a drifted
+// carries it, so every update the plugin makes is solicited. What is
+// deferred only ever widens a shared container's cpuset or restores a drifted
 // one: a pool that shrinks (an exclusive admission or upsize) always
 // rides in that event's own answer, so no exclusive CPU is ever shared
 // because of the wait.
@@ -37,7 +37,7 @@ type inAnswer struct {
 	*updater
 	// repairMu guards repairs, the exclusive containers found wrong after
 	// an update that the next push (or answer) restores, and owedPool, a
-	// push of the shared pool held back for the next answer; a leaf.
+	// push of the shared pool deferred to the next answer; a leaf.
 	repairMu sync.Mutex
 	repairs  map[string]struct{}
 	owedPool bool
@@ -52,7 +52,7 @@ func (a *inAnswer) PoolChanged(skip string) []*api.ContainerUpdate { return a.sh
 func (a *inAnswer) Created(string, string) {}
 
 // Synchronized answers every container's cpuset, which settles whatever
-// was held back.
+// was deferred.
 func (a *inAnswer) Synchronized(planned []CPUUpdate) []*api.ContainerUpdate {
 	a.repairMu.Lock()
 	a.owedPool = false
@@ -85,7 +85,7 @@ func (a *inAnswer) Updated(id string) {
 
 // push sends the shared pool to every shared-pool container, and their
 // assignment to the exclusive containers queued by updated; on a runtime
-// that takes no unsolicited update it holds them for the next answer.
+// that takes no unsolicited update it defers them to the next answer.
 func (a *inAnswer) push() {
 	s := a.conn.Get()
 	l := a.l
@@ -132,7 +132,7 @@ func (a *inAnswer) takeRepairs(skip string) []*api.ContainerUpdate {
 
 // postpone notes a push of the shared pool (pool) and repairs of exclusive
 // containers that the next answer carries instead, and counts them once
-// each: a held push already owed is not counted again.
+// each: a push already owed is not counted again.
 func (a *inAnswer) postpone(pool bool, exclusive []string) {
 	fields := a.conn.runtimeFields() // before repairMu: leaves are never nested
 	a.repairMu.Lock()
@@ -156,8 +156,8 @@ func (a *inAnswer) postpone(pool bool, exclusive []string) {
 }
 
 // Owed is what the answer to skip's event carries besides answer, its
-// own updates: the push and the repairs held back, for the containers
-// answer does not already update. the ledger is locked.
+// own updates: the push and the repairs deferred, for the containers
+// answer does not already update. The ledger is locked.
 func (a *inAnswer) Owed(skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate {
 	a.repairMu.Lock()
 	pool := a.owedPool
@@ -185,7 +185,7 @@ func (a *inAnswer) Owed(skip string, answer []*api.ContainerUpdate) []*api.Conta
 }
 
 // Reconcile restores drifted cpusets through the runtime, or, where the
-// runtime takes no unsolicited update, holds them for the next answer.
+// runtime takes no unsolicited update, defers them to the next answer.
 func (a *inAnswer) Reconcile() int {
 	return a.findDrift(func(found []drifted, s stub.Stub, gen uint64) {
 		if a.conn.unsolicited() {

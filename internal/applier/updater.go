@@ -235,7 +235,7 @@ func (u *updater) logDrift(found []drifted) {
 	}
 }
 
-// Owed is nothing for an applier that never holds updates back (direct
+// Owed is nothing for an applier that never defers updates (direct
 // writes the cgroups itself); inAnswer's is below.
 func (u *updater) Owed(string, []*api.ContainerUpdate) []*api.ContainerUpdate { return nil }
 
