@@ -53,7 +53,7 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func admit(t *testing.T, l *Ledger, pod, name string, cpus int) (policy.State, Record) {
+func admit(t *testing.T, l *Tx, pod, name string, cpus int) (policy.State, Record) {
 	t.Helper()
 	milli := int64(cpus) * 1000
 	next, dec, err := l.Engine().Add(l.State(), policy.Request{Pod: pod, Container: name, QoS: policy.Guaranteed,
@@ -67,9 +67,9 @@ func admit(t *testing.T, l *Ledger, pod, name string, cpus int) (policy.State, R
 // A commit is saved first; a failed save changes nothing and is counted.
 func TestCommitFailedSaveChangesNothing(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
 	next, rec := admit(t, l, "p", "c", 2)
 	f.store.err = errors.New("disk full")
 	_, err := l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}}, Life: Life{AwaitStart: rec.ID}})
@@ -94,9 +94,9 @@ func TestCommitFailedSaveChangesNothing(t *testing.T) {
 // new state).
 func TestCommitLifeOnly(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
 	if _, err := l.Commit(Change{Life: Life{AwaitStart: "a", Stopped: map[string]PodContainer{"b": {Pod: "p", Name: "c"}},
 		Sandbox: &PodSandbox{Pod: "p", ID: "s1"}}}); err != nil {
 		t.Fatal(err)
@@ -121,9 +121,9 @@ func TestCommitLifeOnly(t *testing.T) {
 // and the generation stays (no state changed).
 func TestCommitMode(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
 	if _, err := l.Commit(Change{Mode: config.SharedUpdatesInAnswer}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +142,9 @@ func TestCommitMode(t *testing.T) {
 // the gauges, the pool check and Deps.Changed follow them at once.
 func TestReconfigureAndRestoreNotify(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
 	if _, err := l.Commit(Change{Restore: &Restore{State: l.Engine().NewState()}}); err != nil {
 		t.Fatal(err)
 	}
@@ -172,9 +172,9 @@ func TestReconfigureAndRestoreNotify(t *testing.T) {
 // its stop.
 func TestIndexRemovalForgetsLifecycle(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
 	next, rec := admit(t, l, "p", "c", 2)
 	_, _ = l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}},
 		Life: Life{AwaitStart: rec.ID, Devices: map[string][]DeviceView{rec.ID: {{Device: "d", NUMA: []int{0}}}},
@@ -199,9 +199,10 @@ func TestPodPools(t *testing.T) {
 		"topology_manager_policy = \"single-numa-node\"\ntopology_manager_scope = \"pod\"\npod_level_resource_managers = true\n")
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	l := New(cfg, e.Topology(), e, nil, Deps{Store: &fakeStore{}, Obs: &fakeObs{}, Log: log})
-	l.Lock()
-	defer l.Unlock()
+	led := New(cfg, e.Topology(), e, nil, Deps{Store: &fakeStore{}, Obs: &fakeObs{}, Log: log})
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	l := &led.tx
 	add := func(name string, req, lim int64) (bool, Record) {
 		t.Helper()
 		next, dec, err := e.Add(l.State(), policy.Request{Pod: "p", Container: name, QoS: policy.Guaranteed,
