@@ -84,6 +84,9 @@ type options struct {
 	store       persist.Mode
 	sdDial      func(ctx context.Context) (systemd.Manager, error)
 	sdAfter     func(d time.Duration, f func())
+	// wrapStore, when set, stands between the ledger and the store
+	// (tests count and fail saves).
+	wrapStore func(ledger.Store) ledger.Store
 }
 
 // WithTopology uses topo instead of reading sysfs_root.
@@ -229,7 +232,11 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if err := chooseMode(&cfg, root, d.app.sd, "", o.log); err != nil {
 		return nil, err
 	}
-	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: d.store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
+	var store ledger.Store = d.store
+	if o.wrapStore != nil {
+		store = o.wrapStore(store)
+	}
+	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
 	d.led = l
 	d.obs.reg.MustRegister(observe.NewHeldGauge(l.View), observe.NewMemoryCollector(l.View))
 	d.app.ref.Store(&applierRef{newApplier(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})

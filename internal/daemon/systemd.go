@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
-	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
@@ -245,7 +244,7 @@ func (d *Daemon) seeDriver(paths ...string) {
 	if err := chooseMode(&cfg, root, d.app.sd, path, d.log); err != nil || cfg.SharedPoolUpdates == a.mode() {
 		return // an error only for a mode asked for, which stays
 	}
-	_, _ = l.Commit(ledger.Change{Mode: cfg.SharedPoolUpdates}) // nothing durable: cannot fail
+	l.SetMode(cfg.SharedPoolUpdates)
 	d.swapApplier(applierFor(cfg.SharedPoolUpdates, a.base()))
 }
 
