@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -374,5 +375,31 @@ func TestOneSavePerEvent(t *testing.T) {
 	defer h.d.led.Unlock()
 	if h.d.led.Len() != 1 {
 		t.Errorf("%d containers in the index at the end; want the unplaced one", h.d.led.Len())
+	}
+}
+
+// A pre-registered plugin's first Configure is one change: the engine it
+// builds and the state read from disk for it are one commit (one
+// generation), and nothing is saved.
+func TestFirstConfigureOneCommit(t *testing.T) {
+	cfg := config.Default()
+	cfg.StateDir = t.TempDir()
+	cfg.CgroupRoot = offHostRoot(t)
+	cs := &countingStore{fail: true}
+	d, err := New(cfg, WithTopology(loadFixture(t, "ht-1s-4c")), WithLogger(testLogger(t)), WithConfigFromRuntime(),
+		withStoreWrap(func(next ledger.Store) ledger.Store {
+			cs.next = next
+			return cs
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.configure("reserved_cpu_count = 2\n"); err != nil {
+		t.Fatal(err)
+	}
+	d.led.Lock()
+	defer d.led.Unlock()
+	if gen, restored := d.led.Gen(), d.led.Restored(); gen != 1 || !restored || cs.count() != 0 {
+		t.Errorf("first Configure: generation %d, restored %v, %d saves; want 1, true, 0", gen, restored, cs.count())
 	}
 }

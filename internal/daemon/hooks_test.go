@@ -5,7 +5,7 @@ package daemon
 func (d *Daemon) restore() error {
 	d.led.Lock()
 	defer d.led.Unlock()
-	return d.restoreLocked()
+	return d.restoreLocked(nil)
 }
 
 // kickC is the worker's wake-up channel.

@@ -215,7 +215,7 @@ func liftSliceQuota(m systemd.Manager, slice string) (bool, error) {
 // where it showed systemd. The first path decides, once: a node has one
 // driver. A mode written in the configuration, and cgroup v1 (systemd
 // holds no cpuset there), stay. When the mode changes, the ledger's
-// configuration says so (ledger.Change.Mode) and the applier is swapped.
+// configuration says so (ledger.SetMode) and the applier is swapped.
 // The ledger is locked.
 func (d *Daemon) seeDriver(paths ...string) {
 	l := d.led
