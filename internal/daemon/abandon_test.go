@@ -23,7 +23,7 @@ type handlerDaemon struct {
 	kicks uint64
 }
 
-func newHandlerDaemon(t *testing.T, stateDir, extra string) *handlerDaemon {
+func newHandlerDaemon(t *testing.T, stateDir, extra string, opts ...Option) *handlerDaemon {
 	t.Helper()
 	if !strings.Contains(extra, "shared_pool_updates") {
 		extra = "shared_pool_updates = \"in-answer\"\n" + extra // the answers' updates are what these tests read
@@ -34,7 +34,7 @@ func newHandlerDaemon(t *testing.T, stateDir, extra string) *handlerDaemon {
 	}
 	log, hook := logtest.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
-	d, err := New(cfg, WithTopology(loadFixture(t, "ht-1s-4c")), WithLogger(log))
+	d, err := New(cfg, append([]Option{WithTopology(loadFixture(t, "ht-1s-4c")), WithLogger(log)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

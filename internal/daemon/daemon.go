@@ -85,6 +85,9 @@ type options struct {
 	store       persist.Mode
 	sdDial      func(ctx context.Context) (systemd.Manager, error)
 	sdAfter     func(d time.Duration, f func())
+	// wrapStore, when set, stands between the ledger and the store
+	// (tests count and fail saves).
+	wrapStore func(ledger.Store) ledger.Store
 }
 
 // WithTopology uses topo instead of reading sysfs_root.
@@ -229,7 +232,11 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if err := applier.ChooseMode(&cfg, root, d.app.sd, "", o.log); err != nil {
 		return nil, err
 	}
-	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: d.store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
+	var store ledger.Store = d.store
+	if o.wrapStore != nil {
+		store = o.wrapStore(store)
+	}
+	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
 	d.led = l
 	d.obs.reg.MustRegister(observe.NewHeldGauge(l.View), observe.NewMemoryCollector(l.View))
 	d.app.ref.Store(&applierRef{applier.New(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
@@ -336,7 +343,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.kube.podres.warm(d.led.Config())
 	if configured {
 		l.Lock()
-		err := d.startLocked()
+		err := d.startLocked(nil)
 		l.Unlock()
 		if err != nil {
 			return err
@@ -350,10 +357,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // startLocked takes the state directory, restores the state and starts
 // the metrics server and the applier's worker: what needs the final
-// configuration. The ledger is locked.
-func (d *Daemon) startLocked() error {
-	l := d.led
-	cfg := l.Settings()
+// configuration, the ledger's or, at a pre-registered plugin's first
+// Configure, re's, committed with the state restored. The ledger is
+// locked.
+func (d *Daemon) startLocked(re *ledger.Reconfigure) error {
+	cfg := d.led.Settings()
+	if re != nil {
+		cfg = re.Cfg
+	}
 	unlock, err := d.store.LockDir(cfg.StateDir)
 	if err != nil {
 		return err
@@ -362,7 +373,7 @@ func (d *Daemon) startLocked() error {
 	if err := d.store.RemoveStaleTemps(); err != nil {
 		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
 	}
-	if err := d.restoreLocked(); err != nil {
+	if err := d.restoreLocked(re); err != nil {
 		return err
 	}
 	ctx, wg := d.run.ctx, d.run.wg
@@ -398,15 +409,21 @@ func (d *Daemon) startLocked() error {
 }
 
 // restoreLocked reads the state on disk and commits it: the gauges, the pool
-// check, the generation and the exporter follow it as any commit. The
+// check, the generation and the exporter follow it as any commit. With
+// re (a pre-registered plugin's first Configure) the state is read for
+// re's configuration and engine, and both are one change: one commit. The
 // ledger is locked.
-func (d *Daemon) restoreLocked() error {
+func (d *Daemon) restoreLocked(re *ledger.Reconfigure) error {
 	l := d.led
-	r, err := d.store.Load(l.Settings(), l.Topology(), l.Engine())
+	cfg, topo, engine := l.Settings(), l.Topology(), l.Engine()
+	if re != nil {
+		cfg, topo, engine = re.Cfg, re.Topo, re.Engine
+	}
+	r, err := d.store.Load(cfg, topo, engine)
 	if err != nil {
 		return err
 	}
-	_, err = l.Commit(ledger.Change{Restore: &r})
+	_, err = l.Commit(ledger.Change{Reconfigure: re, Restore: &r})
 	return err
 }
 
@@ -582,18 +599,17 @@ func (d *Daemon) configure(doc string) error {
 			return fmt.Errorf("configuration from the runtime: %w", err)
 		}
 		d.app.ref.Store(&applierRef{applier.New(next.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, d.log)})
-		if _, err := l.Commit(ledger.Change{Reconfigure: &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: engine.NewState()}}); err != nil {
-			return err
-		}
+		// Committed with the state restored from disk: one change.
+		re := &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: engine.NewState()}
 		applyLogSettings(d.log, next)
 		d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String(), "cpus": topo.CPUs().String()}).
 			Info("effective configuration (from the runtime)")
 		warnZeroReservation(engine, next, d.log)
 		if d.run.ctx == nil {
 			// Not running (tests call configure directly): restore only.
-			return d.restoreLocked()
+			return d.restoreLocked(re)
 		}
-		return d.startLocked()
+		return d.startLocked(re)
 	}
 	if mode := d.applier().Mode(); in.Line(config.KeySharedPoolUpdates) > 0 && in.SharedPoolUpdates != mode {
 		return fmt.Errorf("configuration from the runtime: %w", in.KeyError(config.KeySharedPoolUpdates, in.SharedPoolUpdates,

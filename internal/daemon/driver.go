@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/applier"
-	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
@@ -56,7 +55,7 @@ func withRetryTimer(after func(d time.Duration, f func())) Option {
 // where it showed systemd. The first path decides, once: a node has one
 // driver. A mode written in the configuration, and cgroup v1 (systemd
 // holds no cpuset there), stay. When the mode changes, the ledger's
-// configuration says so (ledger.Change.Mode) and the applier is swapped.
+// configuration says so (ledger.SetMode) and the applier is swapped.
 // The ledger is locked.
 func (d *Daemon) seeDriver(paths ...string) {
 	l := d.led
@@ -85,7 +84,7 @@ func (d *Daemon) seeDriver(paths ...string) {
 	if err := applier.ChooseMode(&cfg, root, d.app.sd, path, d.log); err != nil || cfg.SharedPoolUpdates == a.Mode() {
 		return // an error only for a mode asked for, which stays
 	}
-	_, _ = l.Commit(ledger.Change{Mode: cfg.SharedPoolUpdates}) // nothing durable: cannot fail
+	l.SetMode(cfg.SharedPoolUpdates)
 	d.swapApplier(applier.For(cfg.SharedPoolUpdates, a))
 }
 

@@ -5,5 +5,5 @@ package daemon
 func (d *Daemon) restore() error {
 	d.led.Lock()
 	defer d.led.Unlock()
-	return d.restoreLocked()
+	return d.restoreLocked(nil)
 }

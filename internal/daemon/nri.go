@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -381,9 +382,22 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 	d := p.d
 	l := d.led
 	l.Lock()
-	_, _ = l.Commit(ledger.Change{Life: ledger.Life{Started: ctr.GetId()}}) // nothing durable: cannot fail
-	p.unplaced(pod, ctr)
-	a := d.applier() // after unplaced's seeDriver, which may replace it
+	c := ledger.Change{Life: ledger.Life{Started: ctr.GetId()}}
+	rec, entry, unplaced := p.unplaced(pod, ctr)
+	if unplaced {
+		c.Index.Edit.Put = []ledger.Record{rec}
+	}
+	switch _, err := l.Commit(c); {
+	case err != nil && unplaced:
+		entry.WithError(err).Error("cannot write the checkpoint; a container the plugin never placed stays where the runtime put it until the reconcile loop")
+	case err != nil:
+		entry.WithError(err).Error("cannot note the container's start")
+	case unplaced:
+		entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
+		d.seeDriver(rec.CgroupsPath)
+		d.applier().Kick()
+	}
+	a := d.applier() // after seeDriver, which may replace it
 	l.Unlock()
 	a.StartBarrier(ctr.GetId())
 	return nil
@@ -397,26 +411,22 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 // every CPU, exclusive ones included. It joins the shared pool, where a
 // running container the plugin cannot admit goes at Synchronize too: the
 // applier puts it there now (direct: the start check writes its cgroup;
-// in-answer: the worker pushes the pool). The ledger is locked.
-func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) {
+// in-answer: the worker pushes the pool). unplaced is the record
+// StartContainer's change puts in the index, and whether there is one;
+// entry is the event's log entry either way. The ledger is locked.
+func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) (ledger.Record, *logrus.Entry, bool) {
 	d := p.d
 	l := d.led
 	id := ctr.GetId()
+	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": id})
 	e := l.Engine()
 	if _, ok := l.Record(id); ok || e == nil || l.Syncs() == 0 {
-		return
+		return ledger.Record{}, entry, false
 	}
 	rec := ledger.Record{ID: id, Pod: podKey(pod), PodName: podName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()}
-	entry := d.log.WithFields(logrus.Fields{"pod": rec.PodName, "container": rec.Name, "id": id,
-		"found_cpus": ctr.GetLinux().GetResources().GetCpu().GetCpus(), "cpus": e.SharedMask(l.State()).String()})
-	if _, err := l.Commit(ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}}); err != nil {
-		entry.WithError(err).Error("cannot write the checkpoint; a container the plugin never placed stays where the runtime put it until the reconcile loop")
-		return
-	}
-	entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
-	d.seeDriver(rec.CgroupsPath)
-	d.applier().Kick()
+	entry = entry.WithFields(logrus.Fields{"found_cpus": ctr.GetLinux().GetResources().GetCpu().GetCpus(), "cpus": e.SharedMask(l.State()).String()})
+	return rec, entry, true
 }
 
 // StopContainer forgets the container but not its CPUs: as under the
@@ -429,35 +439,56 @@ func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) {
 func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("StopContainer")()
 	d := p.d
-	d.led.Lock()
-	defer d.led.Unlock()
+	l := d.led
+	l.Lock()
+	defer l.Unlock()
+	r, ok := l.Record(ctr.GetId())
+	if ok {
+		entry := ctrEntry(d.log, r)
+		held := p.heldFor(r)
+		if _, err := l.Commit(forgetting(r, ledger.Life{Stopped: map[string]ledger.PodContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})); err != nil {
+			// What the applier holds for an answer stays held for the next.
+			entry.WithError(err).Error("cannot write the checkpoint; the container stays in the index")
+			return nil, err
+		}
+		logHeld(entry, r, held, "stopped")
+	}
 	// The answer also carries what was held back for one (owed): on a
 	// runtime that takes no unsolicited update a stop is one of the few
 	// events whose answer can.
-	owed := d.applier().Owed(ctr.GetId(), nil)
-	r, ok := d.led.Record(ctr.GetId())
-	if !ok {
-		return owed, nil
-	}
-	return owed, p.forget(r, "stopped", ledger.Life{Stopped: map[string]ledger.PodContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})
+	return d.applier().Owed(ctr.GetId(), nil), nil
 }
 
-// forget drops a known container from the index, with the lifecycle
-// facts of its event; its exclusive CPUs stay assigned to its pod and
-// name. The ledger is locked.
-func (p *plugin) forget(r ledger.Record, why string, life ledger.Life) error {
-	d := p.d
-	l := d.led
-	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
-	if _, err := l.Commit(ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Del: []string{r.ID}}}, Life: life}); err != nil {
-		entry.WithError(err).Error("cannot write the checkpoint; the container stays in the index")
-		return err
-	}
+// forgetting is the change dropping a known container from the index,
+// with the lifecycle facts of its event; its exclusive CPUs stay assigned
+// to its pod and name.
+func forgetting(r ledger.Record, life ledger.Life) ledger.Change {
+	return ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Del: []string{r.ID}}}, Life: life}
+}
+
+func ctrEntry(log *logrus.Logger, r ledger.Record) *logrus.Entry {
+	return log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
+}
+
+// heldFor is the CPUs that stay held for r's pod and name once r leaves
+// the index (none for a shared-pool container), read before the commit
+// that forgets it (which does not change them). The ledger is locked.
+func (p *plugin) heldFor(r ledger.Record) cpuset.CPUSet {
+	l := p.d.led
 	if cpus, held := l.Engine().Assignment(l.State(), r.Pod, r.Name); held && r.Exclusive {
-		entry.WithFields(logrus.Fields{"cpus": cpus.String(), "mems": r.Mems}).
-			Info("container " + why + ": its exclusive CPUs stay held for its pod until the pod is removed")
+		return cpus
 	}
-	return nil
+	return cpuset.New()
+}
+
+// logHeld says, once the commit forgot r, that its exclusive CPUs stay
+// held for its pod.
+func logHeld(entry *logrus.Entry, r ledger.Record, held cpuset.CPUSet, why string) {
+	if held.IsEmpty() {
+		return
+	}
+	entry.WithFields(logrus.Fields{"cpus": held.String(), "mems": r.Mems}).
+		Info("container " + why + ": its exclusive CPUs stay held for its pod until the pod is removed")
 }
 
 // RemoveContainer forgets the container (idempotent); as at
@@ -466,72 +497,98 @@ func (p *plugin) forget(r ledger.Record, why string, life ledger.Life) error {
 // kubelet keeps the newest exited container of every name while the pod
 // lives) and what it holds is released. That is the only sign of a pod's
 // end after a containerd restart, which forgets its pods' NRI state and
-// sends no StopPodSandbox or RemovePodSandbox for them.
+// sends no StopPodSandbox or RemovePodSandbox for them. The removal, the
+// pod's end or the slice given back are one change: one commit.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("RemoveContainer")()
 	d := p.d
 	l := d.led
 	id := ctr.GetId()
 	l.Lock()
+	c := ledger.Change{Life: ledger.Life{Removed: id}}
+	entry := d.log.WithFields(logrus.Fields{"container": ctr.GetName(), "id": id})
 	pc, known := l.StoppedAs(id)
-	removed := ledger.Life{Removed: id}
-	if r, ok := l.Record(id); ok {
+	r, tracked := l.Record(id)
+	held := cpuset.New()
+	if tracked {
 		pc, known = ledger.PodContainer{Pod: r.Pod, Name: r.Name}, true
-		if err := p.forget(r, "removed", removed); err != nil {
-			l.Unlock()
-			return err
-		}
-	} else {
-		_, _ = l.Commit(ledger.Change{Life: removed}) // nothing durable: cannot fail
+		entry = ctrEntry(d.log, r)
+		held = p.heldFor(r)
+		c.Index.Edit.Del = []string{id}
 	}
-	changed, err := false, error(nil)
+	var kept []string // what a failed commit keeps, for its log line
+	if tracked {
+		kept = append(kept, "the container stays in the index")
+	}
+	var done func() // logs what the commit did
 	switch {
 	case !known || l.Engine() == nil:
-	case !l.PodHasContainers(pc.Pod) && !podUnknown(l.State(), pc.Pod):
-		changed, err = p.releaseAll(pc.Pod, ctr.GetName(), "its last container removed")
+	case !l.PodHasContainers(pc.Pod, id) && !podUnknown(l.State(), pc.Pod):
+		freed := p.podEnd(&c, pc.Pod)
+		kept = append(kept, "the pod's CPUs stay assigned")
+		done = func() { p.logPodEnd(ctr.GetName(), pc.Pod, freed, "its last container removed") }
+		entry = entry.WithField("pod_uid", pc.Pod)
 	default:
-		changed, err = p.releaseSlice(pc)
+		if cpus, ok := p.sliceEnd(&c, pc, id); ok {
+			kept = append(kept, "the removed container's slice stays assigned")
+			done = func() { p.logSliceEnd(pc, cpus) }
+			entry = entry.WithField("pod_uid", pc.Pod)
+		}
+	}
+	changed, err := l.Commit(c)
+	if err != nil {
+		l.Unlock()
+		entry.WithError(err).Error("cannot write the checkpoint; " + strings.Join(kept, ", "))
+		return err
+	}
+	if tracked {
+		logHeld(entry, r, held, "removed")
+	}
+	if done != nil {
+		done()
 	}
 	l.Unlock()
 	if changed {
 		d.applier().Kick()
 	}
-	return err
+	return nil
 }
 
-// releaseSlice gives a removed container of a pod-level pod
-// (pod_level_resource_managers, pod scope) out of its pod's state: its
+// sliceEnd adds to c the release of a removed container of a pod-level
+// pod (pod_level_resource_managers, pod scope) from its pod's state: its
 // exclusive slice, or its place on the pod's private pool, once no
-// instance of that name is left (removing a restart's older instance
-// leaves the slice to the new one). The pod keeps its block until it
-// ends; the pool's containers follow the grown pool (the caller kicks the
-// applier). Under the kubelet a container's CPUs stay with its pod and
-// name while the pod lives; here a container removed for good gives its
-// slice to its pod's shared containers. It reports whether a pool
-// changed. The ledger is locked.
-func (p *plugin) releaseSlice(pc ledger.PodContainer) (bool, error) {
+// instance of that name is left besides but, the container removed
+// (removing a restart's older instance leaves the slice to the new one).
+// The pod keeps its block until it ends; the pool's containers follow the
+// grown pool (the caller kicks the applier). Under the kubelet a
+// container's CPUs stay with its pod and name while the pod lives; here a
+// container removed for good gives its slice to its pod's shared
+// containers. It returns the slice and whether c releases anything. The
+// ledger is locked.
+func (p *plugin) sliceEnd(c *ledger.Change, pc ledger.PodContainer, but string) (cpuset.CPUSet, bool) {
 	l := p.d.led
 	e, st := l.Engine(), l.State()
-	if _, block := e.Assignment(st, pc.Pod, policy.PodPoolEntry); !block || l.NameInUse(pc.Pod, pc.Name) {
-		return false, nil
+	if _, block := e.Assignment(st, pc.Pod, policy.PodPoolEntry); !block || l.NameInUse(pc.Pod, pc.Name, but) {
+		return cpuset.New(), false
 	}
 	cpus, ok := e.Assignment(st, pc.Pod, pc.Name)
 	if _, pooled := e.PodPoolOf(st, pc.Pod, pc.Name); !ok && !pooled {
-		return false, nil
+		return cpuset.New(), false
 	}
 	// A pool container removed for good no longer keeps the pool from
 	// being emptied by a slice (EmptyPodSharedPoolError).
 	next := e.Remove(st, pc.Pod, pc.Name)
-	changed, err := l.Commit(ledger.Change{Next: &next})
-	if err != nil {
-		p.d.log.WithError(err).WithFields(logrus.Fields{"pod_uid": pc.Pod, "container": pc.Name}).
-			Error("cannot write the checkpoint; the removed container's slice stays assigned")
-		return false, err
-	}
-	pool, _ := e.PodPoolCPUs(l.State(), pc.Pod)
+	c.Next = &next
+	return cpus, true
+}
+
+// logSliceEnd says, once committed, that pc's slice is back in its pod's
+// pool. The ledger is locked.
+func (p *plugin) logSliceEnd(pc ledger.PodContainer, cpus cpuset.CPUSet) {
+	l := p.d.led
+	pool, _ := l.Engine().PodPoolCPUs(l.State(), pc.Pod)
 	p.d.log.WithFields(logrus.Fields{"pod_uid": pc.Pod, "container": pc.Name, "cpus": cpus.String(), "pod_pool": pool.String()}).
 		Info("container of a pod-level pod removed: its exclusive slice, if any, is back in its pod's private pool")
-	return changed, nil
 }
 
 // StopPodSandbox ends the pod: the kubelet stops a sandbox once every
@@ -551,9 +608,9 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 	return p.releasePod(pod, "removed")
 }
 
-// releasePod releases everything pod holds; neither event can answer
-// with updates, so the applier's worker brings the shared-pool containers
-// to the grown pool.
+// releasePod releases everything pod holds, its sandbox forgotten, in one
+// commit; neither event can answer with updates, so the applier's worker
+// brings the shared-pool containers to the grown pool.
 func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 	d := p.d
 	l := d.led
@@ -569,47 +626,62 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 			Info("an earlier sandbox of the pod " + why + ": its containers in the current sandbox keep their CPUs")
 		return nil
 	}
-	_, _ = l.Commit(ledger.Change{Life: ledger.Life{SandboxGone: key}}) // nothing durable: cannot fail
-	changed, err := p.releaseAll(key, podName(pod), "pod "+why)
+	c := ledger.Change{Life: ledger.Life{SandboxGone: key}}
+	freed := p.podEnd(&c, key)
+	changed, err := l.Commit(c)
+	if err != nil {
+		l.Unlock()
+		d.log.WithError(err).WithFields(logrus.Fields{"pod": podName(pod), "pod_uid": key}).
+			Error("cannot write the checkpoint; the pod's CPUs stay assigned")
+		return err
+	}
+	p.logPodEnd(podName(pod), key, freed, "pod "+why)
 	l.Unlock()
 	if changed {
 		d.applier().Kick()
 	}
-	return err
+	return nil
 }
 
-// releaseAll forgets every container of pod (key) and releases what it
-// holds, its pod-scope affinity included; name is for the log. It
-// reports whether the shared pool changed. the ledger is locked.
-func (p *plugin) releaseAll(key, name, why string) (bool, error) {
-	d := p.d
-	l := d.led
-	_, _ = l.Commit(ledger.Change{Life: ledger.Life{PodStopped: key}}) // nothing durable: cannot fail
-	next := l.Engine().RemovePod(l.State(), key)
-	var edit ledger.Edit
+// podEnd adds to c the end of pod (key): its stopped containers
+// forgotten, its containers in the index (besides those c already
+// removes) out of it, and everything it holds released, its pod-scope
+// affinity included. A pod the ledger knows nothing of adds nothing
+// durable. It returns the exclusive CPUs the pod held. The ledger is
+// locked.
+func (p *plugin) podEnd(c *ledger.Change, key string) cpuset.CPUSet {
+	l := p.d.led
+	e, st := l.Engine(), l.State()
+	c.Life.PodStopped = key
+	next := e.RemovePod(st, key)
+	var del []string
 	for id, r := range l.Records() {
-		if r.Pod == key {
-			next = l.Engine().Remove(next, r.Pod, r.Name)
-			edit.Del = append(edit.Del, id)
+		if r.Pod == key && !slices.Contains(c.Index.Edit.Del, id) {
+			next = e.Remove(next, r.Pod, r.Name)
+			del = append(del, id)
 		}
 	}
-	if len(edit.Del) == 0 && podUnknown(l.State(), key) {
-		return false, nil
+	if len(del) == 0 && podUnknown(st, key) {
+		return cpuset.New()
 	}
 	freed := cpuset.New()
-	for _, cpus := range l.State().Alloc.Assignments[key] {
+	for _, cpus := range st.Alloc.Assignments[key] {
 		freed = freed.Union(cpus)
 	}
-	changed, err := l.Commit(ledger.Change{Next: &next, Index: ledger.IndexChange{Edit: edit}})
-	if err != nil {
-		d.log.WithError(err).WithField("pod", name).Error("cannot write the checkpoint; the pod's CPUs stay assigned")
-		return false, err
+	c.Next = &next
+	c.Index.Edit.Del = append(c.Index.Edit.Del, del...)
+	return freed
+}
+
+// logPodEnd says, once committed, which exclusive CPUs a pod's end
+// released; name is for the log. The ledger is locked.
+func (p *plugin) logPodEnd(name, key string, freed cpuset.CPUSet, why string) {
+	if freed.IsEmpty() {
+		return
 	}
-	if !freed.IsEmpty() {
-		d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
-			Info(why + ": the pod's exclusive CPUs released")
-	}
-	return changed, nil
+	l := p.d.led
+	p.d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
+		Info(why + ": the pod's exclusive CPUs released")
 }
 
 // podUnknown reports whether st holds nothing for pod.

@@ -68,29 +68,36 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		l.Unlock()
 		return nil, nil // the CPUs stay as they are
 	}
-	// A new decision replaces one not committed.
-	_, _ = l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}) // nothing durable: cannot fail
+	// One change: a new decision replaces one not committed (ShrinkDone),
+	// and an upsize is durable, a downsize only noted (Shrink).
+	c := ledger.Change{Life: ledger.Life{ShrinkDone: id}}
+	switch rd.Kind {
+	case policy.ResizeUp:
+		rec := r
+		rec.Mems = rd.Mems.String()
+		c.Next, c.Index.Edit.Put = &next, []ledger.Record{rec}
+	case policy.ResizeDown:
+		c.Life.Shrink = map[string]ledger.Shrink{id: {From: rd.Before, Req: req, To: rd.CPUs}}
+	}
+	poolChanged, err := l.Commit(c)
+	if err != nil {
+		l.Unlock()
+		entry.WithError(err).WithFields(logrus.Fields{"reason": "PersistError", "kind": rd.Kind}).
+			Error("cannot write the checkpoint; the resize is refused and the container keeps its CPUs")
+		d.obs.refusals.WithLabelValues("PersistError").Inc()
+		return nil, err
+	}
 	fields := logrus.Fields{"cpus": rd.CPUs.String(), "mems": rd.Mems.String(), "baseline": rd.Baseline.String(),
 		"before": rd.Before.String(), "kind": rd.Kind}
 	var updates []*api.ContainerUpdate
 	switch rd.Kind {
 	case policy.ResizeUp:
-		rec := r
-		rec.Mems = rd.Mems.String()
-		poolChanged, err := l.Commit(ledger.Change{Next: &next, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}})
-		if err != nil {
-			l.Unlock()
-			entry.WithError(err).WithField("reason", "PersistError").Error("cannot write the checkpoint; the resize is refused and the container keeps its CPUs")
-			d.obs.refusals.WithLabelValues("PersistError").Inc()
-			return nil, err
-		}
 		if poolChanged {
 			updates = a.PoolChanged(id)
 		}
 		fields["added"] = rd.Added.String()
 		fields["updates"] = len(updates)
 	case policy.ResizeDown:
-		_, _ = l.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]ledger.Shrink{id: {From: rd.Before, Req: req, To: rd.CPUs}}}})
 		fields["released"] = rd.Released.String()
 	}
 	l.Unlock()
@@ -118,7 +125,9 @@ func (p *plugin) resized(id string) {
 	s, ok := l.Shrinking(id)
 	r, known := l.Record(id)
 	if !ok || !known {
-		_, _ = l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}) // nothing durable: cannot fail
+		if _, err := l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}); err != nil {
+			d.log.WithError(err).WithField("id", id).Error("cannot forget a downsize of a container not known")
+		}
 		l.Unlock()
 		return
 	}
@@ -129,7 +138,9 @@ func (p *plugin) resized(id string) {
 		err = errStaleShrink
 	}
 	if err != nil {
-		_, _ = l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}) // nothing durable: cannot fail
+		if _, cerr := l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}); cerr != nil {
+			entry.WithError(cerr).Error("cannot forget a downsize no longer valid")
+		}
 		l.Unlock()
 		entry.WithError(err).WithField("cpus", cur.String()).Warn("downsize not committed: the container keeps its CPUs")
 		return

@@ -149,10 +149,12 @@ func New(cfg config.Config, topo *topology.Topology, engine *policy.Engine, pend
 	return l
 }
 
-// Change is every fact an event hands to Commit. Next and Index are the
+// Change is every fact an event hands to Commit: one event builds one
+// Change, its durable part and its lifecycle facts together, and commits
+// it once (one Store.Save, at most one fdatasync). Next and Index are the
 // durable part: saved by the Store before anything changes; a failed save
-// changes nothing. The rest is applied after them, in this order:
-// Reconfigure, Mode, Restore, the index, Sync, Life.
+// changes nothing, lifecycle facts included. The rest is applied after
+// them, in this order: Reconfigure, Restore, the index, Sync, Life.
 type Change struct {
 	// Next is the engine state the event leads to; nil keeps the state.
 	Next  *policy.State
@@ -168,11 +170,6 @@ type Change struct {
 	Sync *Sync
 	// Life are the lifecycle facts of a single event.
 	Life Life
-	// Mode, when not "", is the shared_pool_updates mode the first
-	// container's cgroups path settled (internal/applier's ChooseMode, through
-	// seeDriver): the configuration says the mode that runs. Not a state
-	// change.
-	Mode string
 }
 
 // Reconfigure replaces the configuration and the engine.
@@ -238,7 +235,8 @@ var ErrNotConfigured = errors.New("not configured")
 // reconfigure, restore) bumps the generation, tells Deps.Changed, sets
 // the gauges and reports the shared pool's emptiness when it changed. It
 // reports whether the shared pool changed: the node's, or a pod-level
-// pod's private pool (Pools). A failed save returns a PersistError.
+// pod's private pool (Pools). A failed save returns a PersistError; a
+// change without a durable part saves nothing and returns no error.
 func (l *Tx) Commit(c Change) (poolChanged bool, err error) {
 	if l.readOnly {
 		return false, ErrReadOnly
@@ -267,9 +265,6 @@ func (l *Tx) Commit(c Change) (poolChanged bool, err error) {
 	if r := c.Reconfigure; r != nil {
 		l.conf = conf{cfg: r.Cfg, topo: r.Topo, engine: r.Engine}
 		l.dur.st = r.State
-	}
-	if c.Mode != "" {
-		l.conf.cfg.SharedPoolUpdates = c.Mode
 	}
 	if r := c.Restore; r != nil {
 		l.dur.st, l.dur.ctrs, l.dur.restored = r.State, r.Index, true
@@ -309,6 +304,18 @@ func (l *Tx) Commit(c Change) (poolChanged bool, err error) {
 		return true, nil
 	}
 	return poolsChanged(prevEngine, prev, e, l.dur.st), nil
+}
+
+// SetMode makes the configuration say the shared_pool_updates mode that
+// runs, when the first container's cgroups path settled it (the daemon's
+// chooseMode, through seeDriver). It is no event's fact and no state: the
+// applier is swapped with it whatever the event's Commit does, so it is
+// not part of a Change. Nothing is saved, the generation stays. Inside
+// Read it does nothing.
+func (l *Tx) SetMode(mode string) {
+	if !l.readOnly {
+		l.conf.cfg.SharedPoolUpdates = mode
+	}
 }
 
 func orEmpty[M ~map[K]V, K comparable, V any](m M) M {

@@ -93,14 +93,17 @@ func (l *Tx) Tracks(pod, name string) bool {
 	return false
 }
 
-// NameInUse reports whether a container of pod by name is known,
-// tracked or stopped and not removed (a restart's older instance).
-func (l *Tx) NameInUse(pod, name string) bool {
-	if l.Tracks(pod, name) {
-		return true
+// NameInUse reports whether a container of pod by name other than but
+// (the container an event removes; "" for none) is known, tracked or
+// stopped and not removed (a restart's older instance).
+func (l *Tx) NameInUse(pod, name, but string) bool {
+	for id, r := range l.dur.ctrs {
+		if id != but && r.Pod == pod && r.Name == name {
+			return true
+		}
 	}
-	for _, pc := range l.life.stopped {
-		if pc.Pod == pod && pc.Name == name {
+	for id, pc := range l.life.stopped {
+		if id != but && pc.Pod == pod && pc.Name == name {
 			return true
 		}
 	}
@@ -120,16 +123,17 @@ func (l *Tx) StoppedAs(id string) (PodContainer, bool) {
 	return pc, ok
 }
 
-// PodHasContainers reports whether a container of pod is known, tracked
-// or stopped and not removed.
-func (l *Tx) PodHasContainers(pod string) bool {
-	for _, r := range l.dur.ctrs {
-		if r.Pod == pod {
+// PodHasContainers reports whether a container of pod other than but
+// (the container an event removes; "" for none) is known, tracked or
+// stopped and not removed.
+func (l *Tx) PodHasContainers(pod, but string) bool {
+	for id, r := range l.dur.ctrs {
+		if id != but && r.Pod == pod {
 			return true
 		}
 	}
-	for _, pc := range l.life.stopped {
-		if pc.Pod == pod {
+	for id, pc := range l.life.stopped {
+		if id != but && pc.Pod == pod {
 			return true
 		}
 	}
