@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -47,13 +48,15 @@ func newInAnswer(u *updater) *inAnswer { return &inAnswer{updater: u, repairs: m
 
 func (a *inAnswer) Mode() string { return config.SharedUpdatesInAnswer }
 
-func (a *inAnswer) PoolChanged(skip string) []*api.ContainerUpdate { return a.sharedUpdates(skip) }
+func (a *inAnswer) PoolChanged(tx *ledger.Tx, skip string) []*api.ContainerUpdate {
+	return a.sharedUpdates(tx, skip)
+}
 
 func (a *inAnswer) Created(string, string) {}
 
 // Synchronized answers every container's cpuset, which settles whatever
 // was deferred.
-func (a *inAnswer) Synchronized(planned []CPUUpdate) []*api.ContainerUpdate {
+func (a *inAnswer) Synchronized(_ *ledger.Tx, planned []CPUUpdate) []*api.ContainerUpdate {
 	a.repairMu.Lock()
 	a.owedPool = false
 	clear(a.repairs)
@@ -88,20 +91,20 @@ func (a *inAnswer) Updated(id string) {
 // that takes no unsolicited update it defers them to the next answer.
 func (a *inAnswer) push() {
 	s := a.conn.Get()
-	l := a.l
-	l.Lock()
-	if s == nil || l.Syncs() == 0 {
-		l.Unlock()
-		return
-	}
-	if !a.conn.unsolicited() {
-		a.postpone(a.anyShared(), nil)
-		l.Unlock()
-		return
-	}
-	gen := l.Gen()
-	updates := append(a.sharedUpdates(""), a.takeRepairs("")...)
-	l.Unlock()
+	var (
+		gen     uint64
+		updates []*api.ContainerUpdate
+	)
+	a.l.Read(func(tx *ledger.Tx) {
+		switch {
+		case s == nil || tx.Syncs() == 0:
+		case !a.conn.unsolicited():
+			a.postpone(a.anyShared(tx), nil)
+		default:
+			gen = tx.Gen()
+			updates = append(a.sharedUpdates(tx, ""), a.takeRepairs(tx, "")...)
+		}
+	})
 	if len(updates) == 0 {
 		return
 	}
@@ -110,9 +113,7 @@ func (a *inAnswer) push() {
 
 // takeRepairs are the updates restoring the exclusive containers queued
 // for repair, but skip (its own answer sets it); the queue is emptied.
-// the ledger is locked.
-func (a *inAnswer) takeRepairs(skip string) []*api.ContainerUpdate {
-	l := a.l
+func (a *inAnswer) takeRepairs(l *ledger.Tx, skip string) []*api.ContainerUpdate {
 	a.repairMu.Lock()
 	defer a.repairMu.Unlock()
 	ids := make([]string, 0, len(a.repairs))
@@ -157,17 +158,17 @@ func (a *inAnswer) postpone(pool bool, exclusive []string) {
 
 // Owed is what the answer to skip's event carries besides answer, its
 // own updates: the push and the repairs deferred, for the containers
-// answer does not already update. The ledger is locked.
-func (a *inAnswer) Owed(skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate {
+// answer does not already update.
+func (a *inAnswer) Owed(tx *ledger.Tx, skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate {
 	a.repairMu.Lock()
 	pool := a.owedPool
 	a.owedPool = false
 	a.repairMu.Unlock()
 	var more []*api.ContainerUpdate
 	if pool {
-		more = a.sharedUpdates(skip)
+		more = a.sharedUpdates(tx, skip)
 	}
-	more = append(more, a.takeRepairs(skip)...)
+	more = append(more, a.takeRepairs(tx, skip)...)
 	if len(more) == 0 {
 		return nil
 	}
@@ -208,10 +209,8 @@ func (a *inAnswer) Reconcile() int {
 // sharedUpdates are the updates moving every shared-pool container except
 // skip to its current pool: the node's shared pool, or its pod's private
 // pool (ledger.Pools). Failures are ignored by the runtime (a container
-// may be stopping); the reconcile loop repairs what is left. the ledger
-// is locked.
-func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
-	l := a.l
+// may be stopping); the reconcile loop repairs what is left.
+func (a *inAnswer) sharedUpdates(l *ledger.Tx, skip string) []*api.ContainerUpdate {
 	pools := l.Pools()
 	targets := make([]CPUUpdate, 0, l.Len())
 	for id, r := range l.Records() {
@@ -228,9 +227,8 @@ func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
 }
 
 // anyShared says whether sharedUpdates("") would send anything, without
-// building the updates. The ledger is locked.
-func (a *inAnswer) anyShared() bool {
-	l := a.l
+// building the updates.
+func (a *inAnswer) anyShared(l *ledger.Tx) bool {
 	pools := l.Pools()
 	for _, r := range l.Records() {
 		if !r.Exclusive && pools.Of(r) != "" {

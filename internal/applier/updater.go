@@ -243,7 +243,7 @@ func (u *updater) logDrift(found []drifted) {
 
 // Owed is nothing for an applier that never defers updates (direct
 // writes the cgroups itself); inAnswer's is below.
-func (u *updater) Owed(string, []*api.ContainerUpdate) []*api.ContainerUpdate { return nil }
+func (u *updater) Owed(*ledger.Tx, string, []*api.ContainerUpdate) []*api.ContainerUpdate { return nil }
 
 // send pushes updates computed at generation gen, warning with failure when
 // some did not apply. A commit since gen may have made them stale: the
@@ -254,10 +254,7 @@ func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, 
 	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
 		u.log.WithError(err).WithField("failed", len(failed)).Warn(failure)
 	}
-	u.l.Lock()
-	changed := u.l.Gen() != gen
-	u.l.Unlock()
-	if changed {
+	if u.l.Gen() != gen {
 		u.Kick()
 	}
 }

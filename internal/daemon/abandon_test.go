@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -80,16 +81,13 @@ func (h *handlerDaemon) start(t *testing.T, pod *api.PodSandbox, c *api.Containe
 }
 
 func (h *handlerDaemon) tracked(id string) bool {
-	h.d.led.Lock()
-	defer h.d.led.Unlock()
-	_, ok := h.d.led.Record(id)
+	var ok bool
+	h.d.led.Read(func(l *ledger.Tx) { _, ok = l.Record(id) })
 	return ok
 }
 
 func (h *handlerDaemon) shared() string {
-	h.d.led.Lock()
-	defer h.d.led.Unlock()
-	return h.d.led.Engine().SharedMask(h.d.led.State()).String()
+	return readLedger(h.d, func(l *ledger.Tx) string { return l.Engine().SharedMask(l.State()).String() })
 }
 
 // abandoned is nri_cpualign_abandoned_containers_total as /metrics serves it.

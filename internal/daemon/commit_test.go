@@ -93,23 +93,23 @@ type ledgerFacts struct {
 
 func (h *handlerDaemon) facts(t *testing.T, stateDir string, ids, pods []string) ledgerFacts {
 	t.Helper()
-	l := h.d.led
-	l.Lock()
-	f := ledgerFacts{Gen: l.Gen(), State: l.Engine().Snapshot(l.State()), Index: l.Index(), Syncs: l.Syncs(),
-		Awaiting: map[string]bool{}, Stopped: map[string]ledger.PodContainer{}, Shrinking: l.Shrinks(),
-		Sandboxes: map[string]string{}, Disk: map[string][sha256.Size]byte{}}
-	for _, id := range ids {
-		f.Awaiting[id] = l.AwaitingStart(id)
-		if pc, ok := l.StoppedAs(id); ok {
-			f.Stopped[id] = pc
+	var f ledgerFacts
+	h.d.led.Read(func(l *ledger.Tx) {
+		f = ledgerFacts{Gen: l.Gen(), State: l.Engine().Snapshot(l.State()), Index: l.Index(), Syncs: l.Syncs(),
+			Awaiting: map[string]bool{}, Stopped: map[string]ledger.PodContainer{}, Shrinking: l.Shrinks(),
+			Sandboxes: map[string]string{}, Disk: map[string][sha256.Size]byte{}}
+		for _, id := range ids {
+			f.Awaiting[id] = l.AwaitingStart(id)
+			if pc, ok := l.StoppedAs(id); ok {
+				f.Stopped[id] = pc
+			}
 		}
-	}
-	for _, pod := range pods {
-		if sb, ok := l.Sandbox(pod); ok {
-			f.Sandboxes[pod] = sb
+		for _, pod := range pods {
+			if sb, ok := l.Sandbox(pod); ok {
+				f.Sandboxes[pod] = sb
+			}
 		}
-	}
-	l.Unlock()
+	})
 	f.Devices = h.d.led.View().Devices
 	entries, err := os.ReadDir(stateDir)
 	if err != nil {
@@ -308,14 +308,14 @@ func TestLifecycleOnlyEventsSaveNothing(t *testing.T) {
 	if n := cs.count() - saves; n != 0 {
 		t.Errorf("lifecycle-only events tried %d saves; want none", n)
 	}
-	h.d.led.Lock()
-	defer h.d.led.Unlock()
-	if _, shrinking := h.d.led.Shrinking(c.Id); h.d.led.AwaitingStart(c.Id) || !shrinking {
-		t.Errorf("awaiting %v, shrinking %v; want the start and the downsize noted", h.d.led.AwaitingStart(c.Id), shrinking)
-	}
-	if got := h.d.led.Engine().Reserved().String(); got != "0,3-4,7" {
-		t.Errorf("reserved %s after Configure; want 0,3-4,7", got)
-	}
+	h.d.led.Read(func(l *ledger.Tx) {
+		if _, shrinking := l.Shrinking(c.Id); l.AwaitingStart(c.Id) || !shrinking {
+			t.Errorf("awaiting %v, shrinking %v; want the start and the downsize noted", l.AwaitingStart(c.Id), shrinking)
+		}
+		if got := l.Engine().Reserved().String(); got != "0,3-4,7" {
+			t.Errorf("reserved %s after Configure; want 0,3-4,7", got)
+		}
+	})
 }
 
 // Every event that changes what is durable saves exactly once (one
@@ -371,10 +371,8 @@ func TestOneSavePerEvent(t *testing.T) {
 			t.Errorf("%s saved %d times; want %d", s.name, n, s.saves)
 		}
 	}
-	h.d.led.Lock()
-	defer h.d.led.Unlock()
-	if h.d.led.Len() != 1 {
-		t.Errorf("%d containers in the index at the end; want the unplaced one", h.d.led.Len())
+	if n := readLedger(h.d, (*ledger.Tx).Len); n != 1 {
+		t.Errorf("%d containers in the index at the end; want the unplaced one", n)
 	}
 }
 
@@ -397,9 +395,7 @@ func TestFirstConfigureOneCommit(t *testing.T) {
 	if err := d.configure("reserved_cpu_count = 2\n"); err != nil {
 		t.Fatal(err)
 	}
-	d.led.Lock()
-	defer d.led.Unlock()
-	if gen, restored := d.led.Gen(), d.led.Restored(); gen != 1 || !restored || cs.count() != 0 {
+	if gen, restored := d.led.Gen(), readLedger(d, (*ledger.Tx).Restored); gen != 1 || !restored || cs.count() != 0 {
 		t.Errorf("first Configure: generation %d, restored %v, %d saves; want 1, true, 0", gen, restored, cs.count())
 	}
 }

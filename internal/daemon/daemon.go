@@ -333,19 +333,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.releaseStateDir()
 	defer d.kube.podres.close()
 
-	l := d.led
-	l.Lock()
-	d.run.ctx, d.run.wg = ctx, &wg
-	configured := l.Engine() != nil
-	pendingErr := l.PendingErr()
-	l.Unlock()
+	var (
+		configured bool
+		pendingErr error
+	)
+	_ = d.led.Update(func(l *ledger.Tx) error {
+		d.run.ctx, d.run.wg = ctx, &wg
+		configured, pendingErr = l.Engine() != nil, l.PendingErr()
+		return nil
+	})
 	d.logStartup()
 	d.kube.podres.warm(d.led.Config())
 	if configured {
-		l.Lock()
-		err := d.startLocked(nil)
-		l.Unlock()
-		if err != nil {
+		if err := d.led.Update(func(l *ledger.Tx) error { return d.startLocked(l, nil) }); err != nil {
 			return err
 		}
 	} else {
@@ -358,10 +358,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 // startLocked takes the state directory, restores the state and starts
 // the metrics server and the applier's worker: what needs the final
 // configuration, the ledger's or, at a pre-registered plugin's first
-// Configure, re's, committed with the state restored. The ledger is
-// locked.
-func (d *Daemon) startLocked(re *ledger.Reconfigure) error {
-	cfg := d.led.Settings()
+// Configure, re's, committed with the state restored. Inside an Update.
+func (d *Daemon) startLocked(l *ledger.Tx, re *ledger.Reconfigure) error {
+	cfg := l.Settings()
 	if re != nil {
 		cfg = re.Cfg
 	}
@@ -373,7 +372,7 @@ func (d *Daemon) startLocked(re *ledger.Reconfigure) error {
 	if err := d.store.RemoveStaleTemps(); err != nil {
 		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
 	}
-	if err := d.restoreLocked(re); err != nil {
+	if err := d.restoreLocked(l, re); err != nil {
 		return err
 	}
 	ctx, wg := d.run.ctx, d.run.wg
@@ -411,10 +410,9 @@ func (d *Daemon) startLocked(re *ledger.Reconfigure) error {
 // restoreLocked reads the state on disk and commits it: the gauges, the pool
 // check, the generation and the exporter follow it as any commit. With
 // re (a pre-registered plugin's first Configure) the state is read for
-// re's configuration and engine, and both are one change: one commit. The
-// ledger is locked.
-func (d *Daemon) restoreLocked(re *ledger.Reconfigure) error {
-	l := d.led
+// re's configuration and engine, and both are one change: one commit.
+// Inside an Update.
+func (d *Daemon) restoreLocked(l *ledger.Tx, re *ledger.Reconfigure) error {
 	cfg, topo, engine := l.Settings(), l.Topology(), l.Engine()
 	if re != nil {
 		cfg, topo, engine = re.Cfg, re.Topo, re.Engine
@@ -429,11 +427,12 @@ func (d *Daemon) restoreLocked(re *ledger.Reconfigure) error {
 
 // releaseStateDir drops the state directory lock taken by startLocked.
 func (d *Daemon) releaseStateDir() {
-	d.led.Lock()
-	unlock := d.run.unlockState
-	d.run.unlockState = nil
-	d.store.Reset()
-	d.led.Unlock()
+	var unlock func() error
+	_ = d.led.Update(func(*ledger.Tx) error {
+		unlock, d.run.unlockState = d.run.unlockState, nil
+		d.store.Reset()
+		return nil
+	})
 	if unlock != nil {
 		_ = unlock()
 	}
@@ -515,9 +514,12 @@ func (d *Daemon) setStub(s stub.Stub) {
 }
 
 func (d *Daemon) logStartup() {
-	d.led.Lock()
-	t, cfg, engine := d.led.Topology(), d.led.Settings(), d.led.Engine()
-	d.led.Unlock()
+	var (
+		t      *topology.Topology
+		cfg    config.Config
+		engine *policy.Engine
+	)
+	d.led.Read(func(l *ledger.Tx) { t, cfg, engine = l.Topology(), l.Settings(), l.Engine() })
 	d.log.WithFields(logrus.Fields{
 		"cpus":             t.CPUs().String(),
 		"num_cpus":         t.NumCPUs(),
@@ -565,25 +567,29 @@ func warnIgnoredKeys(log *logrus.Logger, cfg config.Config, source string) {
 // path) and silently keeping the old one would leave the operator
 // believing in a mode that is not running.
 func (d *Daemon) configure(doc string) error {
-	l := d.led
 	if strings.TrimSpace(doc) == "" {
-		l.Lock()
-		defer l.Unlock()
-		if l.Engine() == nil {
-			return fmt.Errorf("the runtime sent no plugin configuration and the start-up one is refused: %w", l.PendingErr())
-		}
-		return nil
+		var err error
+		d.led.Read(func(l *ledger.Tx) {
+			if l.Engine() == nil {
+				err = fmt.Errorf("the runtime sent no plugin configuration and the start-up one is refused: %w", l.PendingErr())
+			}
+		})
+		return err
 	}
 	in, err := config.Load([]byte(doc))
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
 	warnIgnoredKeys(d.log, in, "runtime")
-	l.Lock()
-	defer l.Unlock()
+	return d.led.Update(func(l *ledger.Tx) error { return d.reconfigure(l, in) })
+}
+
+// reconfigure is configure's Update: in, loaded, becomes the running
+// configuration.
+func (d *Daemon) reconfigure(l *ledger.Tx, in config.Config) error {
 	cur := l.Settings()
 	next := withRuntimeKeys(cur, in)
-	topo, err := d.processKeys(&next, in)
+	topo, err := d.processKeys(l, &next, in)
 	if err != nil {
 		return err
 	}
@@ -598,7 +604,7 @@ func (d *Daemon) configure(doc string) error {
 		if err := applier.ChooseMode(&next, root, d.app.sd, "", d.log); err != nil {
 			return fmt.Errorf("configuration from the runtime: %w", err)
 		}
-		d.app.ref.Store(&applierRef{applier.New(next.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, d.log)})
+		d.app.ref.Store(&applierRef{applier.New(next.SharedPoolUpdates, d.led, d.obs, &d.conn, root, d.app.sd, d.log)})
 		// Committed with the state restored from disk: one change.
 		re := &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: engine.NewState()}
 		applyLogSettings(d.log, next)
@@ -607,9 +613,9 @@ func (d *Daemon) configure(doc string) error {
 		warnZeroReservation(engine, next, d.log)
 		if d.run.ctx == nil {
 			// Not running (tests call configure directly): restore only.
-			return d.restoreLocked(re)
+			return d.restoreLocked(l, re)
 		}
-		return d.startLocked(re)
+		return d.startLocked(l, re)
 	}
 	if mode := d.applier().Mode(); in.Line(config.KeySharedPoolUpdates) > 0 && in.SharedPoolUpdates != mode {
 		return fmt.Errorf("configuration from the runtime: %w", in.KeyError(config.KeySharedPoolUpdates, in.SharedPoolUpdates,
@@ -682,9 +688,8 @@ func withRuntimeKeys(cfg config.Config, in config.Config) config.Config {
 // processKeys handles the process-level keys of the runtime's
 // configuration in: before anything started they complete next (a new
 // sysfs_root gives the topology returned), afterwards they are fixed and
-// only logged when they differ. The ledger is locked.
-func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.Topology, error) {
-	l := d.led
+// only logged when they differ. Inside configure's Update.
+func (d *Daemon) processKeys(l *ledger.Tx, next *config.Config, in config.Config) (*topology.Topology, error) {
 	cur := l.Settings()
 	set := func(key string) bool { return in.Line(key) > 0 }
 	if l.Engine() != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -17,9 +18,12 @@ import (
 // together under the daemon's lock (test hook: the invariant checker needs
 // both, consistently).
 func (d *Daemon) EngineState() (*policy.Engine, policy.State) {
-	d.led.Lock()
-	defer d.led.Unlock()
-	return d.led.Engine(), d.led.State()
+	var (
+		e  *policy.Engine
+		st policy.State
+	)
+	d.led.Read(func(l *ledger.Tx) { e, st = l.Engine(), l.State() })
+	return e, st
 }
 
 // Handlers are the plugin's NRI event handlers.

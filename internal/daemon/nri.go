@@ -101,11 +101,13 @@ func (p *plugin) Shutdown(context.Context) {
 // the decision; this commits it.
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("Synchronize")()
-	d := p.d
-	l := d.led
 	in := p.syncInput(pods, ctrs)
-	l.Lock()
-	defer l.Unlock()
+	return ledger.Within(p.d.led, func(l *ledger.Tx) ([]*api.ContainerUpdate, error) { return p.synchronize(l, pods, ctrs, in) })
+}
+
+// synchronize is Synchronize inside its Update.
+func (p *plugin) synchronize(l *ledger.Tx, pods []*api.PodSandbox, ctrs []*api.Container, in syncInput) ([]*api.ContainerUpdate, error) {
+	d := p.d
 	if l.Engine() == nil {
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.PendingErr())
 	}
@@ -113,12 +115,12 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for _, c := range in.Ctrs {
 		paths = append(paths, c.CgroupsPath)
 	}
-	d.seeDriver(paths...)
+	d.seeDriver(l, paths...)
 	a := d.applier() // after seeDriver, which may replace it
 	in.State, in.Records, in.Static, in.Now, in.Shrinking = l.State(), l.Index(), l.Static(), l.Stamp(), l.Shrinks()
 	in.Records = memsAtSync(l.Engine(), in.State, in.Records)
 	plan := planSync(l.Engine(), in)
-	p.logSyncEvents(plan.Events)
+	p.logSyncEvents(l, plan.Events)
 	p.logMoved(in, plan)
 	scope := l.Settings().TopologyManagerScope
 	for _, adm := range plan.Admissions {
@@ -131,7 +133,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		d.log.WithError(err).Error("synchronize: cannot write the checkpoint")
 		return nil, err
 	}
-	updates := p.quotaAtSync(ctrs, a.Synchronized(plan.Updates))
+	updates := p.quotaAtSync(l, ctrs, a.Synchronized(l, plan.Updates))
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
 		"updates": len(updates), "shared": l.Engine().SharedMask(l.State()).String(),
@@ -192,7 +194,7 @@ func phaseOf(c *api.Container) ctrPhase {
 }
 
 // logSyncEvents writes the log lines a sync plan asks for, in order.
-func (p *plugin) logSyncEvents(events []syncEvent) {
+func (p *plugin) logSyncEvents(l *ledger.Tx, events []syncEvent) {
 	d := p.d
 	for _, ev := range events {
 		entry := d.log.WithFields(logrus.Fields{"pod": ev.Pod, "container": ev.Container, "id": ev.ID})
@@ -210,7 +212,7 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 		case evPlaced:
 			ev.Devices.log(entry)
 			entry = ev.Devices.withDevices(entry)
-			p.logDecision(entry, ev.Decision, "placed at synchronize")
+			p.logDecision(l, entry, ev.Decision, "placed at synchronize")
 		}
 	}
 }
@@ -250,21 +252,29 @@ func sameList(a, b string) bool {
 func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("CreateContainer")()
 	d := p.d
-	l := d.led
 	req := requestFor(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
 	devInfo, devErr := p.deviceReader().nodes(pod, ctr)
 	devInfo, entry = p.withPodResources(ctx, pod, ctr, devInfo, entry)
 	nodes := deviceNodes(devInfo, devErr, entry)
 	entry = devInfo.withDevices(entry)
+	var adj *api.ContainerAdjustment
+	updates, err := ledger.Within(d.led, func(l *ledger.Tx) (updates []*api.ContainerUpdate, err error) {
+		adj, updates, err = p.create(l, pod, ctr, req, nodes, devInfo, entry)
+		return updates, err
+	})
+	return adj, updates, err
+}
 
-	l.Lock()
-	defer l.Unlock()
+// create is CreateContainer inside its Update.
+func (p *plugin) create(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container, req policy.Request, nodes []int, devInfo deviceInfo,
+	entry *logrus.Entry) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	d := p.d
 	e := l.Engine()
 	if e == nil {
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.PendingErr())
 	}
-	d.seeDriver(ctr.GetLinux().GetCgroupsPath())
+	d.seeDriver(l, ctr.GetLinux().GetCgroupsPath())
 	a := d.applier() // after seeDriver, which may replace it
 	scope := l.Settings().TopologyManagerScope
 	start := time.Now()
@@ -313,16 +323,16 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	d.obs.observeDecision(dec, l.Topology(), e, scope)
 
 	adj := adjustmentOf(dec)
-	p.exclusiveQuota(adj, rec)
+	p.exclusiveQuota(l, adj, rec)
 	if !dec.Exclusive {
 		a.Created(rec.ID, dec.CPUs.String())
 	}
 	var updates []*api.ContainerUpdate
 	if poolChanged {
-		updates = a.PoolChanged(rec.ID)
+		updates = a.PoolChanged(l, rec.ID)
 	}
-	updates = append(updates, a.Owed(rec.ID, updates)...)
-	p.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
+	updates = append(updates, a.Owed(l, rec.ID, updates)...)
+	p.logDecision(l, entry.WithField("updates", len(updates)), dec, "container admitted")
 	return adj, updates, nil
 }
 
@@ -331,8 +341,8 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 // record; the engine already gave it the old CPUs (held since the old one
 // stopped, or never released when it did not start). An old one that never
 // started is a dead attempt (the kubelet retries a failed creation with a
-// new ID): it is returned as superseded. the ledger is locked.
-func withRecord(l *ledger.Ledger, rec ledger.Record) (edit ledger.Edit, superseded []ledger.Record) {
+// new ID): it is returned as superseded.
+func withRecord(l *ledger.Tx, rec ledger.Record) (edit ledger.Edit, superseded []ledger.Record) {
 	for id, r := range l.Records() {
 		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
 			if l.AwaitingStart(id) {
@@ -361,9 +371,8 @@ func adjustmentOf(dec policy.Decision) *api.ContainerAdjustment {
 }
 
 // logDecision writes the one info line per decision.
-func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg string) {
-	d := p.d
-	topo := d.led.Topology()
+func (p *plugin) logDecision(l *ledger.Tx, entry *logrus.Entry, dec policy.Decision, msg string) {
+	topo := l.Topology()
 	entry.WithFields(logrus.Fields{
 		"cpus":      dec.CPUs.String(),
 		"mems":      dec.Mems.String(),
@@ -379,11 +388,21 @@ func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg strin
 // container's CPUs are its own (direct's start barrier).
 func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("StartContainer")()
+	var a applier.Applier
+	_ = p.d.led.Update(func(l *ledger.Tx) error {
+		a = p.start(l, pod, ctr)
+		return nil // logged: the start goes on
+	})
+	a.StartBarrier(ctr.GetId())
+	return nil
+}
+
+// start is StartContainer inside its Update; it returns the applier of
+// the start barrier.
+func (p *plugin) start(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) applier.Applier {
 	d := p.d
-	l := d.led
-	l.Lock()
 	c := ledger.Change{Life: ledger.Life{Started: ctr.GetId()}}
-	rec, entry, unplaced := p.unplaced(pod, ctr)
+	rec, entry, unplaced := p.unplaced(l, pod, ctr)
 	if unplaced {
 		c.Index.Edit.Put = []ledger.Record{rec}
 	}
@@ -394,13 +413,10 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 		entry.WithError(err).Error("cannot note the container's start")
 	case unplaced:
 		entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
-		d.seeDriver(rec.CgroupsPath)
+		d.seeDriver(l, rec.CgroupsPath)
 		d.applier().Kick()
 	}
-	a := d.applier() // after seeDriver, which may replace it
-	l.Unlock()
-	a.StartBarrier(ctr.GetId())
-	return nil
+	return d.applier() // after seeDriver, which may replace it
 }
 
 // unplaced takes in a container that starts although the plugin never
@@ -413,10 +429,9 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 // applier puts it there now (direct: the start check writes its cgroup;
 // in-answer: the worker pushes the pool). unplaced is the record
 // StartContainer's change puts in the index, and whether there is one;
-// entry is the event's log entry either way. The ledger is locked.
-func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) (ledger.Record, *logrus.Entry, bool) {
+// entry is the event's log entry either way.
+func (p *plugin) unplaced(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) (ledger.Record, *logrus.Entry, bool) {
 	d := p.d
-	l := d.led
 	id := ctr.GetId()
 	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": id})
 	e := l.Engine()
@@ -438,14 +453,16 @@ func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) (ledger.Recor
 // them (held.go). The shared pool does not change: no updates.
 func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("StopContainer")()
+	return ledger.Within(p.d.led, func(l *ledger.Tx) ([]*api.ContainerUpdate, error) { return p.stop(l, ctr) })
+}
+
+// stop is StopContainer inside its Update.
+func (p *plugin) stop(l *ledger.Tx, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	d := p.d
-	l := d.led
-	l.Lock()
-	defer l.Unlock()
 	r, ok := l.Record(ctr.GetId())
 	if ok {
 		entry := ctrEntry(d.log, r)
-		held := p.heldFor(r)
+		held := heldFor(l, r)
 		if _, err := l.Commit(forgetting(r, ledger.Life{Stopped: map[string]ledger.PodContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})); err != nil {
 			// What the applier holds for an answer stays held for the next.
 			entry.WithError(err).Error("cannot write the checkpoint; the container stays in the index")
@@ -456,7 +473,7 @@ func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Co
 	// The answer also carries what was held back for one (owed): on a
 	// runtime that takes no unsolicited update a stop is one of the few
 	// events whose answer can.
-	return d.applier().Owed(ctr.GetId(), nil), nil
+	return d.applier().Owed(l, ctr.GetId(), nil), nil
 }
 
 // forgetting is the change dropping a known container from the index,
@@ -472,9 +489,8 @@ func ctrEntry(log *logrus.Logger, r ledger.Record) *logrus.Entry {
 
 // heldFor is the CPUs that stay held for r's pod and name once r leaves
 // the index (none for a shared-pool container), read before the commit
-// that forgets it (which does not change them). The ledger is locked.
-func (p *plugin) heldFor(r ledger.Record) cpuset.CPUSet {
-	l := p.d.led
+// that forgets it (which does not change them).
+func heldFor(l *ledger.Tx, r ledger.Record) cpuset.CPUSet {
 	if cpus, held := l.Engine().Assignment(l.State(), r.Pod, r.Name); held && r.Exclusive {
 		return cpus
 	}
@@ -501,10 +517,22 @@ func logHeld(entry *logrus.Entry, r ledger.Record, held cpuset.CPUSet, why strin
 // pod's end or the slice given back are one change: one commit.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("RemoveContainer")()
+	var changed bool
+	err := p.d.led.Update(func(l *ledger.Tx) (err error) {
+		changed, err = p.remove(l, ctr)
+		return err
+	})
+	if changed {
+		p.d.applier().Kick()
+	}
+	return err
+}
+
+// remove is RemoveContainer inside its Update; it reports whether the
+// shared pool changed.
+func (p *plugin) remove(l *ledger.Tx, ctr *api.Container) (bool, error) {
 	d := p.d
-	l := d.led
 	id := ctr.GetId()
-	l.Lock()
 	c := ledger.Change{Life: ledger.Life{Removed: id}}
 	entry := d.log.WithFields(logrus.Fields{"container": ctr.GetName(), "id": id})
 	pc, known := l.StoppedAs(id)
@@ -513,7 +541,7 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	if tracked {
 		pc, known = ledger.PodContainer{Pod: r.Pod, Name: r.Name}, true
 		entry = ctrEntry(d.log, r)
-		held = p.heldFor(r)
+		held = heldFor(l, r)
 		c.Index.Edit.Del = []string{id}
 	}
 	var kept []string // what a failed commit keeps, for its log line
@@ -524,22 +552,21 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	switch {
 	case !known || l.Engine() == nil:
 	case !l.PodHasContainers(pc.Pod, id) && !podUnknown(l.State(), pc.Pod):
-		freed := p.podEnd(&c, pc.Pod)
+		freed := podEnd(l, &c, pc.Pod)
 		kept = append(kept, "the pod's CPUs stay assigned")
-		done = func() { p.logPodEnd(ctr.GetName(), pc.Pod, freed, "its last container removed") }
+		done = func() { p.logPodEnd(l, ctr.GetName(), pc.Pod, freed, "its last container removed") }
 		entry = entry.WithField("pod_uid", pc.Pod)
 	default:
-		if cpus, ok := p.sliceEnd(&c, pc, id); ok {
+		if cpus, ok := sliceEnd(l, &c, pc, id); ok {
 			kept = append(kept, "the removed container's slice stays assigned")
-			done = func() { p.logSliceEnd(pc, cpus) }
+			done = func() { p.logSliceEnd(l, pc, cpus) }
 			entry = entry.WithField("pod_uid", pc.Pod)
 		}
 	}
 	changed, err := l.Commit(c)
 	if err != nil {
-		l.Unlock()
 		entry.WithError(err).Error("cannot write the checkpoint; " + strings.Join(kept, ", "))
-		return err
+		return false, err
 	}
 	if tracked {
 		logHeld(entry, r, held, "removed")
@@ -547,11 +574,7 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 	if done != nil {
 		done()
 	}
-	l.Unlock()
-	if changed {
-		d.applier().Kick()
-	}
-	return nil
+	return changed, nil
 }
 
 // sliceEnd adds to c the release of a removed container of a pod-level
@@ -563,10 +586,8 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 // grown pool (the caller kicks the applier). Under the kubelet a
 // container's CPUs stay with its pod and name while the pod lives; here a
 // container removed for good gives its slice to its pod's shared
-// containers. It returns the slice and whether c releases anything. The
-// ledger is locked.
-func (p *plugin) sliceEnd(c *ledger.Change, pc ledger.PodContainer, but string) (cpuset.CPUSet, bool) {
-	l := p.d.led
+// containers. It returns the slice and whether c releases anything.
+func sliceEnd(l *ledger.Tx, c *ledger.Change, pc ledger.PodContainer, but string) (cpuset.CPUSet, bool) {
 	e, st := l.Engine(), l.State()
 	if _, block := e.Assignment(st, pc.Pod, policy.PodPoolEntry); !block || l.NameInUse(pc.Pod, pc.Name, but) {
 		return cpuset.New(), false
@@ -583,9 +604,8 @@ func (p *plugin) sliceEnd(c *ledger.Change, pc ledger.PodContainer, but string) 
 }
 
 // logSliceEnd says, once committed, that pc's slice is back in its pod's
-// pool. The ledger is locked.
-func (p *plugin) logSliceEnd(pc ledger.PodContainer, cpus cpuset.CPUSet) {
-	l := p.d.led
+// pool.
+func (p *plugin) logSliceEnd(l *ledger.Tx, pc ledger.PodContainer, cpus cpuset.CPUSet) {
 	pool, _ := l.Engine().PodPoolCPUs(l.State(), pc.Pod)
 	p.d.log.WithFields(logrus.Fields{"pod_uid": pc.Pod, "container": pc.Name, "cpus": cpus.String(), "pod_pool": pool.String()}).
 		Info("container of a pod-level pod removed: its exclusive slice, if any, is back in its pod's private pool")
@@ -612,45 +632,48 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 // commit; neither event can answer with updates, so the applier's worker
 // brings the shared-pool containers to the grown pool.
 func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
+	var changed bool
+	err := p.d.led.Update(func(l *ledger.Tx) (err error) {
+		changed, err = p.endPod(l, pod, why)
+		return err
+	})
+	if changed {
+		p.d.applier().Kick()
+	}
+	return err
+}
+
+// endPod is releasePod inside its Update; it reports whether the shared
+// pool changed.
+func (p *plugin) endPod(l *ledger.Tx, pod *api.PodSandbox, why string) (bool, error) {
 	d := p.d
-	l := d.led
 	key := podKey(pod)
-	l.Lock()
 	if l.Engine() == nil {
-		l.Unlock()
-		return nil
+		return false, nil
 	}
 	if sb, ok := l.Sandbox(key); ok && pod.GetId() != "" && sb != pod.GetId() {
-		l.Unlock()
 		d.log.WithFields(logrus.Fields{"pod": podName(pod), "sandbox": pod.GetId(), "current": sb}).
 			Info("an earlier sandbox of the pod " + why + ": its containers in the current sandbox keep their CPUs")
-		return nil
+		return false, nil
 	}
 	c := ledger.Change{Life: ledger.Life{SandboxGone: key}}
-	freed := p.podEnd(&c, key)
+	freed := podEnd(l, &c, key)
 	changed, err := l.Commit(c)
 	if err != nil {
-		l.Unlock()
 		d.log.WithError(err).WithFields(logrus.Fields{"pod": podName(pod), "pod_uid": key}).
 			Error("cannot write the checkpoint; the pod's CPUs stay assigned")
-		return err
+		return false, err
 	}
-	p.logPodEnd(podName(pod), key, freed, "pod "+why)
-	l.Unlock()
-	if changed {
-		d.applier().Kick()
-	}
-	return nil
+	p.logPodEnd(l, podName(pod), key, freed, "pod "+why)
+	return changed, nil
 }
 
 // podEnd adds to c the end of pod (key): its stopped containers
 // forgotten, its containers in the index (besides those c already
 // removes) out of it, and everything it holds released, its pod-scope
 // affinity included. A pod the ledger knows nothing of adds nothing
-// durable. It returns the exclusive CPUs the pod held. The ledger is
-// locked.
-func (p *plugin) podEnd(c *ledger.Change, key string) cpuset.CPUSet {
-	l := p.d.led
+// durable. It returns the exclusive CPUs the pod held.
+func podEnd(l *ledger.Tx, c *ledger.Change, key string) cpuset.CPUSet {
 	e, st := l.Engine(), l.State()
 	c.Life.PodStopped = key
 	next := e.RemovePod(st, key)
@@ -674,12 +697,11 @@ func (p *plugin) podEnd(c *ledger.Change, key string) cpuset.CPUSet {
 }
 
 // logPodEnd says, once committed, which exclusive CPUs a pod's end
-// released; name is for the log. The ledger is locked.
-func (p *plugin) logPodEnd(name, key string, freed cpuset.CPUSet, why string) {
+// released; name is for the log.
+func (p *plugin) logPodEnd(l *ledger.Tx, name, key string, freed cpuset.CPUSet, why string) {
 	if freed.IsEmpty() {
 		return
 	}
-	l := p.d.led
 	p.d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
 		Info(why + ": the pod's exclusive CPUs released")
 }
@@ -715,7 +737,6 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	defer func() { updates = p.quotaAtUpdate(ctr, updates) }()
 	defer p.d.obs.timeEvent("UpdateContainer")()
 	d := p.d
-	l := d.led
 	cpu := cpuOf(res)
 	resized := cpu != nil && (cpu.GetShares() != nil || cpu.GetQuota() != nil)
 	if resized {
@@ -726,41 +747,40 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 			return ups, err
 		}
 	}
-	l.Lock()
-	defer l.Unlock()
-	r, ok := l.Record(ctr.GetId())
-	if !ok || l.Engine() == nil {
-		return nil, nil
-	}
-	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
-		"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
-	return p.currentCPUSet(r), nil
+	d.led.Read(func(l *ledger.Tx) {
+		r, ok := l.Record(ctr.GetId())
+		if !ok || l.Engine() == nil {
+			return
+		}
+		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
+			"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
+		updates = currentCPUSet(l, r)
+	})
+	return updates, nil
 }
 
 // withOwed adds what the applier holds for an answer (owed) to updates,
 // the answer to skip's UpdateContainer (NRI's adaptation puts the
 // container's own update last itself).
 func (p *plugin) withOwed(skip string, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
-	l := p.d.led
-	l.Lock()
-	defer l.Unlock()
-	if l.Engine() == nil {
-		return updates
-	}
-	owed := p.d.applier().Owed(skip, updates)
-	if len(owed) == 0 {
-		return updates
-	}
-	return append(owed, updates...)
+	p.d.led.Read(func(l *ledger.Tx) {
+		if l.Engine() == nil {
+			return
+		}
+		if owed := p.d.applier().Owed(l, skip, updates); len(owed) > 0 {
+			updates = append(owed, updates...)
+		}
+	})
+	return updates
 }
 
 // currentCPUSet is the update giving a known container the cpuset.cpus
 // (and, when its record names them, the cpuset.mems) it must have now;
 // none while that cpuset is empty (see emptypool.go). A shared-pool
 // container's mems are never set by the plugin, so the runtime's record
-// of them cannot be stale. the ledger is locked.
-func (p *plugin) currentCPUSet(r ledger.Record) []*api.ContainerUpdate {
-	cpus := p.d.led.RightCPUs(r)
+// of them cannot be stale.
+func currentCPUSet(l *ledger.Tx, r ledger.Record) []*api.ContainerUpdate {
+	cpus := l.RightCPUs(r)
 	if cpus.IsEmpty() {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -310,9 +311,7 @@ func TestResizePersistFailure(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		r.d.led.Lock()
-		r.d.store.Reset()
-		r.d.led.Unlock()
+		_ = r.d.led.Update(func(*ledger.Tx) error { r.d.store.Reset(); return nil })
 	}
 	fixStore := func() {
 		if err := os.RemoveAll(path); err != nil {

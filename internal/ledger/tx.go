@@ -36,3 +36,10 @@ func Within[T any](l *Ledger, fn func(tx *Tx) (T, error)) (T, error) {
 	})
 	return out, err
 }
+
+// Gen is the generation, read in one Read: what a worker compares with
+// the generation it started from.
+func (l *Ledger) Gen() (g uint64) {
+	l.Read(func(tx *Tx) { g = tx.Gen() })
+	return g
+}
