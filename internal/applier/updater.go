@@ -13,6 +13,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 )
 
 // updater is what both appliers share: the worker's wake-ups, the kick
@@ -180,7 +181,7 @@ func (u *updater) readDrift(items []wantedCPUs) []drifted {
 			continue
 		}
 		dr := drifted{rec: it.rec, wantCPUs: it.cpus, haveCPUs: cpus, wantMems: it.rec.Mems, haveMems: mems.String()}
-		if it.rec.Mems != "" && !sameList(it.rec.Mems, mems.String()) {
+		if it.rec.Mems != "" && !cpumask.SameList(it.rec.Mems, mems.String()) {
 			dr.updateMems = true
 		}
 		if cpus.Equals(it.cpus) && !dr.updateMems {
@@ -257,11 +258,4 @@ func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, 
 	if u.l.Gen() != gen {
 		u.Kick()
 	}
-}
-
-// sameList reports whether two cpu or node lists name the same set.
-func sameList(a, b string) bool {
-	x, err1 := cpuset.Parse(a)
-	y, err2 := cpuset.Parse(b)
-	return err1 == nil && err2 == nil && x.Equals(y)
 }

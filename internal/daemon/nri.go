@@ -238,12 +238,6 @@ func (p *plugin) logMoved(in syncInput, plan syncPlan) {
 	}
 }
 
-func sameList(a, b string) bool {
-	x, err1 := cpuset.Parse(a)
-	y, err2 := cpuset.Parse(b)
-	return err1 == nil && err2 == nil && x.Equals(y)
-}
-
 // CreateContainer admits the container: the engine's decision becomes the
 // adjustment (cpuset.cpus and, for exclusive CPUs, cpuset.mems), and when
 // the shared pool changed the applier brings the other shared-pool
