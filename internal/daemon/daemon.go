@@ -50,6 +50,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/internal/persist"
+	"github.com/nri-cpualign/nri-cpualign/internal/request"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -143,8 +144,8 @@ type kubeLinks struct {
 	// the worker.
 	nrt *nrtexport.Exporter
 	// podres asks the kubelet's PodResources API for devices
-	// (podresources.go).
-	podres podResources
+	// (internal/request podresources.go).
+	podres request.PodResources
 }
 
 // runState is what Run sets, under the ledger's lock, for what starts
@@ -324,7 +325,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	defer d.releaseStateDir()
-	defer d.kube.podres.close()
+	defer d.kube.podres.Close()
 
 	l := d.led
 	l.Lock()
@@ -333,7 +334,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	pendingErr := l.PendingErr()
 	l.Unlock()
 	d.logStartup()
-	d.kube.podres.warm(d.led.Config())
+	d.kube.podres.Warm(d.led.Config())
 	if configured {
 		l.Lock()
 		err := d.startLocked()

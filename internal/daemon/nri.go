@@ -14,6 +14,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/request"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -156,9 +157,9 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 	podByID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		podByID[pod.GetId()] = pod
-		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: podKey(pod), Name: podName(pod)})
+		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: request.PodKey(pod), Name: request.PodName(pod)})
 	}
-	devs := p.deviceReader()
+	devs := request.DeviceReaderOf(d.led.Config())
 	readCgroups := d.applier().SyncReadsCgroups()
 	cg := d.applier().CgroupRoot()
 	for _, c := range ctrs {
@@ -171,8 +172,8 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 			}
 		}
 		if pod := podByID[sc.SandboxID]; pod != nil && sc.Phase != phaseStopped {
-			sc.Request = requestFor(pod, c)
-			sc.Devices, sc.DeviceErr = devs.nodes(pod, c)
+			sc.Request = request.For(pod, c)
+			sc.Devices, sc.DeviceErr = devs.Nodes(pod, c)
 		}
 		in.Ctrs = append(in.Ctrs, sc)
 	}
@@ -200,15 +201,15 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 			entry.WithField("cpus", ev.CPUs.String()).
 				Warn("state had no assignment for a running exclusive container; kept the CPUs it runs on")
 		case evNoDeviceHint:
-			entry.WithError(ev.Err).Warn(noDeviceHintMsg)
+			entry.WithError(ev.Err).Warn(request.NoDeviceHintMsg)
 		case evRefused:
-			ev.Devices.log(entry)
-			entry = ev.Devices.withDevices(entry)
+			ev.Devices.Log(entry)
+			entry = ev.Devices.WithDevices(entry)
 			entry.WithError(ev.Err).WithField("reason", reasonOf(ev.Err)).
 				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
 		case evPlaced:
-			ev.Devices.log(entry)
-			entry = ev.Devices.withDevices(entry)
+			ev.Devices.Log(entry)
+			entry = ev.Devices.WithDevices(entry)
 			p.logDecision(entry, ev.Decision, "placed at synchronize")
 		}
 	}
@@ -250,12 +251,13 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	defer p.d.obs.timeEvent("CreateContainer")()
 	d := p.d
 	l := d.led
-	req := requestFor(pod, ctr)
-	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
-	devInfo, devErr := p.deviceReader().nodes(pod, ctr)
-	devInfo, entry = p.withPodResources(ctx, pod, ctr, devInfo, entry)
+	req := request.For(pod, ctr)
+	entry := d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
+	cfg := l.Config()
+	devInfo, devErr := request.DeviceReaderOf(cfg).Nodes(pod, ctr)
+	devInfo, entry = d.kube.podres.Add(ctx, cfg, pod, ctr, devInfo, entry)
 	nodes := deviceNodes(devInfo, devErr, entry)
-	entry = devInfo.withDevices(entry)
+	entry = devInfo.WithDevices(entry)
 
 	l.Lock()
 	defer l.Unlock()
@@ -276,7 +278,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		return nil, nil, err
 	}
 	dec := ad.Decision
-	rec := ad.record(ledger.Record{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
+	rec := ad.record(ledger.Record{ID: ctr.GetId(), Pod: req.Pod, PodName: request.PodName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()})
 	edit, superseded := withRecord(l, rec)
 	// Logged once the commit succeeded, with the state before it.
@@ -289,7 +291,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 		life.Sandbox = &ledger.PodSandbox{Pod: req.Pod, ID: pod.GetId()}
 	}
 	if len(devInfo.Devices) > 0 {
-		life.Devices = map[string][]ledger.DeviceView{rec.ID: devInfo.Devices}
+		life.Devices = map[string][]ledger.DeviceView{rec.ID: deviceViews(devInfo.Devices)}
 	}
 	// The containers it replaces may still exist, exited (their stop
 	// never reached the plugin): their removal is no pod's end.
@@ -406,7 +408,7 @@ func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) {
 	if _, ok := l.Record(id); ok || e == nil || l.Syncs() == 0 {
 		return
 	}
-	rec := ledger.Record{ID: id, Pod: podKey(pod), PodName: podName(pod), Name: ctr.GetName(),
+	rec := ledger.Record{ID: id, Pod: request.PodKey(pod), PodName: request.PodName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()}
 	entry := d.log.WithFields(logrus.Fields{"pod": rec.PodName, "container": rec.Name, "id": id,
 		"found_cpus": ctr.GetLinux().GetResources().GetCpu().GetCpus(), "cpus": e.SharedMask(l.State()).String()})
@@ -557,7 +559,7 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 	d := p.d
 	l := d.led
-	key := podKey(pod)
+	key := request.PodKey(pod)
 	l.Lock()
 	if l.Engine() == nil {
 		l.Unlock()
@@ -565,12 +567,12 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 	}
 	if sb, ok := l.Sandbox(key); ok && pod.GetId() != "" && sb != pod.GetId() {
 		l.Unlock()
-		d.log.WithFields(logrus.Fields{"pod": podName(pod), "sandbox": pod.GetId(), "current": sb}).
+		d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "sandbox": pod.GetId(), "current": sb}).
 			Info("an earlier sandbox of the pod " + why + ": its containers in the current sandbox keep their CPUs")
 		return nil
 	}
 	_, _ = l.Commit(ledger.Change{Life: ledger.Life{SandboxGone: key}}) // nothing durable: cannot fail
-	changed, err := p.releaseAll(key, podName(pod), "pod "+why)
+	changed, err := p.releaseAll(key, request.PodName(pod), "pod "+why)
 	l.Unlock()
 	if changed {
 		d.applier().Kick()
@@ -644,12 +646,12 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	defer p.d.obs.timeEvent("UpdateContainer")()
 	d := p.d
 	l := d.led
-	cpu := cpuOf(res)
+	cpu := request.CPUOf(res)
 	resized := cpu != nil && (cpu.GetShares() != nil || cpu.GetQuota() != nil)
 	if resized {
 		// An exclusive resize answers the container's new cpuset (and,
 		// growing under in-answer, the shared-pool containers' first).
-		ups, err := p.resize(ctr.GetId(), requestWithCPU(pod, ctr, cpu))
+		ups, err := p.resize(ctr.GetId(), request.WithCPU(pod, ctr, cpu))
 		if err != nil || len(ups) > 0 {
 			return ups, err
 		}
