@@ -210,7 +210,7 @@ FUZZ_TARGETS := pkg/config:FuzzLoad:20000 pkg/checkpoint:FuzzLoad:2000 \
 	pkg/sysfs:FuzzParseList:200000 pkg/sysfs:FuzzParseInt:200000 pkg/sysfs:FuzzParseMemTotal:200000 \
 	pkg/sysfs:FuzzParseDistances:200000 pkg/sysfs:FuzzReadFS:10000 pkg/sysfs:FuzzDeviceNUMANode:200000 pkg/sysfs:FuzzDeviceNodesPCI:100000 \
 	pkg/sysfs:FuzzParseNVIDIAInformation:100000 pkg/sysfs:FuzzParseDRAMetadata:30000 \
-	internal/persist:FuzzKubeletState:3000 internal/daemon:FuzzRequestFor:15000 internal/daemon:FuzzRestore:3000 \
+	internal/persist:FuzzKubeletState:3000 internal/request:FuzzRequestFor:15000 internal/daemon:FuzzRestore:3000 \
 	cmd/nri-cpualign:FuzzSimulate:400 cmd/nri-cpualign:FuzzFastRequest:30000 \
 	cmd/nri-cpualign:FuzzAppendAnswer:20000 internal/jsonstr:FuzzAppend:100000
 .PHONY: fuzz fuzz-short

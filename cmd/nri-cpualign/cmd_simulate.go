@@ -14,7 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
+	"github.com/nri-cpualign/nri-cpualign/internal/request"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -456,7 +456,7 @@ func (s *simulator) request(req requestLine) (policy.Request, devicesFound, erro
 	for _, m := range req.Mounts {
 		ctr.Mounts = append(ctr.Mounts, &api.Mount{Source: m.Source, Destination: m.Destination, Type: "bind"})
 	}
-	nodes, located, skipped, err := daemon.LocateDevices(s.sysfsRoot, s.procfsRoot, ctr)
+	nodes, located, skipped, err := request.LocateDevices(s.sysfsRoot, s.procfsRoot, ctr)
 	for _, v := range skipped {
 		s.log.WithField("value", v).Warn("simulate: device plugin variable ignored for device hints")
 	}

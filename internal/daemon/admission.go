@@ -6,6 +6,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/request"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -14,7 +15,7 @@ import (
 // it (CreateContainer, or Synchronize for a container created while the
 // plugin was away).
 type admitInput struct {
-	// Req is the container's request (requestFor), without the device
+	// Req is the container's request (request.For), without the device
 	// hint provider, which Nodes gives: the NUMA nodes of its devices
 	// (none: no preference).
 	Req   policy.Request
@@ -67,15 +68,15 @@ func (a admission) record(base ledger.Record) ledger.Record {
 }
 
 // deviceNodes is the NUMA nodes the device hint provider found
-// (deviceReader.nodes), with its debug line. A sysfs error is logged and
+// (request.DeviceReader.Nodes), with its debug line. A sysfs error is logged and
 // counts as no preference: device locality steers placement, it is never
 // a reason to fail a container.
-func deviceNodes(info deviceInfo, err error, entry *logrus.Entry) []int {
+func deviceNodes(info request.DeviceInfo, err error, entry *logrus.Entry) []int {
 	if err != nil {
-		entry.WithError(err).Warn(noDeviceHintMsg)
+		entry.WithError(err).Warn(request.NoDeviceHintMsg)
 		return nil
 	}
-	info.log(entry)
+	info.Log(entry)
 	return info.Nodes
 }
 
@@ -87,7 +88,7 @@ func withNodeHints(e *policy.Engine, req policy.Request, nodes []int) policy.Req
 	}
 	h := make(map[string][]hints.Hint, len(req.Hints)+1)
 	maps.Copy(h, req.Hints)
-	h[deviceResource] = e.DeviceHints(nodes)
+	h[request.DeviceResource] = e.DeviceHints(nodes)
 	req.Hints = h
 	return req
 }

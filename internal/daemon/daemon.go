@@ -50,6 +50,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/nrtexport"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/internal/persist"
+	"github.com/nri-cpualign/nri-cpualign/internal/request"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -146,8 +147,8 @@ type kubeLinks struct {
 	// the worker.
 	nrt *nrtexport.Exporter
 	// podres asks the kubelet's PodResources API for devices
-	// (podresources.go).
-	podres podResources
+	// (internal/request podresources.go).
+	podres request.PodResources
 }
 
 // runState is what Run sets, under the ledger's lock, for what starts
@@ -331,7 +332,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	defer d.releaseStateDir()
-	defer d.kube.podres.close()
+	defer d.kube.podres.Close()
 
 	var (
 		configured bool
@@ -343,7 +344,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return nil
 	})
 	d.logStartup()
-	d.kube.podres.warm(d.led.Config())
+	d.kube.podres.Warm(d.led.Config())
 	if configured {
 		if err := d.led.Update(func(l *ledger.Tx) error { return d.startLocked(l, nil) }); err != nil {
 			return err

@@ -231,42 +231,6 @@ func TestDeviceHintsPodScope(t *testing.T) {
 	}
 }
 
-func TestPCIFromEnv(t *testing.T) {
-	env := []string{
-		"PATH=/usr/bin",
-		"PCIDEVICE_A=0000:3B:02.0, 0000:af:02.1,",
-		"PCIDEVICE_A_INFO={}",
-		"PCIDEVICE_=0000:00:00.0", // no resource name
-		"PCI_RESOURCE_KUBEVIRT_IO_NIC=0000:af:00.0",
-		"PCIDEVICE_B=nope",
-		"NVIDIA_VISIBLE_DEVICES=GPU-0a1b",
-		"NOEQUALS",
-	}
-	var c collected
-	pciFromEnv(env, &c)
-	devs, names, skipped := c.devs, c.names, c.skipped
-	want := []string{"PCIDEVICE_A 0000:3b:02.0", "PCIDEVICE_A 0000:af:02.1", "PCI_RESOURCE_KUBEVIRT_IO_NIC 0000:af:00.0"}
-	if fmt.Sprint(names) != fmt.Sprint(want) || len(devs) != 3 || devs[0].PCI != "0000:3b:02.0" || devs[2].Kind != "pci" {
-		t.Fatalf("pciFromEnv names = %q, devs = %+v; want %q", names, devs, want)
-	}
-	if fmt.Sprint(skipped) != "[PCIDEVICE_B=nope]" {
-		t.Fatalf("skipped = %q, want [PCIDEVICE_B=nope]", skipped)
-	}
-
-	// A pod spec can carry any number of addresses: 64 are read, the
-	// rest reported (at most 8 of them).
-	var many []string
-	for i := 0; i < 100; i++ {
-		many = append(many, fmt.Sprintf("0000:%02x:00.0", i))
-	}
-	c = collected{}
-	pciFromEnv([]string{"PCIDEVICE_MANY=" + strings.Join(many, ",")}, &c)
-	devs, skipped = c.devs, c.skipped
-	if len(devs) != 64 || len(skipped) != 8 || skipped[0] != "PCIDEVICE_MANY=0000:40:00.0" {
-		t.Fatalf("100 addresses: %d read, skipped %q; want 64 and 8 starting at 0000:40:00.0", len(devs), skipped)
-	}
-}
-
 // TestDeviceHintsAtSynchronize: a container created while the plugin was
 // away with VFIO group 91 (node 1) is placed at Synchronize on node 1's
 // lowest core, 6 = {6,18}, under single-numa-node with 0,12 reserved, and

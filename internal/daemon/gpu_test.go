@@ -13,6 +13,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/request"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
@@ -218,7 +219,7 @@ func TestGPUInformationMalformed(t *testing.T) {
 		t.Fatalf("container whose GPU's file is truncated got %q, want 1,13 (no hint)", got)
 	}
 	w := warnings(hook)
-	if len(w) != 1 || !strings.Contains(w[0], noDeviceHintMsg) || !strings.Contains(w[0], "0000:d9:00.0/information") ||
+	if len(w) != 1 || !strings.Contains(w[0], request.NoDeviceHintMsg) || !strings.Contains(w[0], "0000:d9:00.0/information") ||
 		!strings.Contains(w[0], "no Device Minor line") {
 		t.Fatalf("warnings = %q, want one naming 0000:d9:00.0/information", w)
 	}
@@ -381,40 +382,5 @@ func TestDRAMetadata(t *testing.T) {
 	}
 	if w := warnings(hook); len(w) != 1 || !strings.Contains(w[0], missing) || !strings.Contains(w[0], "DRA metadata file not found") {
 		t.Fatalf("warnings = %q, want one naming %s", w, missing)
-	}
-}
-
-// TestDRAFiles: a mounted directory is searched for metadata files
-// (<claim>/<request>/<file>), within bounds; a large tree is an error.
-func TestDRAFiles(t *testing.T) {
-	dir := t.TempDir()
-	for _, p := range []string{"claim/req/a.com-metadata.json", "claim/req/b.com-metadata.json", "claim/req/notes.txt", "x/y/z/w/deep-metadata.json"} {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := draFiles(dir, maxDRAFiles)
-	want := []string{filepath.Join(dir, "claim/req/a.com-metadata.json"), filepath.Join(dir, "claim/req/b.com-metadata.json")}
-	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("draFiles = %v, %v; want %v (the one four levels down left out)", got, err, want)
-	}
-	if _, err := draFiles(dir, 1); err == nil || !strings.Contains(err.Error(), "more than 16 files") {
-		t.Fatalf("limit 1: err = %v", err)
-	}
-	big := t.TempDir()
-	for i := 0; i <= maxDRAEntries; i++ {
-		if err := os.WriteFile(filepath.Join(big, fmt.Sprint(i)), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := draFiles(big, maxDRAFiles); err == nil || !strings.Contains(err.Error(), "more than 256 entries") {
-		t.Fatalf("large directory: err = %v", err)
-	}
-	if _, err := draFiles(filepath.Join(dir, "nope"), maxDRAFiles); err == nil || !strings.Contains(err.Error(), "nope") {
-		t.Fatalf("missing source: err = %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/request"
 
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -159,9 +160,9 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 	podByID := make(map[string]*api.PodSandbox, len(pods))
 	for _, pod := range pods {
 		podByID[pod.GetId()] = pod
-		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: podKey(pod), Name: podName(pod)})
+		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: request.PodKey(pod), Name: request.PodName(pod)})
 	}
-	devs := p.deviceReader()
+	devs := request.DeviceReaderOf(d.led.Config())
 	readCgroups := d.applier().SyncReadsCgroups()
 	cg := d.applier().CgroupRoot()
 	for _, c := range ctrs {
@@ -174,8 +175,8 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 			}
 		}
 		if pod := podByID[sc.SandboxID]; pod != nil && sc.Phase != phaseStopped {
-			sc.Request = requestFor(pod, c)
-			sc.Devices, sc.DeviceErr = devs.nodes(pod, c)
+			sc.Request = request.For(pod, c)
+			sc.Devices, sc.DeviceErr = devs.Nodes(pod, c)
 		}
 		in.Ctrs = append(in.Ctrs, sc)
 	}
@@ -203,15 +204,15 @@ func (p *plugin) logSyncEvents(l *ledger.Tx, events []syncEvent) {
 			entry.WithField("cpus", ev.CPUs.String()).
 				Warn("state had no assignment for a running exclusive container; kept the CPUs it runs on")
 		case evNoDeviceHint:
-			entry.WithError(ev.Err).Warn(noDeviceHintMsg)
+			entry.WithError(ev.Err).Warn(request.NoDeviceHintMsg)
 		case evRefused:
-			ev.Devices.log(entry)
-			entry = ev.Devices.withDevices(entry)
+			ev.Devices.Log(entry)
+			entry = ev.Devices.WithDevices(entry)
 			entry.WithError(ev.Err).WithField("reason", reasonOf(ev.Err)).
 				Warn("container created while the plugin was away cannot be admitted now; it stays in the shared pool")
 		case evPlaced:
-			ev.Devices.log(entry)
-			entry = ev.Devices.withDevices(entry)
+			ev.Devices.Log(entry)
+			entry = ev.Devices.WithDevices(entry)
 			p.logDecision(l, entry, ev.Decision, "placed at synchronize")
 		}
 	}
@@ -246,12 +247,13 @@ func (p *plugin) logMoved(in syncInput, plan syncPlan) {
 func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("CreateContainer")()
 	d := p.d
-	req := requestFor(pod, ctr)
-	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
-	devInfo, devErr := p.deviceReader().nodes(pod, ctr)
-	devInfo, entry = p.withPodResources(ctx, pod, ctr, devInfo, entry)
+	req := request.For(pod, ctr)
+	entry := d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
+	cfg := d.led.Config()
+	devInfo, devErr := request.DeviceReaderOf(cfg).Nodes(pod, ctr)
+	devInfo, entry = d.kube.podres.Add(ctx, cfg, pod, ctr, devInfo, entry)
 	nodes := deviceNodes(devInfo, devErr, entry)
-	entry = devInfo.withDevices(entry)
+	entry = devInfo.WithDevices(entry)
 	var adj *api.ContainerAdjustment
 	updates, err := ledger.Within(d.led, func(l *ledger.Tx) (updates []*api.ContainerUpdate, err error) {
 		adj, updates, err = p.create(l, pod, ctr, req, nodes, devInfo, entry)
@@ -261,7 +263,7 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 }
 
 // create is CreateContainer inside its Update.
-func (p *plugin) create(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container, req policy.Request, nodes []int, devInfo deviceInfo,
+func (p *plugin) create(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container, req policy.Request, nodes []int, devInfo request.DeviceInfo,
 	entry *logrus.Entry) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	d := p.d
 	e := l.Engine()
@@ -281,7 +283,7 @@ func (p *plugin) create(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container, r
 		return nil, nil, err
 	}
 	dec := ad.Decision
-	rec := ad.record(ledger.Record{ID: ctr.GetId(), Pod: req.Pod, PodName: podName(pod), Name: ctr.GetName(),
+	rec := ad.record(ledger.Record{ID: ctr.GetId(), Pod: req.Pod, PodName: request.PodName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()})
 	edit, superseded := withRecord(l, rec)
 	// Logged once the commit succeeded, with the state before it.
@@ -294,7 +296,7 @@ func (p *plugin) create(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container, r
 		life.Sandbox = &ledger.PodSandbox{Pod: req.Pod, ID: pod.GetId()}
 	}
 	if len(devInfo.Devices) > 0 {
-		life.Devices = map[string][]ledger.DeviceView{rec.ID: devInfo.Devices}
+		life.Devices = map[string][]ledger.DeviceView{rec.ID: deviceViews(devInfo.Devices)}
 	}
 	// The containers it replaces may still exist, exited (their stop
 	// never reached the plugin): their removal is no pod's end.
@@ -427,12 +429,12 @@ func (p *plugin) start(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) ap
 func (p *plugin) unplaced(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) (ledger.Record, *logrus.Entry, bool) {
 	d := p.d
 	id := ctr.GetId()
-	entry := d.log.WithFields(logrus.Fields{"pod": podName(pod), "container": ctr.GetName(), "id": id})
+	entry := d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "container": ctr.GetName(), "id": id})
 	e := l.Engine()
 	if _, ok := l.Record(id); ok || e == nil || l.Syncs() == 0 {
 		return ledger.Record{}, entry, false
 	}
-	rec := ledger.Record{ID: id, Pod: podKey(pod), PodName: podName(pod), Name: ctr.GetName(),
+	rec := ledger.Record{ID: id, Pod: request.PodKey(pod), PodName: request.PodName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()}
 	entry = entry.WithFields(logrus.Fields{"found_cpus": ctr.GetLinux().GetResources().GetCpu().GetCpus(), "cpus": e.SharedMask(l.State()).String()})
 	return rec, entry, true
@@ -641,12 +643,12 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 // pool changed.
 func (p *plugin) endPod(l *ledger.Tx, pod *api.PodSandbox, why string) (bool, error) {
 	d := p.d
-	key := podKey(pod)
+	key := request.PodKey(pod)
 	if l.Engine() == nil {
 		return false, nil
 	}
 	if sb, ok := l.Sandbox(key); ok && pod.GetId() != "" && sb != pod.GetId() {
-		d.log.WithFields(logrus.Fields{"pod": podName(pod), "sandbox": pod.GetId(), "current": sb}).
+		d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "sandbox": pod.GetId(), "current": sb}).
 			Info("an earlier sandbox of the pod " + why + ": its containers in the current sandbox keep their CPUs")
 		return false, nil
 	}
@@ -654,11 +656,11 @@ func (p *plugin) endPod(l *ledger.Tx, pod *api.PodSandbox, why string) (bool, er
 	freed := podEnd(l, &c, key)
 	changed, err := l.Commit(c)
 	if err != nil {
-		d.log.WithError(err).WithFields(logrus.Fields{"pod": podName(pod), "pod_uid": key}).
+		d.log.WithError(err).WithFields(logrus.Fields{"pod": request.PodName(pod), "pod_uid": key}).
 			Error("cannot write the checkpoint; the pod's CPUs stay assigned")
 		return false, err
 	}
-	p.logPodEnd(l, podName(pod), key, freed, "pod "+why)
+	p.logPodEnd(l, request.PodName(pod), key, freed, "pod "+why)
 	return changed, nil
 }
 
@@ -731,12 +733,12 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	defer func() { updates = p.quotaAtUpdate(ctr, updates) }()
 	defer p.d.obs.timeEvent("UpdateContainer")()
 	d := p.d
-	cpu := cpuOf(res)
+	cpu := request.CPUOf(res)
 	resized := cpu != nil && (cpu.GetShares() != nil || cpu.GetQuota() != nil)
 	if resized {
 		// An exclusive resize answers the container's new cpuset (and,
 		// growing under in-answer, the shared-pool containers' first).
-		ups, err := p.resize(ctr.GetId(), requestWithCPU(pod, ctr, cpu))
+		ups, err := p.resize(ctr.GetId(), request.WithCPU(pod, ctr, cpu))
 		if err != nil || len(ups) > 0 {
 			return ups, err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/request"
 	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
@@ -38,7 +39,7 @@ const (
 // syncPod is a pod sandbox as the runtime reports it.
 type syncPod struct {
 	ID   string // sandbox ID, what containers name
-	Key  string // engine pod key (podKey)
+	Key  string // engine pod key (request.PodKey)
 	Name string // namespace/name, for logs
 }
 
@@ -49,11 +50,11 @@ type syncCtr struct {
 	CreatedAt           int64
 	CPUs, Mems          string // cpuset.cpus and cpuset.mems the runtime reports
 	CgroupsPath         string
-	// Request is what the container asks for (requestFor), without the
+	// Request is what the container asks for (request.For), without the
 	// device hint provider, which Devices and DeviceErr give: the
 	// NUMA nodes of its devices, or why they could not be read.
 	Request   policy.Request
-	Devices   deviceInfo
+	Devices   request.DeviceInfo
 	DeviceErr error
 }
 
@@ -97,7 +98,7 @@ type syncEvent struct {
 	Decision           policy.Decision
 	Err                error
 	// Devices are what the device hint provider found for an admission.
-	Devices deviceInfo
+	Devices request.DeviceInfo
 }
 
 // syncPlan is planSync's answer. State and Records replace the daemon's

@@ -13,6 +13,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/internal/persist"
+	"github.com/nri-cpualign/nri-cpualign/internal/request"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -250,7 +251,7 @@ func TestResizeBaselineSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(snap.Baseline) != 0 || snap.Assignments[podKey(g)]["c"] != "1" {
+	if len(snap.Baseline) != 0 || snap.Assignments[request.PodKey(g)]["c"] != "1" {
 		t.Errorf("state assignments %v baseline %v; want c on 1 and no baseline", snap.Assignments, snap.Baseline)
 	}
 	if got := gatherByLabels(t, r.d, "nri_cpualign_resizes_total"); got["downsize"] != 2 {

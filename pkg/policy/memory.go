@@ -35,7 +35,7 @@ func (e *Engine) newMemory(cfg Config) error {
 // only in a Guaranteed pod, and only with a memory limit (a Guaranteed
 // pod's containers all have one; a request without is left alone rather
 // than refused). A container is an app container: NRI does not tell init
-// containers apart (see requestFor).
+// containers apart (see internal/request For).
 func memPod(req Request, r memorymanager.Request) memorymanager.Pod {
 	p := memorymanager.Pod{
 		UID:        req.Pod,

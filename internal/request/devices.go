@@ -1,4 +1,4 @@
-package daemon
+package request
 
 import (
 	"errors"
@@ -13,16 +13,16 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
 )
 
-// deviceResource names the device hint provider in Request.Hints.
-const deviceResource = "devices"
+// DeviceResource names the device hint provider in Request.Hints.
+const DeviceResource = "devices"
 
-// noDeviceHintMsg is the warning for device NUMA nodes that cannot be read.
-const noDeviceHintMsg = "cannot read the NUMA node of a device; no device hint"
+// NoDeviceHintMsg is the warning for device NUMA nodes that cannot be read.
+const NoDeviceHintMsg = "cannot read the NUMA node of a device; no device hint"
 
 // pciEnvPrefixes are the device plugins' environment variables that carry
 // PCI addresses ("addr,addr,..."): the SR-IOV network device plugin's
@@ -38,12 +38,20 @@ const maxEnvAddresses = 64
 // maxSkipped bounds the warnings about one container's variables.
 const maxSkipped = 8
 
-// deviceInfo is what the device hint provider found for one container.
-type deviceInfo struct {
+// Device is a located device: its label (the log lines' and /state's)
+// and its NUMA nodes; the fields are those of ledger.DeviceView, which
+// the daemon converts it to.
+type Device struct {
+	Device string
+	NUMA   []int
+}
+
+// DeviceInfo is what the device hint provider found for one container.
+type DeviceInfo struct {
 	// Nodes are all its devices' NUMA nodes together, ascending.
 	Nodes []int
 	// Devices are the devices that gave nodes; Considered counts all.
-	Devices    []ledger.DeviceView
+	Devices    []Device
 	Considered int
 	// Skipped are environment values that are no PCI address, or beyond
 	// maxEnvAddresses (at most maxSkipped of them).
@@ -54,9 +62,9 @@ type deviceInfo struct {
 	Unseen []string
 }
 
-// log writes the debug line naming the devices and their nodes, and a
+// Log writes the debug line naming the devices and their nodes, and a
 // warning per skipped environment value.
-func (info deviceInfo) log(entry *logrus.Entry) {
+func (info DeviceInfo) Log(entry *logrus.Entry) {
 	for _, s := range info.Skipped {
 		entry.WithField("value", s).Warn("device plugin variable: not a PCI address, or more than 64 addresses or GPUs in the container; ignored for device hints")
 	}
@@ -72,7 +80,7 @@ func (info deviceInfo) log(entry *logrus.Entry) {
 
 // labels names each located device and its nodes ("/dev/nvidia3
 // 0000:86:00.0 numa 1"), for the log lines of the decision.
-func (info deviceInfo) labels() []string {
+func (info DeviceInfo) labels() []string {
 	devs := make([]string, 0, len(info.Devices))
 	for _, d := range info.Devices {
 		devs = append(devs, d.Device+" numa "+intList(d.NUMA))
@@ -80,9 +88,9 @@ func (info deviceInfo) labels() []string {
 	return devs
 }
 
-// withDevices adds the located devices to the container's log entry, so
+// WithDevices adds the located devices to the container's log entry, so
 // the decision's info line (or its refusal) names them.
-func (info deviceInfo) withDevices(entry *logrus.Entry) *logrus.Entry {
+func (info DeviceInfo) WithDevices(entry *logrus.Entry) *logrus.Entry {
 	if len(info.Devices) == 0 {
 		return entry
 	}
@@ -97,19 +105,17 @@ func intList(ns []int) string {
 	return strings.Join(s, ",")
 }
 
-// deviceReader finds the NUMA nodes of containers' devices; handlers use
+// DeviceReader finds the NUMA nodes of containers' devices; handlers use
 // it before they take the ledger's lock.
-type deviceReader struct {
+type DeviceReader struct {
 	topologyPolicy string
 	sysfsRoot      string
 	procfsRoot     string
 }
 
-// deviceReader is the device reader of the current configuration.
-func (p *plugin) deviceReader() deviceReader {
-	d := p.d
-	cfg := d.led.Config()
-	return deviceReader{topologyPolicy: cfg.TopologyManagerPolicy, sysfsRoot: cfg.SysfsRoot, procfsRoot: cfg.ProcfsRoot}
+// DeviceReaderOf is the device reader of a configuration.
+func DeviceReaderOf(cfg config.Config) DeviceReader {
+	return DeviceReader{topologyPolicy: cfg.TopologyManagerPolicy, sysfsRoot: cfg.SysfsRoot, procfsRoot: cfg.ProcfsRoot}
 }
 
 // collected is what the device sources found in one container, in
@@ -142,18 +148,18 @@ func (c *collected) skip(value string) {
 // located (no device hint at all, rather than a partial one). pod is nil
 // outside the daemon (simulate). A source that knows a device's nodes
 // itself adds a sysfs.Device{Kind: "numa", Nodes: ...}.
-type deviceSource func(r deviceReader, pod *api.PodSandbox, ctr *api.Container, c *collected) error
+type deviceSource func(r DeviceReader, pod *api.PodSandbox, ctr *api.Container, c *collected) error
 
 // deviceSources are read in this order: the device nodes the runtime
 // lists (NVIDIA's through procfs), the device plugins' variables, the
 // DRA metadata mounted into the container.
 var deviceSources = []deviceSource{
-	deviceReader.fromDeviceNodes,
-	deviceReader.fromEnv,
-	deviceReader.fromDRAMetadata,
+	DeviceReader.fromDeviceNodes,
+	DeviceReader.fromEnv,
+	DeviceReader.fromDRAMetadata,
 }
 
-// nodes finds the NUMA nodes of the container's devices (deviceSources):
+// Nodes finds the NUMA nodes of the container's devices (deviceSources):
 // its char/block devices found in sysfs from major:minor only (VFIO
 // groups through their IOMMU group, NVIDIA GPUs through the driver's
 // procfs files), the PCI functions and GPUs device plugins name in its
@@ -161,8 +167,8 @@ var deviceSources = []deviceSource{
 // container-controlled path. None when the topology manager consults no
 // provider. Devices without locality (the usual /dev/null, /dev/zero,
 // ...) give none.
-func (r deviceReader) nodes(pod *api.PodSandbox, ctr *api.Container) (deviceInfo, error) {
-	var info deviceInfo
+func (r DeviceReader) Nodes(pod *api.PodSandbox, ctr *api.Container) (DeviceInfo, error) {
+	var info DeviceInfo
 	if r.topologyPolicy == "" || r.topologyPolicy == hints.PolicyNone {
 		return info, nil // the merge consults no provider
 	}
@@ -170,10 +176,10 @@ func (r deviceReader) nodes(pod *api.PodSandbox, ctr *api.Container) (deviceInfo
 }
 
 // LocateDevices is the device hint provider's lookup for one container
-// outside the daemon (simulate's devices, env and mounts): what nodes
+// outside the daemon (simulate's devices, env and mounts): what Nodes
 // finds, reading sysfsRoot and procfsRoot, whatever the policy.
-func LocateDevices(sysfsRoot, procfsRoot string, ctr *api.Container) (nodes []int, devices []ledger.DeviceView, skipped []string, err error) {
-	info, err := deviceReader{sysfsRoot: sysfsRoot, procfsRoot: procfsRoot}.locate(nil, ctr)
+func LocateDevices(sysfsRoot, procfsRoot string, ctr *api.Container) (nodes []int, devices []Device, skipped []string, err error) {
+	info, err := DeviceReader{sysfsRoot: sysfsRoot, procfsRoot: procfsRoot}.locate(nil, ctr)
 	skipped = info.Skipped
 	for _, f := range info.Unseen {
 		skipped = append(skipped, "DRA metadata "+f+": not found")
@@ -182,8 +188,8 @@ func LocateDevices(sysfsRoot, procfsRoot string, ctr *api.Container) (nodes []in
 }
 
 // locate reads every device source and locates what they found.
-func (r deviceReader) locate(pod *api.PodSandbox, ctr *api.Container) (deviceInfo, error) {
-	var info deviceInfo
+func (r DeviceReader) locate(pod *api.PodSandbox, ctr *api.Container) (DeviceInfo, error) {
+	var info DeviceInfo
 	var c collected
 	for _, src := range deviceSources {
 		if err := src(r, pod, ctr, &c); err != nil {
@@ -202,7 +208,7 @@ func (r deviceReader) locate(pod *api.PodSandbox, ctr *api.Container) (deviceInf
 	}
 	for i, l := range locs {
 		if len(l.Nodes) > 0 {
-			info.Devices = append(info.Devices, ledger.DeviceView{Device: c.names[i], NUMA: l.Nodes})
+			info.Devices = append(info.Devices, Device{Device: c.names[i], NUMA: l.Nodes})
 		}
 	}
 	info.Nodes = sysfs.UnionNodes(locs)
@@ -215,7 +221,7 @@ func (r deviceReader) locate(pod *api.PodSandbox, ctr *api.Container) (deviceInf
 // (nvidiactl 195:255, nvidia-modeset 195:254) carry no locality and are
 // left out. nvidia-uvm and nvidia-caps have dynamic majors and no sysfs
 // parent, so the sysfs walk finds nothing for them.
-func (r deviceReader) fromDeviceNodes(_ *api.PodSandbox, ctr *api.Container, c *collected) error {
+func (r DeviceReader) fromDeviceNodes(_ *api.PodSandbox, ctr *api.Container, c *collected) error {
 	for _, dev := range ctr.GetLinux().GetDevices() {
 		kind := ""
 		switch dev.GetType() {
@@ -245,7 +251,7 @@ func (r deviceReader) fromDeviceNodes(_ *api.PodSandbox, ctr *api.Container, c *
 
 // fromEnv adds the PCI functions the device plugins' variables name
 // (pciEnvPrefixes) and the GPUs NVIDIA_VISIBLE_DEVICES names by UUID.
-func (r deviceReader) fromEnv(_ *api.PodSandbox, ctr *api.Container, c *collected) error {
+func (r DeviceReader) fromEnv(_ *api.PodSandbox, ctr *api.Container, c *collected) error {
 	env := ctr.GetEnv()
 	pciFromEnv(env, c)
 	return r.gpusFromEnv(env, c)
@@ -258,7 +264,7 @@ func (r deviceReader) fromEnv(_ *api.PodSandbox, ctr *api.Container, c *collecte
 const nvidiaVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 
 // gpusFromEnv adds the GPUs NVIDIA_VISIBLE_DEVICES names by "GPU-" UUID.
-func (r deviceReader) gpusFromEnv(env []string, c *collected) error {
+func (r DeviceReader) gpusFromEnv(env []string, c *collected) error {
 	n := 0
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
@@ -286,7 +292,7 @@ func (r deviceReader) gpusFromEnv(env []string, c *collected) error {
 }
 
 // nvidiaGPUs reads the driver's GPU files once per container.
-func (r deviceReader) nvidiaGPUs(c *collected) (*sysfs.NVIDIAGPUs, error) {
+func (r DeviceReader) nvidiaGPUs(c *collected) (*sysfs.NVIDIAGPUs, error) {
 	if c.gpus == nil && c.gpuErr == nil {
 		g, err := sysfs.ReadNVIDIAGPUs(r.procfsRoot)
 		c.gpus, c.gpuErr = &g, err
@@ -294,7 +300,7 @@ func (r deviceReader) nvidiaGPUs(c *collected) (*sysfs.NVIDIAGPUs, error) {
 	return c.gpus, c.gpuErr
 }
 
-func (r deviceReader) gpuByMinor(c *collected, minor int64) (sysfs.NVIDIAGPU, error) {
+func (r DeviceReader) gpuByMinor(c *collected, minor int64) (sysfs.NVIDIAGPU, error) {
 	gpus, err := r.nvidiaGPUs(c)
 	if err != nil {
 		return sysfs.NVIDIAGPU{}, err
@@ -305,7 +311,7 @@ func (r deviceReader) gpuByMinor(c *collected, minor int64) (sysfs.NVIDIAGPU, er
 	return sysfs.NVIDIAGPU{}, r.noGPU(gpus, "Device Minor "+strconv.FormatInt(minor, 10))
 }
 
-func (r deviceReader) gpuByUUID(c *collected, uuid string) (sysfs.NVIDIAGPU, error) {
+func (r DeviceReader) gpuByUUID(c *collected, uuid string) (sysfs.NVIDIAGPU, error) {
 	gpus, err := r.nvidiaGPUs(c)
 	if err != nil {
 		return sysfs.NVIDIAGPU{}, err
@@ -318,7 +324,7 @@ func (r deviceReader) gpuByUUID(c *collected, uuid string) (sysfs.NVIDIAGPU, err
 
 // noGPU says why a GPU is not in the driver's files: a file that did
 // not parse (named), or none has it.
-func (r deviceReader) noGPU(gpus *sysfs.NVIDIAGPUs, what string) error {
+func (r DeviceReader) noGPU(gpus *sysfs.NVIDIAGPUs, what string) error {
 	if len(gpus.Bad) > 0 {
 		return fmt.Errorf("no GPU with %s among the ones read; %w", what, errors.Join(gpus.Bad...))
 	}
@@ -341,7 +347,7 @@ const (
 // directory), never a path inside the container. A device that
 // publishes resource.kubernetes.io/numaNode is on that node; one that
 // publishes only pciBusID is located in sysfs.
-func (r deviceReader) fromDRAMetadata(_ *api.PodSandbox, ctr *api.Container, c *collected) error {
+func (r DeviceReader) fromDRAMetadata(_ *api.PodSandbox, ctr *api.Container, c *collected) error {
 	var files []string
 	for _, m := range ctr.GetMounts() {
 		if !within(path.Clean(m.GetDestination()), sysfs.DRAMetadataDir) || m.GetSource() == "" {
@@ -471,16 +477,4 @@ func shortValue(s string) string {
 		return s[:80] + "..."
 	}
 	return s
-}
-
-// devicesOf is ledger.devices after a Synchronize: the located devices
-// of the live containers the index keeps.
-func devicesOf(in syncInput, records map[string]ledger.Record) map[string][]ledger.DeviceView {
-	out := map[string][]ledger.DeviceView{}
-	for _, c := range in.Ctrs {
-		if _, ok := records[c.ID]; ok && len(c.Devices.Devices) > 0 {
-			out[c.ID] = c.Devices.Devices
-		}
-	}
-	return out
 }

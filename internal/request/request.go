@@ -1,4 +1,11 @@
-package daemon
+// Package request reads what a container asks for from what NRI reports,
+// before the ledger's lock is taken: the policy.Request (QoS, CPU request
+// and limit from the cgroup values the kubelet wrote, the pod's own
+// request, memory), the NUMA nodes of its devices (sysfs, the NVIDIA
+// driver's procfs files, DRA metadata) and the devices the kubelet's
+// PodResources API lists for it. It knows nothing of the ledger or the
+// daemon.
+package request
 
 import (
 	"strings"
@@ -69,8 +76,8 @@ func qosFromCgroupParent(parent string) policy.QoS {
 	return policy.Guaranteed
 }
 
-// cpuOf returns the LinuxCPU of a resources message, or nil.
-func cpuOf(r *api.LinuxResources) *api.LinuxCPU {
+// CPUOf returns the LinuxCPU of a resources message, or nil.
+func CPUOf(r *api.LinuxResources) *api.LinuxCPU {
 	if r == nil {
 		return nil
 	}
@@ -85,7 +92,7 @@ func requestFromCPU(cpu *api.LinuxCPU) (request, limit int64) {
 	return milliFromShares(cpu.GetShares().GetValue()), milliFromQuota(cpu.GetQuota().GetValue(), cpu.GetPeriod().GetValue())
 }
 
-// requestFor builds the engine request for a container from what NRI
+// For builds the engine request for a container from what NRI
 // reports: QoS from the pod's cgroup parent (or the container's cgroups
 // path when the pod has none), request and limit from cpu.shares and the
 // CFS quota, and under the pod scope the pod's request from the pod-level
@@ -108,13 +115,13 @@ func requestFromCPU(cpu *api.LinuxCPU) (request, limit int64) {
 // equal to limit, whole CPUs). Because shares lose precision
 // (333m -> 340 shares -> 332m), a non-integral request never comes back as
 // an integral one, while n CPUs always come back as exactly n*1000.
-func requestFor(pod *api.PodSandbox, ctr *api.Container) policy.Request {
-	return requestWithCPU(pod, ctr, cpuOf(ctr.GetLinux().GetResources()))
+func For(pod *api.PodSandbox, ctr *api.Container) policy.Request {
+	return WithCPU(pod, ctr, CPUOf(ctr.GetLinux().GetResources()))
 }
 
-// requestWithCPU is requestFor with the container's CPU values replaced by
+// WithCPU is For with the container's CPU values replaced by
 // cpu (an in-place resize).
-func requestWithCPU(pod *api.PodSandbox, ctr *api.Container, cpu *api.LinuxCPU) policy.Request {
+func WithCPU(pod *api.PodSandbox, ctr *api.Container, cpu *api.LinuxCPU) policy.Request {
 	parent := pod.GetLinux().GetCgroupParent()
 	if parent == "" {
 		parent = ctr.GetLinux().GetCgroupsPath()
@@ -128,9 +135,9 @@ func requestWithCPU(pod *api.PodSandbox, ctr *api.Container, cpu *api.LinuxCPU) 
 	// Only PodResources is the pod's: pod.Linux.Resources is the sandbox
 	// (pause) container's own cgroup values (cpu.shares 2 from containerd
 	// 2.4 and CRI-O 1.37 under a real kubelet), never the pod's sum.
-	podReq, podLim := requestFromCPU(cpuOf(pod.GetLinux().GetPodResources()))
+	podReq, podLim := requestFromCPU(CPUOf(pod.GetLinux().GetPodResources()))
 	return policy.Request{
-		Pod:                podKey(pod),
+		Pod:                PodKey(pod),
 		Container:          ctr.GetName(),
 		QoS:                qos,
 		CPURequestMilli:    req,
@@ -174,17 +181,17 @@ func guaranteedAgreement(qos policy.QoS, req, lim int64) (int64, int64) {
 	}
 }
 
-// podKey is the engine's pod key: the pod UID, or the sandbox ID for a
+// PodKey is the engine's pod key: the pod UID, or the sandbox ID for a
 // sandbox without one (not created by the kubelet).
-func podKey(pod *api.PodSandbox) string {
+func PodKey(pod *api.PodSandbox) string {
 	if uid := pod.GetUid(); uid != "" {
 		return uid
 	}
 	return pod.GetId()
 }
 
-// podName is namespace/name for logs.
-func podName(pod *api.PodSandbox) string {
+// PodName is namespace/name for logs.
+func PodName(pod *api.PodSandbox) string {
 	if pod.GetNamespace() == "" {
 		return pod.GetName()
 	}

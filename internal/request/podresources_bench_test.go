@@ -1,4 +1,4 @@
-package daemon
+package request
 
 import (
 	"context"
@@ -16,10 +16,9 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/kubeletpodres"
 	"github.com/nri-cpualign/nri-cpualign/internal/kubeletpodres/podrestest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
-	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
 
-// fakeLister answers from memory: what the daemon's side of the call
+// fakeLister answers from memory: what the plugin's side of the call
 // costs without the socket.
 type fakeLister struct{ devs []kubeletpodres.Device }
 
@@ -28,10 +27,10 @@ func (f fakeLister) ContainerDevices(context.Context, string, string, string) ([
 }
 
 // BenchmarkPodResources is what asking the kubelet adds to one
-// CreateContainer (withPodResources, the hook the handler calls before it
+// CreateContainer (PodResources.Add, which the handler calls before it
 // takes the ledger's lock) for a container with one GPU on NUMA node 1:
 //   - off: pod_resources = false;
-//   - fake: an in-memory Lister (the daemon's own work);
+//   - fake: an in-memory Lister (the plugin's own work);
 //   - grpc: the real client against an in-process server on a unix socket
 //     answering Get as the kubelet does (podrestest), the connection kept;
 //   - absent: no socket (a stat, and the rate-limited warning's check).
@@ -57,26 +56,21 @@ func BenchmarkPodResources(b *testing.B) {
 		{"absent", "", filepath.Join(dir, "absent.sock")},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			cfg, err := config.Load([]byte(fmt.Sprintf("reserved_cpu_count = 2\ntopology_manager_policy = \"best-effort\"\ncgroup_root = %q\nstate_dir = %q\nmetrics_address = \"\"\npod_resources_socket = %q\n%s",
-				offHostRoot(b), b.TempDir(), c.sock, c.extra)))
+			cfg, err := config.Load([]byte(fmt.Sprintf("topology_manager_policy = \"best-effort\"\npod_resources_socket = %q\n%s", c.sock, c.extra)))
 			if err != nil {
 				b.Fatal(err)
 			}
 			log := logrus.New()
 			log.SetOutput(io.Discard)
-			d, err := New(cfg, WithTopology(sysfstest.Load(b, "ht-2s-6c")), WithLogger(log))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer d.kube.podres.close()
+			var s PodResources
+			defer s.Close()
 			if c.name == "fake" {
-				d.kube.podres.socket = sock
-				d.kube.podres.lister = fakeLister{devs: []kubeletpodres.Device{{Resource: gpu.Resource, IDs: gpu.IDs, NUMA: []int{1}}}}
+				s.socket = sock
+				s.lister = fakeLister{devs: []kubeletpodres.Device{{Resource: gpu.Resource, IDs: gpu.IDs, NUMA: []int{1}}}}
 			}
-			p := &plugin{d: d}
 			entry := logrus.NewEntry(log)
 			ctx := context.Background()
-			info, _ := p.withPodResources(ctx, pod, ctr, deviceInfo{}, entry) // connected
+			info, _ := s.Add(ctx, cfg, pod, ctr, DeviceInfo{}, entry) // connected
 			if want := c.name == "fake" || c.name == "grpc"; want != (len(info.Nodes) == 1) {
 				b.Fatalf("nodes %v", info.Nodes)
 			}
@@ -85,7 +79,7 @@ func BenchmarkPodResources(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				t0 := time.Now()
-				p.withPodResources(ctx, pod, ctr, deviceInfo{}, entry)
+				s.Add(ctx, cfg, pod, ctr, DeviceInfo{}, entry)
 				lat = append(lat, time.Since(t0))
 			}
 			b.StopTimer()

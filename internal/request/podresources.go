@@ -1,4 +1,4 @@
-package daemon
+package request
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/kubeletpodres"
-	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs"
@@ -22,10 +21,11 @@ import (
 // otherwise warn on every container.
 const podResourcesWarnEvery = time.Minute
 
-// podResources is the kubelet's PodResources API as a device hint
+// PodResources is the kubelet's PodResources API as a device hint
 // source: the client of the configured socket, made when the socket
-// changes, and when each kind of warning was last written.
-type podResources struct {
+// changes, and when each kind of warning was last written. The zero
+// value is ready; the daemon keeps one for its life (one connection).
+type PodResources struct {
 	mu     sync.Mutex
 	socket string
 	lister kubeletpodres.Lister
@@ -36,7 +36,7 @@ type podResources struct {
 
 // listerFor returns the lister of socket, replacing the one of another
 // socket (a configuration change).
-func (s *podResources) listerFor(socket string) kubeletpodres.Lister {
+func (s *PodResources) listerFor(socket string) kubeletpodres.Lister {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lister != nil && s.socket == socket {
@@ -51,17 +51,17 @@ func (s *podResources) listerFor(socket string) kubeletpodres.Lister {
 	return c
 }
 
-// warm connects to the kubelet in the background when the call will be
+// Warm connects to the kubelet in the background when the call will be
 // made, so that the first container does not wait for the handshake
 // (0.3-2 ms on a busy two-CPU machine).
-func (s *podResources) warm(cfg config.Config) {
+func (s *PodResources) Warm(cfg config.Config) {
 	if cfg.PodResources && cfg.TopologyManagerPolicy != "" && cfg.TopologyManagerPolicy != hints.PolicyNone {
 		s.listerFor(cfg.PodResourcesSocket)
 	}
 }
 
 // warnOnce reports whether a warning of kind may be written now.
-func (s *podResources) warnOnce(kind string) bool {
+func (s *PodResources) warnOnce(kind string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
@@ -78,8 +78,8 @@ func (s *podResources) warnOnce(kind string) bool {
 	return true
 }
 
-// close closes the client, if any.
-func (s *podResources) close() {
+// Close closes the client, if any.
+func (s *PodResources) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closer != nil {
@@ -88,24 +88,23 @@ func (s *podResources) close() {
 	s.lister, s.closer, s.socket = nil, nil, ""
 }
 
-// withPodResources adds to info the devices the kubelet's PodResources
-// API lists for the container that carry a NUMA node, each named
-// "RESOURCE ID[,ID] via PodResources", and returns entry with them as the
-// field pod_resources, so that the decision's line names them. It waits
+// Add adds to info the devices the kubelet's PodResources API lists for
+// the container that carry a NUMA node, each named "RESOURCE ID[,ID] via
+// PodResources", and returns entry with them as the field pod_resources,
+// so that the decision's line names them. CreateContainer calls it
+// before it takes the ledger's lock, with the current configuration. It waits
 // at most pod_resources_timeout; a kubelet that does not answer in time,
 // or has no socket, gives no hint and a warning (at most one a minute of
 // each kind). Nothing is asked when the call is off or the topology
 // manager consults no provider.
-func (p *plugin) withPodResources(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, info deviceInfo, entry *logrus.Entry) (deviceInfo, *logrus.Entry) {
-	d := p.d
-	cfg := d.led.Config()
+func (s *PodResources) Add(ctx context.Context, cfg config.Config, pod *api.PodSandbox, ctr *api.Container, info DeviceInfo, entry *logrus.Entry) (DeviceInfo, *logrus.Entry) {
 	if !cfg.PodResources || cfg.TopologyManagerPolicy == "" || cfg.TopologyManagerPolicy == hints.PolicyNone {
 		return info, entry
 	}
 	timeout := time.Duration(cfg.PodResourcesTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	devs, err := d.kube.podres.listerFor(cfg.PodResourcesSocket).ContainerDevices(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName())
+	devs, err := s.listerFor(cfg.PodResourcesSocket).ContainerDevices(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName())
 	if err != nil {
 		kind, msg := "error", "kubelet PodResources: Get failed; no device hint from it"
 		switch {
@@ -114,7 +113,7 @@ func (p *plugin) withPodResources(ctx context.Context, pod *api.PodSandbox, ctr 
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 			kind, msg = "timeout", "kubelet PodResources: no answer within pod_resources_timeout; no device hint from it"
 		}
-		if d.kube.podres.warnOnce(kind) {
+		if s.warnOnce(kind) {
 			entry.WithError(err).WithFields(logrus.Fields{"socket": cfg.PodResourcesSocket, "timeout": timeout.String()}).Warn(msg)
 		}
 		return info, entry
@@ -126,7 +125,7 @@ func (p *plugin) withPodResources(ctx context.Context, pod *api.PodSandbox, ctr 
 			continue // no TopologyInfo: no hint, as under the kubelet
 		}
 		name := dev.Resource + " " + strings.Join(dev.IDs, ",") + " via PodResources"
-		info.Devices = append(info.Devices, ledger.DeviceView{Device: name, NUMA: dev.NUMA})
+		info.Devices = append(info.Devices, Device{Device: name, NUMA: dev.NUMA})
 		info.Nodes = sysfs.UnionNodes([]sysfs.Locality{{Nodes: info.Nodes}, {Nodes: dev.NUMA}})
 		named = append(named, name+" numa "+intList(dev.NUMA))
 	}

@@ -1,4 +1,4 @@
-package daemon
+package request
 
 import (
 	"testing"
@@ -115,13 +115,13 @@ func TestRequestFor(t *testing.T) {
 			Resources:   &api.LinuxResources{Cpu: kubeletCPU(2048, 200000)},
 		},
 	}
-	got := requestFor(pod, ctr)
+	got := For(pod, ctr)
 	want := policy.Request{Pod: "uid-1", Container: "app", QoS: policy.Guaranteed, CPURequestMilli: 2000, CPULimitMilli: 2000,
 		Type: allocator.App, PodCPURequestMilli: 4000, PodCPULimitMilli: 4000}
 	if got.Pod != want.Pod || got.Container != want.Container || got.QoS != want.QoS || got.CPURequestMilli != want.CPURequestMilli ||
 		got.CPULimitMilli != want.CPULimitMilli || got.Type != want.Type || got.PodCPURequestMilli != want.PodCPURequestMilli ||
 		got.PodCPULimitMilli != want.PodCPULimitMilli {
-		t.Errorf("requestFor = %+v, want %+v", got, want)
+		t.Errorf("For = %+v, want %+v", got, want)
 	}
 
 	// No pod resources and no cgroup parent: the container's cgroups path
@@ -129,14 +129,14 @@ func TestRequestFor(t *testing.T) {
 	pod2 := &api.PodSandbox{Id: "sb2", Name: "x"}
 	ctr2 := &api.Container{Name: "c", Linux: &api.LinuxContainer{CgroupsPath: "kubepods-burstable-podx.slice:cri-containerd:c2",
 		Resources: &api.LinuxResources{Cpu: kubeletCPU(512, 0)}}}
-	got = requestFor(pod2, ctr2)
+	got = For(pod2, ctr2)
 	if got.Pod != "sb2" || got.QoS != policy.Burstable || got.CPURequestMilli != 500 || got.CPULimitMilli != 0 || got.PodCPURequestMilli != 0 {
-		t.Errorf("requestFor without pod data = %+v", got)
+		t.Errorf("For without pod data = %+v", got)
 	}
 	// pod.Linux.Resources is the sandbox container's own cgroup (shares 2
 	// under a real kubelet; any value here): not the pod's request.
 	pod2.Linux = &api.LinuxPodSandbox{Resources: &api.LinuxResources{Cpu: kubeletCPU(3072, 300000)}}
-	if got := requestFor(pod2, ctr2); got.PodCPURequestMilli != 0 {
+	if got := For(pod2, ctr2); got.PodCPURequestMilli != 0 {
 		t.Errorf("pod request from the sandbox container's Resources = %d, want 0 (unknown)", got.PodCPURequestMilli)
 	}
 	// What containerd 2.4 and CRI-O 1.37 sent for a pod with an init
@@ -150,12 +150,12 @@ func TestRequestFor(t *testing.T) {
 	for _, name := range []string{"init", "sidecar", "app"} {
 		c := &api.Container{Name: name, Linux: &api.LinuxContainer{CgroupsPath: "/kubepods/poduid-3/" + name,
 			Resources: &api.LinuxResources{Cpu: kubeletCPU(1024, 100000)}}}
-		if got := requestFor(pod3, c); got.PodCPURequestMilli != 1199 || got.Type != allocator.App || got.CPURequestMilli != 1000 {
-			t.Errorf("requestFor(%s) = %+v, want an app container of 1000m in a pod of 1199m", name, got)
+		if got := For(pod3, c); got.PodCPURequestMilli != 1199 || got.Type != allocator.App || got.CPURequestMilli != 1000 {
+			t.Errorf("For(%s) = %+v, want an app container of 1000m in a pod of 1199m", name, got)
 		}
 	}
-	if podName(pod) != "ns/web" || podName(pod2) != "x" {
-		t.Errorf("podName: %q %q", podName(pod), podName(pod2))
+	if PodName(pod) != "ns/web" || PodName(pod2) != "x" {
+		t.Errorf("PodName: %q %q", PodName(pod), PodName(pod2))
 	}
 }
 
@@ -194,9 +194,9 @@ func TestGuaranteedAgreement(t *testing.T) {
 			if req != tc.wantReq || lim != tc.wantLim || qos != tc.wantQoS {
 				t.Errorf("guaranteedAgreement(%d, %d) = %d, %d, %s; want %d, %d, %s", tc.req, tc.lim, req, lim, qos, tc.wantReq, tc.wantLim, tc.wantQoS)
 			}
-			r := requestFor(pod, ctr)
+			r := For(pod, ctr)
 			if r.QoS == policy.Guaranteed && r.CPURequestMilli != r.CPULimitMilli {
-				t.Errorf("requestFor gives a Guaranteed request %d != limit %d", r.CPURequestMilli, r.CPULimitMilli)
+				t.Errorf("For gives a Guaranteed request %d != limit %d", r.CPURequestMilli, r.CPULimitMilli)
 			}
 		})
 	}
