@@ -1,14 +1,5 @@
-// Package churn holds the reliability tests of nri-cpualign that drive the
-// real plugin (internal/daemon, in-process) over the real NRI protocol with
-// NRI's own runtime side (pkg/adaptation): the model-based churn test with
-// crashes, corrupt checkpoints and runtime reconnects, the concurrency test
-// and the security checks. Every step is checked with internal/invariant.
-//
-// Replay a failure with the seed and op count it prints:
-//
-//	CHURN_SEED=<seed> CHURN_OPS=<ops> go test -race -run 'TestChurn/<config>' ./test/churn
-//
-// `make churn OPS=100000` runs a long one.
+//go:build testhooks
+
 package churn
 
 import (
@@ -360,7 +351,7 @@ func (c *churn) fail(format string, args ...any) {
 		last = last[len(last)-40:]
 	}
 	msg += fmt.Sprintf("\n(plugin Synchronize calls: %d when the step began, %d now; connected: %v)", c.stepSyncs, c.rt.Syncs(), c.d.Connected())
-	c.t.Fatalf("step %d of setup %s: %s\n\nreplay: CHURN_SEED=%d CHURN_OPS=%d go test -race -run 'TestChurn/%s$' ./test/churn\n"+
+	c.t.Fatalf("step %d of setup %s: %s\n\nreplay: CHURN_SEED=%d CHURN_OPS=%d go test -race -tags testhooks -run 'TestChurn/%s$' ./test/churn\n"+
 		"(this setup's seed is %d) — full op list in %s; last ops:\n%s\n\ndaemon log (last lines):\n%s",
 		c.steps, c.s.name, msg, c.seed-int64(setupIndex(c.s.name)), c.totalOps, c.s.name, c.seed, file,
 		strings.Join(last, "\n"), c.logs)
