@@ -197,12 +197,24 @@ bench-cri:
 	bash scripts/bench.sh --cri
 
 ## churn: the long model-based churn test (test/churn) under -race, OPS
-## operations split over its seven machine/option setups; CHURN_SEED=n replays
+## operations split over its eleven machine/option setups; CHURN_SEED=n replays
 ## a run (a failure prints the seed and the op list)
 OPS ?= 100000
 .PHONY: churn
 churn:
 	CHURN_OPS=$(OPS) $(GO) test -race -count=1 -tags $(TESTTAGS) -timeout 0 -v -run 'TestChurn$$' ./test/churn
+
+## churn-cover: the statement coverage of the daemon's packages
+## (internal/daemon, and internal/applier where it exists) reached by the
+## churn tests alone (test/churn, make test's seed), as one percentage; the
+## profile is left in CHURN_COVER for go tool cover -func or -html
+CHURN_COVER ?= _output/churn.cov
+.PHONY: churn-cover
+churn-cover:
+	@mkdir -p $(dir $(CHURN_COVER)); pkgs=./internal/daemon/...; \
+	if [ -d internal/applier ]; then pkgs=$$pkgs,./internal/applier/...; fi; \
+	CHURN_SEED=$(CHURN_SEED) $(GO) test -tags $(TESTTAGS) -count=1 -coverpkg=$$pkgs -coverprofile=$(CHURN_COVER) ./test/churn/ >/dev/null && \
+	$(GO) tool cover -func=$(CHURN_COVER) | tail -1
 
 ## fuzz: every fuzz target for FUZZTIME each (default 30s), one at a time
 ## (fuzzing uses every core). fuzz-short (part of make test) gives each target
