@@ -53,21 +53,24 @@ const defaultOps = 9000
 // setup is one fixture machine with one option set.
 type setup struct {
 	name, fixture, toml string
-	// systemd is the runtime's cgroup driver: "" the cgroupfs driver on
-	// cgroup v1; otherwise the systemd driver on cgroup v2 (containers are
-	// scopes in pod slices) with systemd on D-Bus "reachable" (a fake
-	// that records what the plugin sets) or "unreachable" (no bus socket:
-	// the plugin falls back to "in-answer").
-	systemd string
+	// node is what the node has besides the fixture machine and the
+	// cgroupfs driver on cgroup v1: "systemd", the systemd driver on
+	// cgroup v2 (containers are scopes in pod slices) with systemd on
+	// D-Bus (a fake that records what it is asked, systemd_test.go);
+	// "systemd-unreachable", that driver with no bus socket (the plugin
+	// falls back to "in-answer"); "devices", PCI devices on both NUMA
+	// nodes that containers are given (devices_test.go).
+	node string
 }
 
-// setups: seven machines, eleven option sets, covering both CPU policies,
+// setups: seven machines, twelve option sets, covering both CPU policies,
 // every topology manager policy but none-with-pod-scope, both scopes, the
 // static options that change placement or admission (strict uncore too),
 // pod-level resources (pod_level_resource_managers, in both update modes)
 // and the systemd cgroup driver (with systemd reachable: "direct" through
-// its D-Bus API; and unreachable: the fallback to "in-answer"). Seven run
-// "direct" (four of them by not setting it), four "in-answer".
+// its D-Bus API; and unreachable: the fallback to "in-answer") and device
+// hints. Seven run "direct" (four of them by not setting it), five
+// "in-answer".
 var setups = []setup{
 	{"ht-2s-6c_static_direct", "ht-2s-6c", `shared_pool_updates = "direct"
 cpu_manager_policy = "static"
@@ -129,10 +132,15 @@ reserved_cpu_count = 2
 topology_manager_policy = "best-effort"
 topology_manager_scope = "pod"
 pod_level_resource_managers = true
-`, "reachable"},
+`, "systemd"},
 	{"ht-1s-4c_systemd-unreachable_default", "ht-1s-4c", `cpu_manager_policy = "static"
 reserved_cpu_count = 1
-`, "unreachable"},
+`, "systemd-unreachable"},
+	{"ht-2s-6c_devices_single-numa_in-answer", "ht-2s-6c", `shared_pool_updates = "in-answer"
+cpu_manager_policy = "static"
+reserved_system_cpus = "0,12"
+topology_manager_policy = "single-numa-node"
+`, "devices"},
 }
 
 func envInt(name string) int64 {
@@ -277,6 +285,8 @@ type churn struct {
 	rebuilt map[string]bool
 	// sd is the fake systemd of a setup whose systemd is reachable.
 	sd *fakeSystemd
+	// devs are the devices of each pod and name given any (devices_test.go).
+	devs map[invariant.Key]device
 	// opts are the daemon's options beyond the topology and the logger.
 	opts []daemon.Option
 }
@@ -313,6 +323,7 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		logs: newRing(400), admitted: map[string]cpuset.CPUSet{}, held: map[invariant.Key]cpuset.CPUSet{}, names: map[string]int{},
 		res: map[string]framework.Resources{}, nameRes: map[invariant.Key]framework.Resources{}, qos: map[string]framework.QOS{},
 		stats: stats{ops: map[string]int{}, faults: map[string]int{}}, budget: map[string]int{}, rebuilt: map[string]bool{},
+		devs: map[invariant.Key]device{},
 	}
 	// The runtime keeps a fake cgroup v1 tree under cgroup_root, which is
 	// what the checker reads: under shared_pool_updates = "direct" (the
@@ -324,8 +335,8 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	rtOpts := []nritest.Option{nritest.WithErrorf(t.Errorf), nritest.WithCreatedUntilStarted(), nritest.WithCgroupsRemoved(),
 		nritest.WithCgroupRoot(cgroupRoot), nritest.WithUnpinnedCPUs(c.topo.CPUs().String()),
 		nritest.WithUnpinnedMems(cpuset.New(c.topo.MemoryNodes()...).String())}
-	if s.systemd != "" {
-		rtOpts = append(rtOpts, c.systemdDriver(cgroupRoot)...)
+	if strings.HasPrefix(s.node, "systemd") {
+		rtOpts = append(rtOpts, c.systemdNode(cgroupRoot)...)
 	} else if err := os.MkdirAll(filepath.Join(cgroupRoot, "cpuset"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +353,9 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		c.stateDir, c.rt.Socket(), cgroupRoot)
 	if !strings.Contains(s.toml, "metrics_address") {
 		doc += "metrics_address = \"\"\n"
+	}
+	if s.node == "devices" {
+		doc += c.deviceTree(dir)
 	}
 	doc += s.toml
 	c.cfg, err = config.Load([]byte(doc))
@@ -679,7 +693,7 @@ func (c *churn) pickResources(q framework.QOS) framework.Resources {
 func (c *churn) newPod(q framework.QOS) *api.PodSandbox {
 	uid := fmt.Sprintf("pod%d", c.rt.Next())
 	p := nritest.NewPod(uid, uid, "churn", q)
-	if c.s.systemd != "" {
+	if c.systemdDriver() {
 		p.Linux.CgroupParent = podres.PodSlice(q, uid)
 	}
 	c.maybePodLevel(p, q)
@@ -691,6 +705,7 @@ func (c *churn) newPod(q framework.QOS) *api.PodSandbox {
 // runtime never changes (the plugin's later updates go to its store).
 func (c *churn) createIn(p *api.PodSandbox, name string, r framework.Resources) (*api.Container, error) {
 	ct := c.rt.NewContainer(p, name, r)
+	c.withDevices(p, ct)
 	if _, err := c.rt.CreateContainer(context.Background(), p, ct); err != nil {
 		return nil, err
 	}
@@ -772,6 +787,7 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 	}
 	key := invariant.Key{Pod: p.Uid, Container: name}
 	heldCPUs, wasHeld := c.held[key]
+	devNode := c.deviceNode(p, name)
 	ct, err := c.createIn(p, name, r)
 	c.ops["create"]++
 	c.record("create %s/%s qos=%s req=%d lim=%d exclusive=%d -> %s", p.Uid, name, q, r.CPURequestMilli, r.CPULimitMilli, n, errOr(ct, err))
@@ -822,6 +838,9 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 		}
 	case ok:
 		c.admitted[ct.Id] = cpus
+		if devNode >= 0 && c.cfg.TopologyManagerPolicy == "single-numa-node" && !cpus.IsSubsetOf(c.topo.CPUsInNUMANodes(devNode)) {
+			c.fail("%s/%s with a device on NUMA node %d got %s under single-numa-node", p.Uid, name, devNode, cpus)
+		}
 		// strict-align-cpus-by-uncorecache: up to one cache's CPUs, one
 		// cache (every fixture's caches are of one size).
 		if e.StrictUncore() != allocator.UncoreStrictOff && n <= c.topo.CPUsPerL3() {

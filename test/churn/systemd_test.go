@@ -88,11 +88,14 @@ func (f *fakeSystemd) setQuota(unit string) {
 	f.mu.Unlock()
 }
 
-// systemdDriver prepares the unified tree under root and returns the
+// systemdDriver reports whether the runtime uses the systemd driver.
+func (c *churn) systemdDriver() bool { return strings.HasPrefix(c.s.node, "systemd") }
+
+// systemdNode prepares the unified tree under root and returns the
 // runtime's options for the systemd driver; with systemd reachable it
 // gives the daemon the fake, otherwise a dial that fails as a node
 // without the bus socket.
-func (c *churn) systemdDriver(root string) []nritest.Option {
+func (c *churn) systemdNode(root string) []nritest.Option {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
@@ -100,7 +103,7 @@ func (c *churn) systemdDriver(root string) []nritest.Option {
 		c.t.Fatal(err)
 	}
 	opts := []nritest.Option{nritest.WithSystemdCgroups()}
-	if c.s.systemd != "reachable" {
+	if c.s.node != "systemd" {
 		c.opts = append(c.opts, daemon.WithSystemd(func(context.Context) (systemd.Manager, error) {
 			return nil, errors.New("dial unix /run/dbus/system_bus_socket: connect: no such file or directory")
 		}))
@@ -140,7 +143,7 @@ func scopeUnit(ct *api.Container) string { return "cri-containerd-" + ct.Id + ".
 func (c *churn) podQuotaFile(p *api.PodSandbox) (file, slice string) {
 	root := c.cfg.CgroupRoot
 	parent := p.GetLinux().GetCgroupParent()
-	if c.s.systemd != "" {
+	if c.systemdDriver() {
 		return filepath.Join(root, cgroups.ExpandSlice(parent), "cpu.max"), parent
 	}
 	return filepath.Join(root, "cpu", parent, "cpu.cfs_quota_us"), ""
@@ -158,7 +161,7 @@ func (c *churn) writePodQuota(p *api.PodSandbox) {
 	}
 	file, slice := c.podQuotaFile(p)
 	value := "400000"
-	if c.s.systemd != "" {
+	if c.systemdDriver() {
 		value = "400000 100000"
 	}
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
