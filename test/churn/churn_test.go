@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
@@ -1022,11 +1023,41 @@ func (c *churn) opRemovePod() {
 	p := pods[c.rng.Intn(len(pods))]
 	c.record("remove-pod %s (%d running)", p.Uid, c.runningIn(p))
 	c.forgetPod(p)
+	if c.rng.Intn(2) == 0 {
+		c.stopPod(p)
+	}
 	if err := c.rt.RemovePod(context.Background(), p); err != nil {
 		c.fail("RemovePodSandbox %s: %v", p.Uid, err)
 	}
 	c.ops["remove-pod"]++
 	c.check(true)
+}
+
+// stopPod ends p as the kubelet does before removing it: StopContainer
+// for each container created or running, then StopPodSandbox, after which
+// the pod holds nothing.
+func (c *churn) stopPod(p *api.PodSandbox) {
+	for _, ct := range c.live() {
+		if ct.PodSandboxId == p.Id {
+			if _, err := c.rt.StopContainer(context.Background(), ct); err != nil {
+				c.fail("StopContainer %s: %v", ct.Id, err)
+			}
+			c.ops["stop"]++
+		}
+	}
+	var err error
+	c.rt.Op(func(a *adaptation.Adaptation) {
+		err = a.StopPodSandbox(context.Background(), &api.StopPodSandboxRequest{Pod: p})
+	})
+	if err != nil {
+		c.fail("StopPodSandbox %s: %v", p.Uid, err)
+	}
+	c.record("stop-pod %s", p.Uid)
+	c.ops["stop-pod"]++
+	c.check(true)
+	if _, st := c.d.EngineState(); len(st.Alloc.Assignments[p.Uid]) > 0 {
+		c.fail("pod %s stopped and still holds %v", p.Uid, st.Alloc.Assignments[p.Uid])
+	}
 }
 
 func (c *churn) forgetPod(p *api.PodSandbox) {

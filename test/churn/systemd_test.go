@@ -102,6 +102,11 @@ func (c *churn) systemdNode(root string) []nritest.Option {
 	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
+	// systemd runs the hierarchy, as on a node booted with it: the plugin
+	// sees it from the start (its mode does not wait for a first scope).
+	if err := os.MkdirAll(filepath.Join(root, "init.scope"), 0o755); err != nil {
+		c.t.Fatal(err)
+	}
 	opts := []nritest.Option{nritest.WithSystemdCgroups()}
 	if c.s.node != "systemd" {
 		c.opts = append(c.opts, daemon.WithSystemd(func(context.Context) (systemd.Manager, error) {
