@@ -621,6 +621,7 @@ func (c *churn) step() {
 	if c.quotaOn() {
 		choices = append(choices, choice{8, c.opQuotaRewrite})
 	}
+	choices = append(choices, choice{4, c.opScrape})
 	if c.reconnects < maxReconnects {
 		choices = append(choices, choice{1, c.opRuntimeReconnect}, choice{1, c.opAnswerLost})
 	}
