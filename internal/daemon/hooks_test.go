@@ -1,6 +1,9 @@
 package daemon
 
-import "github.com/nri-cpualign/nri-cpualign/internal/ledger"
+import (
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
 
 // restore loads the store into the ledger, as Run does before the first
 // connection (tests that drive handlers without Run).
@@ -13,4 +16,12 @@ func readLedger[T any](d *Daemon, fn func(l *ledger.Tx) T) T {
 	var v T
 	d.led.Read(func(l *ledger.Tx) { v = fn(l) })
 	return v
+}
+
+// engineState is the engine and the committed state, read together (the
+// package's own tests build without the testhooks tag, so they cannot use
+// EngineState).
+func (d *Daemon) engineState() (e *policy.Engine, st policy.State) {
+	d.led.Read(func(l *ledger.Tx) { e, st = l.Engine(), l.State() })
+	return e, st
 }
