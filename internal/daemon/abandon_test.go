@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/adapter"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -17,7 +18,7 @@ import (
 // log hook.
 type handlerDaemon struct {
 	d   *Daemon
-	p   *plugin
+	p   adapter.Handlers
 	log *logtest.Hook
 	// kicks is how many worker kicks kicked has seen (no worker runs).
 	kicks uint64
@@ -41,7 +42,7 @@ func newHandlerDaemon(t *testing.T, stateDir, extra string) *handlerDaemon {
 	if err := d.restore(); err != nil {
 		t.Fatal(err)
 	}
-	return &handlerDaemon{d: d, p: &plugin{d: d}, log: hook}
+	return &handlerDaemon{d: d, p: d.handlers(), log: hook}
 }
 
 func testPod(uid string) *api.PodSandbox {
@@ -110,7 +111,7 @@ func (h *handlerDaemon) abandoned() float64 {
 func (h *handlerDaemon) abandonLines() []*logrus.Entry {
 	var out []*logrus.Entry
 	for _, e := range h.log.AllEntries() {
-		if e.Data["reason"] == reasonNeverStarted {
+		if e.Data["reason"] == "ContainerNeverStarted" { // the adapter's reasonNeverStarted
 			out = append(out, e)
 		}
 	}
