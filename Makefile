@@ -48,8 +48,15 @@ fmt-check:
 tidy-check:
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum not tidy: run go mod tidy"; exit 1; }
 
+# testhooks: the build tag of internal/daemon's test hooks and of the tests
+# that use them (test/churn, test/bench's round trip; docs/testing.md). Every
+# target that tests, vets or checks those packages passes it; vet also runs
+# without it, so the build without the hooks keeps compiling.
+TESTTAGS := testhooks
+
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags $(TESTTAGS) ./...
 	$(GO) vet -tags e2e ./test/e2e/...
 	$(GO) vet -tags e2e ./test/kubelet/...
 	$(GO) vet -tags e2e ./test/cluster/...
@@ -67,14 +74,14 @@ staticcheck-install:
 		rm -f $(STATICCHECK); GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
 
 staticcheck: staticcheck-install
-	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags $(TESTTAGS) ./...
 	$(STATICCHECK) -tags e2e ./test/e2e/... ./test/kubelet/... ./test/cluster/...
 
 # The churn test's seed is fixed in make test so CI is repeatable; make churn
 # (and CHURN_SEED=0 here) draws a new one from the clock.
 CHURN_SEED ?= 20261121
 unit:
-	CHURN_SEED=$(CHURN_SEED) $(GO) test -race -count=1 ./...
+	CHURN_SEED=$(CHURN_SEED) $(GO) test -race -count=1 -tags $(TESTTAGS) ./...
 
 ## chart-check: helm lint and helm template of the chart
 ## (deploy/helm/nri-cpualign), then deploy's tests with that helm: the chart
@@ -190,12 +197,26 @@ bench-cri:
 	bash scripts/bench.sh --cri
 
 ## churn: the long model-based churn test (test/churn) under -race, OPS
-## operations split over its seven machine/option setups; CHURN_SEED=n replays
+## operations split over its twelve machine/option setups; CHURN_SEED=n replays
 ## a run (a failure prints the seed and the op list)
 OPS ?= 100000
 .PHONY: churn
 churn:
-	CHURN_OPS=$(OPS) $(GO) test -race -count=1 -timeout 0 -v -run 'TestChurn$$' ./test/churn
+	CHURN_OPS=$(OPS) $(GO) test -race -count=1 -tags $(TESTTAGS) -timeout 0 -v -run 'TestChurn$$' ./test/churn
+
+## churn-cover: the statement coverage of the daemon's packages (the
+## boxes of docs/architecture.md: internal/daemon, adapter, applier,
+## request, ledger, persist, observe, those that exist) reached by the
+## churn tests alone (test/churn, make test's seed), as one percentage; the
+## profile is left in CHURN_COVER for go tool cover -func or -html
+CHURN_COVER ?= _output/churn.cov
+CHURN_COVER_PKGS := daemon adapter applier request ledger persist observe
+.PHONY: churn-cover
+churn-cover:
+	@mkdir -p $(dir $(CHURN_COVER)); pkgs=; \
+	for p in $(CHURN_COVER_PKGS); do [ -d internal/$$p ] && pkgs=$${pkgs:+$$pkgs,}./internal/$$p/...; done; \
+	CHURN_SEED=$(CHURN_SEED) $(GO) test -tags $(TESTTAGS) -count=1 -coverpkg=$$pkgs -coverprofile=$(CHURN_COVER) ./test/churn/ >/dev/null && \
+	$(GO) tool cover -func=$(CHURN_COVER) | tail -1
 
 ## fuzz: every fuzz target for FUZZTIME each (default 30s), one at a time
 ## (fuzzing uses every core). fuzz-short (part of make test) gives each target
@@ -219,7 +240,7 @@ fuzz:
 		pkg=./$${t%%:*}; rest=$${t#*:}; fn=$${rest%%:*}; budget=$(FUZZTIME); \
 		if [ "$(FUZZ_COUNTS)" = 1 ]; then budget=$${rest##*:}x; fi; \
 		echo "== $$fn ($$pkg, $$budget)"; \
-		$(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$$budget $$pkg 2>&1 | \
+		$(GO) test -tags $(TESTTAGS) -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$$budget $$pkg 2>&1 | \
 			awk '/^fuzz: elapsed: [0-9]+s, execs/ {last = $$0; next} {print} END {if (last != "") print "last progress: " last}'; \
 		test $${PIPESTATUS[0]} -eq 0; \
 	done

@@ -74,12 +74,12 @@ if [ "$mode" != cri-only ] && [ "$mode" != docs-only ]; then
 	raw=$OUT/bench.txt
 	: >"$raw"
 	if [ -n "${BENCH_FILTER:-}" ]; then
-		go test -run '^$' -bench "$BENCH_FILTER" -benchmem -benchtime "$BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
+		go test -tags testhooks -run '^$' -bench "$BENCH_FILTER" -benchmem -benchtime "$BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
 	else
 		log "decision benchmarks (-benchtime $BENCHTIME)"
-		go test -run '^$' -bench '^Benchmark(NoiseFloor|Decision|Scaling)$' -benchmem -benchtime "$BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
+		go test -tags testhooks -run '^$' -bench '^Benchmark(NoiseFloor|Decision|Scaling)$' -benchmem -benchtime "$BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
 		log "CreateContainer round trips (-benchtime $RT_BENCHTIME)"
-		go test -run '^$' -bench '^BenchmarkCreateContainer$' -benchmem -benchtime "$RT_BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
+		go test -tags testhooks -run '^$' -bench '^BenchmarkCreateContainer$' -benchmem -benchtime "$RT_BENCHTIME" -timeout 60m ./test/bench | tee -a "$raw"
 		log "simulate (-benchtime ${SIM_BENCHTIME:-20x})"
 		go test -run '^$' -bench '^BenchmarkSimulate$' -benchmem -benchtime "${SIM_BENCHTIME:-20x}" -timeout 30m ./cmd/nri-cpualign | tee -a "$raw"
 	fi

@@ -29,8 +29,9 @@ type Deps struct {
 	// PodResources asks the kubelet for a new container's devices.
 	PodResources *request.PodResources
 	// SeeDriver tells the daemon the cgroups paths an event carries,
-	// under the ledger's lock (the first one may change the applier).
-	SeeDriver func(paths ...string)
+	// inside the event's transaction (the first one may change the
+	// applier).
+	SeeDriver func(tx *ledger.Tx, paths ...string)
 	// Configure builds and commits the engine of the runtime's
 	// configuration (a runtime's Configure).
 	Configure func(cfg string) error
@@ -48,7 +49,7 @@ type deps struct {
 	log         *logrus.Logger
 	obs         *Metrics
 	kube        kubeLinks
-	seeDriverFn func(paths ...string)
+	seeDriverFn func(tx *ledger.Tx, paths ...string)
 	configureFn func(cfg string) error
 	syncedC     chan struct{}
 	connected   *atomic.Bool
@@ -59,9 +60,9 @@ type kubeLinks struct {
 	podres *request.PodResources
 }
 
-func (d *deps) applier() applier.Applier   { return d.applierFn() }
-func (d *deps) seeDriver(paths ...string)  { d.seeDriverFn(paths...) }
-func (d *deps) configure(cfg string) error { return d.configureFn(cfg) }
+func (d *deps) applier() applier.Applier                 { return d.applierFn() }
+func (d *deps) seeDriver(tx *ledger.Tx, paths ...string) { d.seeDriverFn(tx, paths...) }
+func (d *deps) configure(cfg string) error               { return d.configureFn(cfg) }
 
 // Handlers are the NRI events the adapter answers; the NRI stub finds
 // them on the value New returns.

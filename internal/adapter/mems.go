@@ -4,6 +4,7 @@ import (
 	"maps"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -27,7 +28,7 @@ func memsAtSync(e *policy.Engine, st policy.State, records map[string]ledger.Rec
 		} else if r.Mems == "" || (!r.Exclusive && !e.MemoryStatic()) {
 			continue
 		}
-		if sameList(r.Mems, want) {
+		if cpumask.SameList(r.Mems, want) {
 			continue
 		}
 		if out == nil {

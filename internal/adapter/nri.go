@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,11 +102,13 @@ func (p *plugin) Shutdown(context.Context) {
 // the decision; this commits it.
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("Synchronize")()
-	d := p.d
-	l := d.led
 	in := p.syncInput(pods, ctrs)
-	l.Lock()
-	defer l.Unlock()
+	return ledger.Within(p.d.led, func(l *ledger.Tx) ([]*api.ContainerUpdate, error) { return p.synchronize(l, pods, ctrs, in) })
+}
+
+// synchronize is Synchronize inside its Update.
+func (p *plugin) synchronize(l *ledger.Tx, pods []*api.PodSandbox, ctrs []*api.Container, in syncInput) ([]*api.ContainerUpdate, error) {
+	d := p.d
 	if l.Engine() == nil {
 		return nil, fmt.Errorf("InvalidConfig: not configured: %w", l.PendingErr())
 	}
@@ -113,12 +116,12 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for _, c := range in.Ctrs {
 		paths = append(paths, c.CgroupsPath)
 	}
-	d.seeDriver(paths...)
+	d.seeDriver(l, paths...)
 	a := d.applier() // after seeDriver, which may replace it
 	in.State, in.Records, in.Static, in.Now, in.Shrinking = l.State(), l.Index(), l.Static(), l.Stamp(), l.Shrinks()
 	in.Records = memsAtSync(l.Engine(), in.State, in.Records)
 	plan := planSync(l.Engine(), in)
-	p.logSyncEvents(plan.Events)
+	p.logSyncEvents(l, plan.Events)
 	p.logMoved(in, plan)
 	scope := l.Settings().TopologyManagerScope
 	for _, adm := range plan.Admissions {
@@ -131,7 +134,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		d.log.WithError(err).Error("synchronize: cannot write the checkpoint")
 		return nil, err
 	}
-	updates := p.quotaAtSync(ctrs, a.Synchronized(plan.Updates))
+	updates := p.quotaAtSync(l, ctrs, a.Synchronized(l, plan.Updates))
 	d.log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
 		"updates": len(updates), "shared": l.Engine().SharedMask(l.State()).String(),
@@ -192,7 +195,7 @@ func phaseOf(c *api.Container) ctrPhase {
 }
 
 // logSyncEvents writes the log lines a sync plan asks for, in order.
-func (p *plugin) logSyncEvents(events []syncEvent) {
+func (p *plugin) logSyncEvents(l *ledger.Tx, events []syncEvent) {
 	d := p.d
 	for _, ev := range events {
 		entry := d.log.WithFields(logrus.Fields{"pod": ev.Pod, "container": ev.Container, "id": ev.ID})
@@ -210,7 +213,7 @@ func (p *plugin) logSyncEvents(events []syncEvent) {
 		case evPlaced:
 			ev.Devices.Log(entry)
 			entry = ev.Devices.WithDevices(entry)
-			p.logDecision(entry, ev.Decision, "placed at synchronize")
+			p.logDecision(l, entry, ev.Decision, "placed at synchronize")
 		}
 	}
 }
@@ -236,12 +239,6 @@ func (p *plugin) logMoved(in syncInput, plan syncPlan) {
 	}
 }
 
-func sameList(a, b string) bool {
-	x, err1 := cpuset.Parse(a)
-	y, err2 := cpuset.Parse(b)
-	return err1 == nil && err2 == nil && x.Equals(y)
-}
-
 // CreateContainer admits the container: the engine's decision becomes the
 // adjustment (cpuset.cpus and, for exclusive CPUs, cpuset.mems), and when
 // the shared pool changed the applier brings the other shared-pool
@@ -250,22 +247,30 @@ func sameList(a, b string) bool {
 func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("CreateContainer")()
 	d := p.d
-	l := d.led
 	req := request.For(pod, ctr)
 	entry := d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
-	cfg := l.Config()
+	cfg := d.led.Config()
 	devInfo, devErr := request.DeviceReaderOf(cfg).Nodes(pod, ctr)
 	devInfo, entry = d.kube.podres.Add(ctx, cfg, pod, ctr, devInfo, entry)
 	nodes := deviceNodes(devInfo, devErr, entry)
 	entry = devInfo.WithDevices(entry)
+	var adj *api.ContainerAdjustment
+	updates, err := ledger.Within(d.led, func(l *ledger.Tx) (updates []*api.ContainerUpdate, err error) {
+		adj, updates, err = p.create(l, pod, ctr, req, nodes, devInfo, entry)
+		return updates, err
+	})
+	return adj, updates, err
+}
 
-	l.Lock()
-	defer l.Unlock()
+// create is CreateContainer inside its Update.
+func (p *plugin) create(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container, req policy.Request, nodes []int, devInfo request.DeviceInfo,
+	entry *logrus.Entry) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	d := p.d
 	e := l.Engine()
 	if e == nil {
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.PendingErr())
 	}
-	d.seeDriver(ctr.GetLinux().GetCgroupsPath())
+	d.seeDriver(l, ctr.GetLinux().GetCgroupsPath())
 	a := d.applier() // after seeDriver, which may replace it
 	scope := l.Settings().TopologyManagerScope
 	start := time.Now()
@@ -314,16 +319,16 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	d.obs.observeDecision(dec, l.Topology(), e, scope)
 
 	adj := adjustmentOf(dec)
-	p.exclusiveQuota(adj, rec)
+	p.exclusiveQuota(l, adj, rec)
 	if !dec.Exclusive {
 		a.Created(rec.ID, dec.CPUs.String())
 	}
 	var updates []*api.ContainerUpdate
 	if poolChanged {
-		updates = a.PoolChanged(rec.ID)
+		updates = a.PoolChanged(l, rec.ID)
 	}
-	updates = append(updates, a.Owed(rec.ID, updates)...)
-	p.logDecision(entry.WithField("updates", len(updates)), dec, "container admitted")
+	updates = append(updates, a.Owed(l, rec.ID, updates)...)
+	p.logDecision(l, entry.WithField("updates", len(updates)), dec, "container admitted")
 	return adj, updates, nil
 }
 
@@ -332,8 +337,8 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 // record; the engine already gave it the old CPUs (held since the old one
 // stopped, or never released when it did not start). An old one that never
 // started is a dead attempt (the kubelet retries a failed creation with a
-// new ID): it is returned as superseded. the ledger is locked.
-func withRecord(l *ledger.Ledger, rec ledger.Record) (edit ledger.Edit, superseded []ledger.Record) {
+// new ID): it is returned as superseded.
+func withRecord(l *ledger.Tx, rec ledger.Record) (edit ledger.Edit, superseded []ledger.Record) {
 	for id, r := range l.Records() {
 		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
 			if l.AwaitingStart(id) {
@@ -362,9 +367,8 @@ func adjustmentOf(dec policy.Decision) *api.ContainerAdjustment {
 }
 
 // logDecision writes the one info line per decision.
-func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg string) {
-	d := p.d
-	topo := d.led.Topology()
+func (p *plugin) logDecision(l *ledger.Tx, entry *logrus.Entry, dec policy.Decision, msg string) {
+	topo := l.Topology()
 	entry.WithFields(logrus.Fields{
 		"cpus":      dec.CPUs.String(),
 		"mems":      dec.Mems.String(),
@@ -380,15 +384,35 @@ func (p *plugin) logDecision(entry *logrus.Entry, dec policy.Decision, msg strin
 // container's CPUs are its own (direct's start barrier).
 func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("StartContainer")()
-	d := p.d
-	l := d.led
-	l.Lock()
-	_, _ = l.Commit(ledger.Change{Life: ledger.Life{Started: ctr.GetId()}}) // nothing durable: cannot fail
-	p.unplaced(pod, ctr)
-	a := d.applier() // after unplaced's seeDriver, which may replace it
-	l.Unlock()
+	var a applier.Applier
+	_ = p.d.led.Update(func(l *ledger.Tx) error {
+		a = p.start(l, pod, ctr)
+		return nil // logged: the start goes on
+	})
 	a.StartBarrier(ctr.GetId())
 	return nil
+}
+
+// start is StartContainer inside its Update; it returns the applier of
+// the start barrier.
+func (p *plugin) start(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) applier.Applier {
+	d := p.d
+	c := ledger.Change{Life: ledger.Life{Started: ctr.GetId()}}
+	rec, entry, unplaced := p.unplaced(l, pod, ctr)
+	if unplaced {
+		c.Index.Edit.Put = []ledger.Record{rec}
+	}
+	switch _, err := l.Commit(c); {
+	case err != nil && unplaced:
+		entry.WithError(err).Error("cannot write the checkpoint; a container the plugin never placed stays where the runtime put it until the reconcile loop")
+	case err != nil:
+		entry.WithError(err).Error("cannot note the container's start")
+	case unplaced:
+		entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
+		d.seeDriver(l, rec.CgroupsPath)
+		d.applier().Kick()
+	}
+	return d.applier() // after seeDriver, which may replace it
 }
 
 // unplaced takes in a container that starts although the plugin never
@@ -399,26 +423,21 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 // every CPU, exclusive ones included. It joins the shared pool, where a
 // running container the plugin cannot admit goes at Synchronize too: the
 // applier puts it there now (direct: the start check writes its cgroup;
-// in-answer: the worker pushes the pool). The ledger is locked.
-func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) {
+// in-answer: the worker pushes the pool). unplaced is the record
+// StartContainer's change puts in the index, and whether there is one;
+// entry is the event's log entry either way.
+func (p *plugin) unplaced(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) (ledger.Record, *logrus.Entry, bool) {
 	d := p.d
-	l := d.led
 	id := ctr.GetId()
+	entry := d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "container": ctr.GetName(), "id": id})
 	e := l.Engine()
 	if _, ok := l.Record(id); ok || e == nil || l.Syncs() == 0 {
-		return
+		return ledger.Record{}, entry, false
 	}
 	rec := ledger.Record{ID: id, Pod: request.PodKey(pod), PodName: request.PodName(pod), Name: ctr.GetName(),
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()}
-	entry := d.log.WithFields(logrus.Fields{"pod": rec.PodName, "container": rec.Name, "id": id,
-		"found_cpus": ctr.GetLinux().GetResources().GetCpu().GetCpus(), "cpus": e.SharedMask(l.State()).String()})
-	if _, err := l.Commit(ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}}); err != nil {
-		entry.WithError(err).Error("cannot write the checkpoint; a container the plugin never placed stays where the runtime put it until the reconcile loop")
-		return
-	}
-	entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
-	d.seeDriver(rec.CgroupsPath)
-	d.applier().Kick()
+	entry = entry.WithFields(logrus.Fields{"found_cpus": ctr.GetLinux().GetResources().GetCpu().GetCpus(), "cpus": e.SharedMask(l.State()).String()})
+	return rec, entry, true
 }
 
 // StopContainer forgets the container but not its CPUs: as under the
@@ -430,36 +449,58 @@ func (p *plugin) unplaced(pod *api.PodSandbox, ctr *api.Container) {
 // them (held.go). The shared pool does not change: no updates.
 func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.obs.timeEvent("StopContainer")()
+	return ledger.Within(p.d.led, func(l *ledger.Tx) ([]*api.ContainerUpdate, error) { return p.stop(l, ctr) })
+}
+
+// stop is StopContainer inside its Update.
+func (p *plugin) stop(l *ledger.Tx, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	d := p.d
-	d.led.Lock()
-	defer d.led.Unlock()
+	r, ok := l.Record(ctr.GetId())
+	if ok {
+		entry := ctrEntry(d.log, r)
+		held := heldFor(l, r)
+		if _, err := l.Commit(forgetting(r, ledger.Life{Stopped: map[string]ledger.PodContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})); err != nil {
+			// What the applier holds for an answer stays held for the next.
+			entry.WithError(err).Error("cannot write the checkpoint; the container stays in the index")
+			return nil, err
+		}
+		logHeld(entry, r, held, "stopped")
+	}
 	// The answer also carries what was held back for one (owed): on a
 	// runtime that takes no unsolicited update a stop is one of the few
 	// events whose answer can.
-	owed := d.applier().Owed(ctr.GetId(), nil)
-	r, ok := d.led.Record(ctr.GetId())
-	if !ok {
-		return owed, nil
-	}
-	return owed, p.forget(r, "stopped", ledger.Life{Stopped: map[string]ledger.PodContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})
+	return d.applier().Owed(l, ctr.GetId(), nil), nil
 }
 
-// forget drops a known container from the index, with the lifecycle
-// facts of its event; its exclusive CPUs stay assigned to its pod and
-// name. The ledger is locked.
-func (p *plugin) forget(r ledger.Record, why string, life ledger.Life) error {
-	d := p.d
-	l := d.led
-	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
-	if _, err := l.Commit(ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Del: []string{r.ID}}}, Life: life}); err != nil {
-		entry.WithError(err).Error("cannot write the checkpoint; the container stays in the index")
-		return err
-	}
+// forgetting is the change dropping a known container from the index,
+// with the lifecycle facts of its event; its exclusive CPUs stay assigned
+// to its pod and name.
+func forgetting(r ledger.Record, life ledger.Life) ledger.Change {
+	return ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Del: []string{r.ID}}}, Life: life}
+}
+
+func ctrEntry(log *logrus.Logger, r ledger.Record) *logrus.Entry {
+	return log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID})
+}
+
+// heldFor is the CPUs that stay held for r's pod and name once r leaves
+// the index (none for a shared-pool container), read before the commit
+// that forgets it (which does not change them).
+func heldFor(l *ledger.Tx, r ledger.Record) cpuset.CPUSet {
 	if cpus, held := l.Engine().Assignment(l.State(), r.Pod, r.Name); held && r.Exclusive {
-		entry.WithFields(logrus.Fields{"cpus": cpus.String(), "mems": r.Mems}).
-			Info("container " + why + ": its exclusive CPUs stay held for its pod until the pod is removed")
+		return cpus
 	}
-	return nil
+	return cpuset.New()
+}
+
+// logHeld says, once the commit forgot r, that its exclusive CPUs stay
+// held for its pod.
+func logHeld(entry *logrus.Entry, r ledger.Record, held cpuset.CPUSet, why string) {
+	if held.IsEmpty() {
+		return
+	}
+	entry.WithFields(logrus.Fields{"cpus": held.String(), "mems": r.Mems}).
+		Info("container " + why + ": its exclusive CPUs stay held for its pod until the pod is removed")
 }
 
 // RemoveContainer forgets the container (idempotent); as at
@@ -468,72 +509,102 @@ func (p *plugin) forget(r ledger.Record, why string, life ledger.Life) error {
 // kubelet keeps the newest exited container of every name while the pod
 // lives) and what it holds is released. That is the only sign of a pod's
 // end after a containerd restart, which forgets its pods' NRI state and
-// sends no StopPodSandbox or RemovePodSandbox for them.
+// sends no StopPodSandbox or RemovePodSandbox for them. The removal, the
+// pod's end or the slice given back are one change: one commit.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.obs.timeEvent("RemoveContainer")()
-	d := p.d
-	l := d.led
-	id := ctr.GetId()
-	l.Lock()
-	pc, known := l.StoppedAs(id)
-	removed := ledger.Life{Removed: id}
-	if r, ok := l.Record(id); ok {
-		pc, known = ledger.PodContainer{Pod: r.Pod, Name: r.Name}, true
-		if err := p.forget(r, "removed", removed); err != nil {
-			l.Unlock()
-			return err
-		}
-	} else {
-		_, _ = l.Commit(ledger.Change{Life: removed}) // nothing durable: cannot fail
-	}
-	changed, err := false, error(nil)
-	switch {
-	case !known || l.Engine() == nil:
-	case !l.PodHasContainers(pc.Pod) && !podUnknown(l.State(), pc.Pod):
-		changed, err = p.releaseAll(pc.Pod, ctr.GetName(), "its last container removed")
-	default:
-		changed, err = p.releaseSlice(pc)
-	}
-	l.Unlock()
+	var changed bool
+	err := p.d.led.Update(func(l *ledger.Tx) (err error) {
+		changed, err = p.remove(l, ctr)
+		return err
+	})
 	if changed {
-		d.applier().Kick()
+		p.d.applier().Kick()
 	}
 	return err
 }
 
-// releaseSlice gives a removed container of a pod-level pod
-// (pod_level_resource_managers, pod scope) out of its pod's state: its
+// remove is RemoveContainer inside its Update; it reports whether the
+// shared pool changed.
+func (p *plugin) remove(l *ledger.Tx, ctr *api.Container) (bool, error) {
+	d := p.d
+	id := ctr.GetId()
+	c := ledger.Change{Life: ledger.Life{Removed: id}}
+	entry := d.log.WithFields(logrus.Fields{"container": ctr.GetName(), "id": id})
+	pc, known := l.StoppedAs(id)
+	r, tracked := l.Record(id)
+	held := cpuset.New()
+	if tracked {
+		pc, known = ledger.PodContainer{Pod: r.Pod, Name: r.Name}, true
+		entry = ctrEntry(d.log, r)
+		held = heldFor(l, r)
+		c.Index.Edit.Del = []string{id}
+	}
+	var kept []string // what a failed commit keeps, for its log line
+	if tracked {
+		kept = append(kept, "the container stays in the index")
+	}
+	var done func() // logs what the commit did
+	switch {
+	case !known || l.Engine() == nil:
+	case !l.PodHasContainers(pc.Pod, id) && !podUnknown(l.State(), pc.Pod):
+		freed := podEnd(l, &c, pc.Pod)
+		kept = append(kept, "the pod's CPUs stay assigned")
+		done = func() { p.logPodEnd(l, ctr.GetName(), pc.Pod, freed, "its last container removed") }
+		entry = entry.WithField("pod_uid", pc.Pod)
+	default:
+		if cpus, ok := sliceEnd(l, &c, pc, id); ok {
+			kept = append(kept, "the removed container's slice stays assigned")
+			done = func() { p.logSliceEnd(l, pc, cpus) }
+			entry = entry.WithField("pod_uid", pc.Pod)
+		}
+	}
+	changed, err := l.Commit(c)
+	if err != nil {
+		entry.WithError(err).Error("cannot write the checkpoint; " + strings.Join(kept, ", "))
+		return false, err
+	}
+	if tracked {
+		logHeld(entry, r, held, "removed")
+	}
+	if done != nil {
+		done()
+	}
+	return changed, nil
+}
+
+// sliceEnd adds to c the release of a removed container of a pod-level
+// pod (pod_level_resource_managers, pod scope) from its pod's state: its
 // exclusive slice, or its place on the pod's private pool, once no
-// instance of that name is left (removing a restart's older instance
-// leaves the slice to the new one). The pod keeps its block until it
-// ends; the pool's containers follow the grown pool (the caller kicks the
-// applier). Under the kubelet a container's CPUs stay with its pod and
-// name while the pod lives; here a container removed for good gives its
-// slice to its pod's shared containers. It reports whether a pool
-// changed. The ledger is locked.
-func (p *plugin) releaseSlice(pc ledger.PodContainer) (bool, error) {
-	l := p.d.led
+// instance of that name is left besides but, the container removed
+// (removing a restart's older instance leaves the slice to the new one).
+// The pod keeps its block until it ends; the pool's containers follow the
+// grown pool (the caller kicks the applier). Under the kubelet a
+// container's CPUs stay with its pod and name while the pod lives; here a
+// container removed for good gives its slice to its pod's shared
+// containers. It returns the slice and whether c releases anything.
+func sliceEnd(l *ledger.Tx, c *ledger.Change, pc ledger.PodContainer, but string) (cpuset.CPUSet, bool) {
 	e, st := l.Engine(), l.State()
-	if _, block := e.Assignment(st, pc.Pod, policy.PodPoolEntry); !block || l.NameInUse(pc.Pod, pc.Name) {
-		return false, nil
+	if _, block := e.Assignment(st, pc.Pod, policy.PodPoolEntry); !block || l.NameInUse(pc.Pod, pc.Name, but) {
+		return cpuset.New(), false
 	}
 	cpus, ok := e.Assignment(st, pc.Pod, pc.Name)
 	if _, pooled := e.PodPoolOf(st, pc.Pod, pc.Name); !ok && !pooled {
-		return false, nil
+		return cpuset.New(), false
 	}
 	// A pool container removed for good no longer keeps the pool from
 	// being emptied by a slice (EmptyPodSharedPoolError).
 	next := e.Remove(st, pc.Pod, pc.Name)
-	changed, err := l.Commit(ledger.Change{Next: &next})
-	if err != nil {
-		p.d.log.WithError(err).WithFields(logrus.Fields{"pod_uid": pc.Pod, "container": pc.Name}).
-			Error("cannot write the checkpoint; the removed container's slice stays assigned")
-		return false, err
-	}
-	pool, _ := e.PodPoolCPUs(l.State(), pc.Pod)
+	c.Next = &next
+	return cpus, true
+}
+
+// logSliceEnd says, once committed, that pc's slice is back in its pod's
+// pool.
+func (p *plugin) logSliceEnd(l *ledger.Tx, pc ledger.PodContainer, cpus cpuset.CPUSet) {
+	pool, _ := l.Engine().PodPoolCPUs(l.State(), pc.Pod)
 	p.d.log.WithFields(logrus.Fields{"pod_uid": pc.Pod, "container": pc.Name, "cpus": cpus.String(), "pod_pool": pool.String()}).
 		Info("container of a pod-level pod removed: its exclusive slice, if any, is back in its pod's private pool")
-	return changed, nil
 }
 
 // StopPodSandbox ends the pod: the kubelet stops a sandbox once every
@@ -553,65 +624,82 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 	return p.releasePod(pod, "removed")
 }
 
-// releasePod releases everything pod holds; neither event can answer
-// with updates, so the applier's worker brings the shared-pool containers
-// to the grown pool.
+// releasePod releases everything pod holds, its sandbox forgotten, in one
+// commit; neither event can answer with updates, so the applier's worker
+// brings the shared-pool containers to the grown pool.
 func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
-	d := p.d
-	l := d.led
-	key := request.PodKey(pod)
-	l.Lock()
-	if l.Engine() == nil {
-		l.Unlock()
-		return nil
-	}
-	if sb, ok := l.Sandbox(key); ok && pod.GetId() != "" && sb != pod.GetId() {
-		l.Unlock()
-		d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "sandbox": pod.GetId(), "current": sb}).
-			Info("an earlier sandbox of the pod " + why + ": its containers in the current sandbox keep their CPUs")
-		return nil
-	}
-	_, _ = l.Commit(ledger.Change{Life: ledger.Life{SandboxGone: key}}) // nothing durable: cannot fail
-	changed, err := p.releaseAll(key, request.PodName(pod), "pod "+why)
-	l.Unlock()
+	var changed bool
+	err := p.d.led.Update(func(l *ledger.Tx) (err error) {
+		changed, err = p.endPod(l, pod, why)
+		return err
+	})
 	if changed {
-		d.applier().Kick()
+		p.d.applier().Kick()
 	}
 	return err
 }
 
-// releaseAll forgets every container of pod (key) and releases what it
-// holds, its pod-scope affinity included; name is for the log. It
-// reports whether the shared pool changed. the ledger is locked.
-func (p *plugin) releaseAll(key, name, why string) (bool, error) {
+// endPod is releasePod inside its Update; it reports whether the shared
+// pool changed.
+func (p *plugin) endPod(l *ledger.Tx, pod *api.PodSandbox, why string) (bool, error) {
 	d := p.d
-	l := d.led
-	_, _ = l.Commit(ledger.Change{Life: ledger.Life{PodStopped: key}}) // nothing durable: cannot fail
-	next := l.Engine().RemovePod(l.State(), key)
-	var edit ledger.Edit
-	for id, r := range l.Records() {
-		if r.Pod == key {
-			next = l.Engine().Remove(next, r.Pod, r.Name)
-			edit.Del = append(edit.Del, id)
-		}
-	}
-	if len(edit.Del) == 0 && podUnknown(l.State(), key) {
+	key := request.PodKey(pod)
+	if l.Engine() == nil {
 		return false, nil
 	}
-	freed := cpuset.New()
-	for _, cpus := range l.State().Alloc.Assignments[key] {
-		freed = freed.Union(cpus)
+	if sb, ok := l.Sandbox(key); ok && pod.GetId() != "" && sb != pod.GetId() {
+		d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "sandbox": pod.GetId(), "current": sb}).
+			Info("an earlier sandbox of the pod " + why + ": its containers in the current sandbox keep their CPUs")
+		return false, nil
 	}
-	changed, err := l.Commit(ledger.Change{Next: &next, Index: ledger.IndexChange{Edit: edit}})
+	c := ledger.Change{Life: ledger.Life{SandboxGone: key}}
+	freed := podEnd(l, &c, key)
+	changed, err := l.Commit(c)
 	if err != nil {
-		d.log.WithError(err).WithField("pod", name).Error("cannot write the checkpoint; the pod's CPUs stay assigned")
+		d.log.WithError(err).WithFields(logrus.Fields{"pod": request.PodName(pod), "pod_uid": key}).
+			Error("cannot write the checkpoint; the pod's CPUs stay assigned")
 		return false, err
 	}
-	if !freed.IsEmpty() {
-		d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
-			Info(why + ": the pod's exclusive CPUs released")
-	}
+	p.logPodEnd(l, request.PodName(pod), key, freed, "pod "+why)
 	return changed, nil
+}
+
+// podEnd adds to c the end of pod (key): its stopped containers
+// forgotten, its containers in the index (besides those c already
+// removes) out of it, and everything it holds released, its pod-scope
+// affinity included. A pod the ledger knows nothing of adds nothing
+// durable. It returns the exclusive CPUs the pod held.
+func podEnd(l *ledger.Tx, c *ledger.Change, key string) cpuset.CPUSet {
+	e, st := l.Engine(), l.State()
+	c.Life.PodStopped = key
+	next := e.RemovePod(st, key)
+	var del []string
+	for id, r := range l.Records() {
+		if r.Pod == key && !slices.Contains(c.Index.Edit.Del, id) {
+			next = e.Remove(next, r.Pod, r.Name)
+			del = append(del, id)
+		}
+	}
+	if len(del) == 0 && podUnknown(st, key) {
+		return cpuset.New()
+	}
+	freed := cpuset.New()
+	for _, cpus := range st.Alloc.Assignments[key] {
+		freed = freed.Union(cpus)
+	}
+	c.Next = &next
+	c.Index.Edit.Del = append(c.Index.Edit.Del, del...)
+	return freed
+}
+
+// logPodEnd says, once committed, which exclusive CPUs a pod's end
+// released; name is for the log.
+func (p *plugin) logPodEnd(l *ledger.Tx, name, key string, freed cpuset.CPUSet, why string) {
+	if freed.IsEmpty() {
+		return
+	}
+	p.d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
+		Info(why + ": the pod's exclusive CPUs released")
 }
 
 // podUnknown reports whether st holds nothing for pod.
@@ -645,7 +733,6 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	defer func() { updates = p.quotaAtUpdate(ctr, updates) }()
 	defer p.d.obs.timeEvent("UpdateContainer")()
 	d := p.d
-	l := d.led
 	cpu := request.CPUOf(res)
 	resized := cpu != nil && (cpu.GetShares() != nil || cpu.GetQuota() != nil)
 	if resized {
@@ -656,41 +743,40 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 			return ups, err
 		}
 	}
-	l.Lock()
-	defer l.Unlock()
-	r, ok := l.Record(ctr.GetId())
-	if !ok || l.Engine() == nil {
-		return nil, nil
-	}
-	d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
-		"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
-	return p.currentCPUSet(r), nil
+	d.led.Read(func(l *ledger.Tx) {
+		r, ok := l.Record(ctr.GetId())
+		if !ok || l.Engine() == nil {
+			return
+		}
+		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
+			"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
+		updates = currentCPUSet(l, r)
+	})
+	return updates, nil
 }
 
 // withOwed adds what the applier holds for an answer (owed) to updates,
 // the answer to skip's UpdateContainer (NRI's adaptation puts the
 // container's own update last itself).
 func (p *plugin) withOwed(skip string, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
-	l := p.d.led
-	l.Lock()
-	defer l.Unlock()
-	if l.Engine() == nil {
-		return updates
-	}
-	owed := p.d.applier().Owed(skip, updates)
-	if len(owed) == 0 {
-		return updates
-	}
-	return append(owed, updates...)
+	p.d.led.Read(func(l *ledger.Tx) {
+		if l.Engine() == nil {
+			return
+		}
+		if owed := p.d.applier().Owed(l, skip, updates); len(owed) > 0 {
+			updates = append(owed, updates...)
+		}
+	})
+	return updates
 }
 
 // currentCPUSet is the update giving a known container the cpuset.cpus
 // (and, when its record names them, the cpuset.mems) it must have now;
 // none while that cpuset is empty (see emptypool.go). A shared-pool
 // container's mems are never set by the plugin, so the runtime's record
-// of them cannot be stale. the ledger is locked.
-func (p *plugin) currentCPUSet(r ledger.Record) []*api.ContainerUpdate {
-	cpus := p.d.led.RightCPUs(r)
+// of them cannot be stale.
+func currentCPUSet(l *ledger.Tx, r ledger.Record) []*api.ContainerUpdate {
+	cpus := l.RightCPUs(r)
 	if cpus.IsEmpty() {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/request"
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -342,7 +343,7 @@ func (p *planner) finish() {
 			continue
 		}
 		have, err := cpuset.Parse(c.CPUs)
-		if err == nil && have.Equals(want) && (r.Mems == "" || sameList(r.Mems, c.Mems)) {
+		if err == nil && have.Equals(want) && (r.Mems == "" || cpumask.SameList(r.Mems, c.Mems)) {
 			continue
 		}
 		p.plan.Updates = append(p.plan.Updates, applier.CPUUpdate{ID: c.ID, CPUs: want.String(), Mems: r.Mems})

@@ -30,9 +30,9 @@ import (
 const noQuota = -1
 
 // exclusiveQuota takes the quota off a new exclusive container, in its
-// adjustment, and off its pod's cgroup. the ledger is locked.
-func (p *plugin) exclusiveQuota(adj *api.ContainerAdjustment, rec ledger.Record) {
-	if !rec.Exclusive || !p.d.led.QuotaOff() {
+// adjustment, and off its pod's cgroup. Inside CreateContainer's Update.
+func (p *plugin) exclusiveQuota(l *ledger.Tx, adj *api.ContainerAdjustment, rec ledger.Record) {
+	if !rec.Exclusive || !l.QuotaOff() {
 		return
 	}
 	adj.SetLinuxCPUQuota(noQuota)
@@ -41,9 +41,8 @@ func (p *plugin) exclusiveQuota(adj *api.ContainerAdjustment, rec ledger.Record)
 
 // quotaAtSync adds to Synchronize's updates the quota removal of every
 // running or created exclusive container the runtime reports with a quota,
-// and lifts their pods' quota. the ledger is locked.
-func (p *plugin) quotaAtSync(ctrs []*api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
-	l := p.d.led
+// and lifts their pods' quota. Inside Synchronize's Update.
+func (p *plugin) quotaAtSync(l *ledger.Tx, ctrs []*api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
 	if !l.QuotaOff() {
 		return updates
 	}
@@ -65,13 +64,13 @@ func (p *plugin) quotaAtSync(ctrs []*api.Container, updates []*api.ContainerUpda
 // carries the container's quota again, and the kubelet may have written
 // the pod's already (a growing limit goes to the pod first). It returns
 // updates with the container's quota removed when it is exclusive after
-// the update. the ledger is not locked.
+// the update. Outside any Update.
 func (p *plugin) quotaAtUpdate(ctr *api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
-	l := p.d.led
-	l.Lock()
-	r, ok := l.Record(ctr.GetId())
-	off := l.QuotaOff()
-	l.Unlock()
+	var (
+		r       ledger.Record
+		ok, off bool
+	)
+	p.d.led.Read(func(l *ledger.Tx) { r, ok = l.Record(ctr.GetId()); off = l.QuotaOff() })
 	if !ok || !r.Exclusive || !off {
 		return updates
 	}

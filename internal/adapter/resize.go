@@ -37,63 +37,79 @@ import (
 
 // resize handles an update of a known container's CPU request: the
 // exclusive resizes above; a shared-pool container staying shared keeps
-// its CPUs (nil, nil). It takes the ledger's lock itself: under direct an upsize
-// waits for the applier's pass after releasing it.
+// its CPUs (nil, nil). Its Update ends before the wait: under direct an
+// upsize waits for the applier's pass outside it.
 func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, error) {
 	d := p.d
-	l, a := d.led, d.applier()
-	l.Lock()
-	r, ok := l.Record(id)
-	if !ok || l.Engine() == nil {
-		l.Unlock()
-		return nil, nil
-	}
-	req.Pod, req.Container = r.Pod, r.Name
-	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
-	next, rd, err := l.Engine().Resize(l.State(), req)
-	if err == nil && rd.Kind == policy.ResizeUp {
-		err = stranding(l.Engine(), req, next, policy.Decision{Exclusive: true, CPUs: rd.CPUs}, l.SharedOthers(id))
-	}
-	if err != nil {
-		cpus := l.RightCPUs(r)
-		l.Unlock()
-		err = admissionError(err)
-		reason := reasonOf(err)
-		entry.WithError(err).WithFields(logrus.Fields{"reason": reason, "cpus": cpus.String(),
-			"request_milli": req.CPURequestMilli}).Info("resize refused: the container keeps its CPUs")
-		d.obs.refusals.WithLabelValues(reason).Inc()
+	a := d.applier()
+	var (
+		rd      policy.ResizeDecision
+		updates []*api.ContainerUpdate
+		entry   *logrus.Entry
+		fields  logrus.Fields // set once the resize is committed
+	)
+	err := d.led.Update(func(l *ledger.Tx) error {
+		r, ok := l.Record(id)
+		if !ok || l.Engine() == nil {
+			return nil
+		}
+		req.Pod, req.Container = r.Pod, r.Name
+		entry = d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
+		var (
+			next policy.State
+			err  error
+		)
+		next, rd, err = l.Engine().Resize(l.State(), req)
+		if err == nil && rd.Kind == policy.ResizeUp {
+			err = stranding(l.Engine(), req, next, policy.Decision{Exclusive: true, CPUs: rd.CPUs}, l.SharedOthers(id))
+		}
+		if err != nil {
+			cpus := l.RightCPUs(r)
+			err = admissionError(err)
+			reason := reasonOf(err)
+			entry.WithError(err).WithFields(logrus.Fields{"reason": reason, "cpus": cpus.String(),
+				"request_milli": req.CPURequestMilli}).Info("resize refused: the container keeps its CPUs")
+			d.obs.refusals.WithLabelValues(reason).Inc()
+			return err
+		}
+		if !r.Exclusive || rd.Kind == policy.ResizeNone {
+			return nil // the CPUs stay as they are
+		}
+		// One change: a new decision replaces one not committed (ShrinkDone),
+		// and an upsize is durable, a downsize only noted (Shrink).
+		c := ledger.Change{Life: ledger.Life{ShrinkDone: id}}
+		switch rd.Kind {
+		case policy.ResizeUp:
+			rec := r
+			rec.Mems = rd.Mems.String()
+			c.Next, c.Index.Edit.Put = &next, []ledger.Record{rec}
+		case policy.ResizeDown:
+			c.Life.Shrink = map[string]ledger.Shrink{id: {From: rd.Before, Req: req, To: rd.CPUs}}
+		}
+		poolChanged, err := l.Commit(c)
+		if err != nil {
+			entry.WithError(err).WithFields(logrus.Fields{"reason": "PersistError", "kind": rd.Kind}).
+				Error("cannot write the checkpoint; the resize is refused and the container keeps its CPUs")
+			d.obs.refusals.WithLabelValues("PersistError").Inc()
+			return err
+		}
+		fields = logrus.Fields{"cpus": rd.CPUs.String(), "mems": rd.Mems.String(), "baseline": rd.Baseline.String(),
+			"before": rd.Before.String(), "kind": rd.Kind}
+		switch rd.Kind {
+		case policy.ResizeUp:
+			if poolChanged {
+				updates = a.PoolChanged(l, id)
+			}
+			fields["added"] = rd.Added.String()
+			fields["updates"] = len(updates)
+		case policy.ResizeDown:
+			fields["released"] = rd.Released.String()
+		}
+		return nil
+	})
+	if err != nil || fields == nil {
 		return nil, err
 	}
-	if !r.Exclusive || rd.Kind == policy.ResizeNone {
-		l.Unlock()
-		return nil, nil // the CPUs stay as they are
-	}
-	// A new decision replaces one not committed.
-	_, _ = l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}) // nothing durable: cannot fail
-	fields := logrus.Fields{"cpus": rd.CPUs.String(), "mems": rd.Mems.String(), "baseline": rd.Baseline.String(),
-		"before": rd.Before.String(), "kind": rd.Kind}
-	var updates []*api.ContainerUpdate
-	switch rd.Kind {
-	case policy.ResizeUp:
-		rec := r
-		rec.Mems = rd.Mems.String()
-		poolChanged, err := l.Commit(ledger.Change{Next: &next, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}})
-		if err != nil {
-			l.Unlock()
-			entry.WithError(err).WithField("reason", "PersistError").Error("cannot write the checkpoint; the resize is refused and the container keeps its CPUs")
-			d.obs.refusals.WithLabelValues("PersistError").Inc()
-			return nil, err
-		}
-		if poolChanged {
-			updates = a.PoolChanged(id)
-		}
-		fields["added"] = rd.Added.String()
-		fields["updates"] = len(updates)
-	case policy.ResizeDown:
-		_, _ = l.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]ledger.Shrink{id: {From: rd.Before, Req: req, To: rd.CPUs}}}})
-		fields["released"] = rd.Released.String()
-	}
-	l.Unlock()
 	if rd.Kind == policy.ResizeUp {
 		d.obs.resizes.WithLabelValues(policy.ResizeUp).Inc()
 		// direct: the new pool is in every shared-pool cgroup before the
@@ -112,15 +128,27 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 // since) is dropped. A failed commit keeps the CPUs assigned to the
 // container and the shrink pending, for a later update to finish.
 func (p *plugin) resized(id string) {
+	var changed bool
+	_ = p.d.led.Update(func(l *ledger.Tx) error {
+		changed = p.shrink(l, id)
+		return nil // logged: PostUpdateContainer goes on
+	})
+	if changed {
+		p.d.applier().Kick()
+	}
+}
+
+// shrink is resized inside its Update; it reports whether the shared pool
+// changed.
+func (p *plugin) shrink(l *ledger.Tx, id string) bool {
 	d := p.d
-	l, a := d.led, d.applier()
-	l.Lock()
 	s, ok := l.Shrinking(id)
 	r, known := l.Record(id)
 	if !ok || !known {
-		_, _ = l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}) // nothing durable: cannot fail
-		l.Unlock()
-		return
+		if _, err := l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}); err != nil {
+			d.log.WithError(err).WithField("id", id).Error("cannot forget a downsize of a container not known")
+		}
+		return false
 	}
 	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
 	cur, _ := l.Engine().Assignment(l.State(), r.Pod, r.Name)
@@ -129,28 +157,24 @@ func (p *plugin) resized(id string) {
 		err = errStaleShrink
 	}
 	if err != nil {
-		_, _ = l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}) // nothing durable: cannot fail
-		l.Unlock()
+		if _, cerr := l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}); cerr != nil {
+			entry.WithError(cerr).Error("cannot forget a downsize no longer valid")
+		}
 		entry.WithError(err).WithField("cpus", cur.String()).Warn("downsize not committed: the container keeps its CPUs")
-		return
+		return false
 	}
 	rec := r
 	rec.Mems = rd.Mems.String()
 	// The shrink stays pending when the save fails, for a later update.
 	changed, err := l.Commit(ledger.Change{Next: &next, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}, Life: ledger.Life{ShrinkDone: id}})
 	if err != nil {
-		l.Unlock()
 		entry.WithError(err).WithField("reason", "PersistError").Error("cannot write the checkpoint; the CPUs given back stay assigned to the container until its next update")
-		return
+		return false
 	}
 	d.obs.resizes.WithLabelValues(policy.ResizeDown).Inc()
-	shared := l.Engine().SharedMask(l.State()).String()
-	l.Unlock()
-	if changed {
-		a.Kick()
-	}
-	entry.WithFields(logrus.Fields{"cpus": rd.CPUs.String(), "released": rd.Released.String(), "shared": shared}).
+	entry.WithFields(logrus.Fields{"cpus": rd.CPUs.String(), "released": rd.Released.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
 		Info("downsize done: the CPUs given back joined the shared pool")
+	return changed
 }
 
 var errStaleShrink = errors.New("the container's CPUs changed between the downsize's answer and its completion")

@@ -30,31 +30,31 @@ type Applier interface {
 	// Mode is the shared_pool_updates value it implements.
 	Mode() string
 	// PoolChanged is what the answer to skip's event (CreateContainer,
-	// StopContainer) carries after a commit that changed the shared pool.
-	// the ledger is locked.
-	PoolChanged(skip string) []*api.ContainerUpdate
+	// StopContainer) carries after a commit that changed the shared pool,
+	// inside the event's Update.
+	PoolChanged(tx *ledger.Tx, skip string) []*api.ContainerUpdate
 	// Created notes the cpuset a shared-pool container was answered with.
-	// the ledger is locked.
+	// Inside the event's Update.
 	Created(id, cpus string)
-	// Synchronized turns the Synchronize plan's updates into its answer.
-	// the ledger is locked.
-	Synchronized(planned []CPUUpdate) []*api.ContainerUpdate
+	// Synchronized turns the Synchronize plan's updates into its answer,
+	// inside the event's Update.
+	Synchronized(tx *ledger.Tx, planned []CPUUpdate) []*api.ContainerUpdate
 	// SyncReadsCgroups tells Synchronize to take a running container's
 	// cpuset from its cgroup rather than from the runtime's record.
 	SyncReadsCgroups() bool
 	// StartBarrier is StartContainer's part, after the ledger's: it returns
-	// when the container may start. the ledger is not locked.
+	// when the container may start. Outside any Update.
 	StartBarrier(id string)
 	// Updated is PostUpdateContainer's check of the container's cgroup
 	// after a runtime update: what is wrong is put right (written, or
-	// pushed by the worker). the ledger is not locked.
+	// pushed by the worker). Outside any Update.
 	Updated(id string)
 	// Owed is what the answer to skip's event (CreateContainer,
 	// StopContainer, UpdateContainer) must carry besides answer, its own
-	// updates: what the worker and the reconcile loop held back because
-	// the runtime takes no unsolicited update (inAnswer). the ledger is
-	// locked.
-	Owed(skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate
+	// updates: what the worker and the reconcile loop deferred because
+	// the runtime takes no unsolicited update (inAnswer). Inside the
+	// event's Update.
+	Owed(tx *ledger.Tx, skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate
 	// Kick wakes the worker after a change no answer carries.
 	Kick()
 	// Run is the worker; it returns when ctx ends.
@@ -83,7 +83,7 @@ type Counts interface {
 	Drifted(n int)
 	// RepairedAfterUpdate counts cgroups found wrong after a runtime update.
 	RepairedAfterUpdate(n int)
-	// Deferred counts pushes and repairs held for the next answer.
+	// Deferred counts pushes and repairs deferred to the next answer.
 	Deferred(n int)
 }
 

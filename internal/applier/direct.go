@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
@@ -76,8 +77,8 @@ func (a *direct) Mode() string { return config.SharedUpdatesDirect }
 
 // PoolChanged answers nothing: the worker writes the cgroups while the OCI
 // runtime creates the container, and its StartContainer waits for that.
-func (a *direct) PoolChanged(skip string) []*api.ContainerUpdate {
-	a.kickIfShared(skip)
+func (a *direct) PoolChanged(tx *ledger.Tx, skip string) []*api.ContainerUpdate {
+	a.kickIfShared(tx, skip)
 	return nil
 }
 
@@ -150,11 +151,10 @@ func retryFields(retry time.Duration) logrus.Fields {
 // cpuset.cpus only; their update carries the pool of now with their
 // mems): other shared-pool containers are written by a pass, and not
 // sent to the runtime, whose record of them is stale by design.
-// the ledger is locked.
-func (a *direct) Synchronized(planned []CPUUpdate) []*api.ContainerUpdate {
+func (a *direct) Synchronized(tx *ledger.Tx, planned []CPUUpdate) []*api.ContainerUpdate {
 	var exclusive []CPUUpdate
 	for _, u := range planned {
-		if r, _ := a.l.Record(u.ID); r.Exclusive || u.Mems != "" {
+		if r, _ := tx.Record(u.ID); r.Exclusive || u.Mems != "" {
 			exclusive = append(exclusive, u)
 		}
 	}
@@ -176,15 +176,20 @@ func (a *direct) Run(ctx context.Context) { a.loop(ctx, a.pass, a.Reconcile) }
 // yet), and a shared-pool container's own cgroup is checked, since the OCI
 // runtime wrote it with the pool of its answer.
 func (a *direct) StartBarrier(id string) {
-	l := a.l
-	l.Lock()
-	if l.Engine() == nil {
-		l.Unlock()
+	var (
+		gen        uint64
+		r          ledger.Record
+		known, set bool
+	)
+	a.l.Read(func(tx *ledger.Tx) {
+		if set = tx.Engine() != nil; set {
+			gen = tx.Gen()
+			r, known = tx.Record(id)
+		}
+	})
+	if !set {
 		return
 	}
-	gen := l.Gen()
-	r, known := l.Record(id)
-	l.Unlock()
 	a.mu.Lock()
 	behind := a.done < gen
 	a.mu.Unlock()
@@ -209,34 +214,40 @@ type target struct {
 func (a *direct) pass() {
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
-	l := a.l
 	for {
-		l.Lock()
-		if l.Engine() == nil || l.Syncs() == 0 {
-			l.Unlock()
+		var (
+			gen    uint64
+			shared string
+			todo   []target
+			ready  bool
+		)
+		a.l.Read(func(tx *ledger.Tx) {
+			if ready = tx.Engine() != nil && tx.Syncs() > 0; !ready {
+				return
+			}
+			gen = tx.Gen()
+			pools := tx.Pools()
+			shared = pools.Node
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for id := range a.written {
+				if _, ok := tx.Record(id); !ok {
+					delete(a.written, id)
+				}
+			}
+			for id, r := range tx.Records() {
+				if r.Exclusive || r.CgroupsPath == "" {
+					continue
+				}
+				// never an empty cpuset (the adapter's emptypool.go)
+				if cpus := pools.Of(r); cpus != "" && a.written[id] != cpus {
+					todo = append(todo, target{id: id, name: r.Name, pod: r.PodName, path: r.CgroupsPath, cpus: cpus})
+				}
+			}
+		})
+		if !ready {
 			return
 		}
-		gen := l.Gen()
-		pools := l.Pools()
-		shared := pools.Node
-		var todo []target
-		a.mu.Lock()
-		for id := range a.written {
-			if _, ok := l.Record(id); !ok {
-				delete(a.written, id)
-			}
-		}
-		for id, r := range l.Records() {
-			if r.Exclusive || r.CgroupsPath == "" {
-				continue
-			}
-			// never an empty cpuset (the adapter's emptypool.go)
-			if cpus := pools.Of(r); cpus != "" && a.written[id] != cpus {
-				todo = append(todo, target{id: id, name: r.Name, pod: r.PodName, path: r.CgroupsPath, cpus: cpus})
-			}
-		}
-		a.mu.Unlock()
-		l.Unlock()
 
 		var wrote []target
 		var unknown []string
@@ -254,21 +265,25 @@ func (a *direct) pass() {
 			}
 		}
 
-		l.Lock()
-		caughtUp := l.Gen() == gen
-		a.mu.Lock()
-		for _, t := range wrote {
-			if _, ok := l.Record(t.id); ok {
-				a.written[t.id] = t.cpus
+		var (
+			caughtUp bool
+			retry    time.Duration
+		)
+		a.l.Read(func(tx *ledger.Tx) {
+			caughtUp = tx.Gen() == gen
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for _, t := range wrote {
+				if _, ok := tx.Record(t.id); ok {
+					a.written[t.id] = t.cpus
+				}
 			}
-		}
-		a.forget(unknown...)
-		if caughtUp && gen > a.done {
-			a.done = gen
-		}
-		retry := a.settleRetries(len(failed) == 0, transient)
-		a.mu.Unlock()
-		l.Unlock()
+			a.forget(unknown...)
+			if caughtUp && gen > a.done {
+				a.done = gen
+			}
+			retry = a.settleRetries(len(failed) == 0, transient)
+		})
 		if len(failed) > 0 {
 			a.log.WithError(errors.Join(failed...)).WithFields(logrus.Fields{"cpus": shared, "failed": len(failed)}).WithFields(retryFields(retry)).
 				Warn("writing the shared pool into cgroups failed; " + retryText(retry))
@@ -288,15 +303,17 @@ func (a *direct) pass() {
 func (a *direct) check(id string) {
 	a.writeMu.Lock()
 	defer a.writeMu.Unlock()
-	l := a.l
-	l.Lock()
-	r, ok := l.Record(id)
-	shared := ""
-	if ok && !r.Exclusive {
-		// one container: RightCPUs, not every pool (Pools)
-		shared = l.RightCPUs(r).String()
-	}
-	l.Unlock()
+	var (
+		r      ledger.Record
+		shared string
+	)
+	a.l.Read(func(tx *ledger.Tx) {
+		var ok bool
+		if r, ok = tx.Record(id); ok && !r.Exclusive {
+			// one container: RightCPUs, not every pool (Pools)
+			shared = tx.RightCPUs(r).String()
+		}
+	})
 	if shared == "" { // unknown, exclusive, or no CPU (never an empty cpuset)
 		return
 	}
@@ -337,11 +354,11 @@ func (a *direct) Updated(id string) {
 // noteIfKnown records what a container's cgroup holds unless the
 // container went away meanwhile.
 func (a *direct) noteIfKnown(id, cpus string) {
-	a.l.Lock()
-	if _, ok := a.l.Record(id); ok {
-		a.note(id, cpus)
-	}
-	a.l.Unlock()
+	a.l.Read(func(tx *ledger.Tx) {
+		if _, ok := tx.Record(id); ok {
+			a.note(id, cpus)
+		}
+	})
 }
 
 // Reconcile first redoes the writes a pass could not finish (their

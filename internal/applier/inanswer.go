@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -28,8 +29,8 @@ import (
 // The worker and the reconcile loop then send nothing: they note what
 // they would have sent (owedPool, repairs) and the next answer that can
 // carry updates (CreateContainer, StopContainer, UpdateContainer)
-// carries it, so every update the plugin makes is solicited. What is held
-// back only ever widens a shared container's cpuset or restores a drifted
+// carries it, so every update the plugin makes is solicited. What is
+// deferred only ever widens a shared container's cpuset or restores a drifted
 // one: a pool that shrinks (an exclusive admission or upsize) always
 // rides in that event's own answer, so no exclusive CPU is ever shared
 // because of the wait.
@@ -37,7 +38,7 @@ type inAnswer struct {
 	*updater
 	// repairMu guards repairs, the exclusive containers found wrong after
 	// an update that the next push (or answer) restores, and owedPool, a
-	// push of the shared pool held back for the next answer; a leaf.
+	// push of the shared pool deferred to the next answer; a leaf.
 	repairMu sync.Mutex
 	repairs  map[string]struct{}
 	owedPool bool
@@ -47,13 +48,15 @@ func newInAnswer(u *updater) *inAnswer { return &inAnswer{updater: u, repairs: m
 
 func (a *inAnswer) Mode() string { return config.SharedUpdatesInAnswer }
 
-func (a *inAnswer) PoolChanged(skip string) []*api.ContainerUpdate { return a.sharedUpdates(skip) }
+func (a *inAnswer) PoolChanged(tx *ledger.Tx, skip string) []*api.ContainerUpdate {
+	return a.sharedUpdates(tx, skip)
+}
 
 func (a *inAnswer) Created(string, string) {}
 
 // Synchronized answers every container's cpuset, which settles whatever
-// was held back.
-func (a *inAnswer) Synchronized(planned []CPUUpdate) []*api.ContainerUpdate {
+// was deferred.
+func (a *inAnswer) Synchronized(_ *ledger.Tx, planned []CPUUpdate) []*api.ContainerUpdate {
 	a.repairMu.Lock()
 	a.owedPool = false
 	clear(a.repairs)
@@ -85,23 +88,23 @@ func (a *inAnswer) Updated(id string) {
 
 // push sends the shared pool to every shared-pool container, and their
 // assignment to the exclusive containers queued by updated; on a runtime
-// that takes no unsolicited update it holds them for the next answer.
+// that takes no unsolicited update it defers them to the next answer.
 func (a *inAnswer) push() {
 	s := a.conn.Get()
-	l := a.l
-	l.Lock()
-	if s == nil || l.Syncs() == 0 {
-		l.Unlock()
-		return
-	}
-	if !a.conn.unsolicited() {
-		a.postpone(a.anyShared(), nil)
-		l.Unlock()
-		return
-	}
-	gen := l.Gen()
-	updates := append(a.sharedUpdates(""), a.takeRepairs("")...)
-	l.Unlock()
+	var (
+		gen     uint64
+		updates []*api.ContainerUpdate
+	)
+	a.l.Read(func(tx *ledger.Tx) {
+		switch {
+		case s == nil || tx.Syncs() == 0:
+		case !a.conn.unsolicited():
+			a.postpone(a.anyShared(tx), nil)
+		default:
+			gen = tx.Gen()
+			updates = append(a.sharedUpdates(tx, ""), a.takeRepairs(tx, "")...)
+		}
+	})
 	if len(updates) == 0 {
 		return
 	}
@@ -110,9 +113,7 @@ func (a *inAnswer) push() {
 
 // takeRepairs are the updates restoring the exclusive containers queued
 // for repair, but skip (its own answer sets it); the queue is emptied.
-// the ledger is locked.
-func (a *inAnswer) takeRepairs(skip string) []*api.ContainerUpdate {
-	l := a.l
+func (a *inAnswer) takeRepairs(l *ledger.Tx, skip string) []*api.ContainerUpdate {
 	a.repairMu.Lock()
 	defer a.repairMu.Unlock()
 	ids := make([]string, 0, len(a.repairs))
@@ -132,7 +133,7 @@ func (a *inAnswer) takeRepairs(skip string) []*api.ContainerUpdate {
 
 // postpone notes a push of the shared pool (pool) and repairs of exclusive
 // containers that the next answer carries instead, and counts them once
-// each: a held push already owed is not counted again.
+// each: a push already owed is not counted again.
 func (a *inAnswer) postpone(pool bool, exclusive []string) {
 	fields := a.conn.runtimeFields() // before repairMu: leaves are never nested
 	a.repairMu.Lock()
@@ -156,18 +157,18 @@ func (a *inAnswer) postpone(pool bool, exclusive []string) {
 }
 
 // Owed is what the answer to skip's event carries besides answer, its
-// own updates: the push and the repairs held back, for the containers
-// answer does not already update. the ledger is locked.
-func (a *inAnswer) Owed(skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate {
+// own updates: the push and the repairs deferred, for the containers
+// answer does not already update.
+func (a *inAnswer) Owed(tx *ledger.Tx, skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate {
 	a.repairMu.Lock()
 	pool := a.owedPool
 	a.owedPool = false
 	a.repairMu.Unlock()
 	var more []*api.ContainerUpdate
 	if pool {
-		more = a.sharedUpdates(skip)
+		more = a.sharedUpdates(tx, skip)
 	}
-	more = append(more, a.takeRepairs(skip)...)
+	more = append(more, a.takeRepairs(tx, skip)...)
 	if len(more) == 0 {
 		return nil
 	}
@@ -185,7 +186,7 @@ func (a *inAnswer) Owed(skip string, answer []*api.ContainerUpdate) []*api.Conta
 }
 
 // Reconcile restores drifted cpusets through the runtime, or, where the
-// runtime takes no unsolicited update, holds them for the next answer.
+// runtime takes no unsolicited update, defers them to the next answer.
 func (a *inAnswer) Reconcile() int {
 	return a.findDrift(func(found []drifted, s stub.Stub, gen uint64) {
 		if a.conn.unsolicited() {
@@ -208,10 +209,8 @@ func (a *inAnswer) Reconcile() int {
 // sharedUpdates are the updates moving every shared-pool container except
 // skip to its current pool: the node's shared pool, or its pod's private
 // pool (ledger.Pools). Failures are ignored by the runtime (a container
-// may be stopping); the reconcile loop repairs what is left. the ledger
-// is locked.
-func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
-	l := a.l
+// may be stopping); the reconcile loop repairs what is left.
+func (a *inAnswer) sharedUpdates(l *ledger.Tx, skip string) []*api.ContainerUpdate {
 	pools := l.Pools()
 	targets := make([]CPUUpdate, 0, l.Len())
 	for id, r := range l.Records() {
@@ -228,9 +227,8 @@ func (a *inAnswer) sharedUpdates(skip string) []*api.ContainerUpdate {
 }
 
 // anyShared says whether sharedUpdates("") would send anything, without
-// building the updates. The ledger is locked.
-func (a *inAnswer) anyShared() bool {
-	l := a.l
+// building the updates.
+func (a *inAnswer) anyShared(l *ledger.Tx) bool {
 	pools := l.Pools()
 	for _, r := range l.Records() {
 		if !r.Exclusive && pools.Of(r) != "" {

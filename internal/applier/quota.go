@@ -106,19 +106,17 @@ func logPodQuota(log *logrus.Logger, rec ledger.Record, why string, res podQuota
 // ReconcileQuota lifts the quota of every pod cgroup holding an exclusive
 // container where something (the kubelet's resize) wrote one again.
 func (u *updater) ReconcileQuota() {
-	l := u.l
-	l.Lock()
-	if !l.QuotaOff() || l.Syncs() == 0 {
-		l.Unlock()
-		return
-	}
 	var recs []ledger.Record
-	for _, r := range l.Records() {
-		if r.Exclusive {
-			recs = append(recs, r)
+	u.l.Read(func(tx *ledger.Tx) {
+		if !tx.QuotaOff() || tx.Syncs() == 0 {
+			return
 		}
-	}
-	l.Unlock()
+		for _, r := range tx.Records() {
+			if r.Exclusive {
+				recs = append(recs, r)
+			}
+		}
+	})
 	seen := make(map[string]bool, len(recs))
 	transient := false
 	for _, r := range recs {

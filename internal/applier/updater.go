@@ -13,6 +13,7 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 )
 
 // updater is what both appliers share: the worker's wake-ups, the kick
@@ -52,9 +53,9 @@ func (u *updater) Kick() {
 
 // kickIfShared kicks when some shared-pool container but skip must
 // follow the pool: a kick for nothing costs the answer a goroutine
-// handoff. the ledger is locked.
-func (u *updater) kickIfShared(skip string) {
-	for id, r := range u.l.Records() {
+// handoff.
+func (u *updater) kickIfShared(tx *ledger.Tx, skip string) {
+	for id, r := range tx.Records() {
 		if id != skip && !r.Exclusive {
 			u.Kick()
 			return
@@ -131,27 +132,30 @@ type wantedCPUs struct {
 func (u *updater) findDrift(repair func(found []drifted, s stub.Stub, gen uint64)) int {
 	l := u.l
 	s := u.conn.Get()
-	l.Lock()
-	if s == nil || l.Syncs() == 0 {
-		l.Unlock()
+	var (
+		gen   uint64
+		items []wantedCPUs
+	)
+	l.Read(func(tx *ledger.Tx) {
+		if s == nil || tx.Syncs() == 0 {
+			return
+		}
+		gen = tx.Gen()
+		items = make([]wantedCPUs, 0, tx.Len())
+		for _, r := range tx.Records() {
+			items = append(items, wantedCPUs{r, tx.RightCPUs(r)})
+		}
+	})
+	if items == nil {
 		return 0
 	}
-	gen := l.Gen()
-	items := make([]wantedCPUs, 0, l.Len())
-	for _, r := range l.Records() {
-		items = append(items, wantedCPUs{r, l.RightCPUs(r)})
-	}
-	l.Unlock()
 	sort.Slice(items, func(i, j int) bool { return items[i].rec.ID < items[j].rec.ID })
 
 	found := u.readDrift(items)
 	if len(found) == 0 {
 		return 0
 	}
-	l.Lock()
-	stale := l.Gen() != gen
-	l.Unlock()
-	if stale || u.conn.Get() != s {
+	if l.Gen() != gen || u.conn.Get() != s {
 		return 0
 	}
 	u.logDrift(found)
@@ -177,7 +181,7 @@ func (u *updater) readDrift(items []wantedCPUs) []drifted {
 			continue
 		}
 		dr := drifted{rec: it.rec, wantCPUs: it.cpus, haveCPUs: cpus, wantMems: it.rec.Mems, haveMems: mems.String()}
-		if it.rec.Mems != "" && !sameList(it.rec.Mems, mems.String()) {
+		if it.rec.Mems != "" && !cpumask.SameList(it.rec.Mems, mems.String()) {
 			dr.updateMems = true
 		}
 		if cpus.Equals(it.cpus) && !dr.updateMems {
@@ -196,23 +200,26 @@ func (u *updater) readDrift(items []wantedCPUs) []drifted {
 // container along).
 func (u *updater) checkUpdated(id string) (found []drifted, gen uint64) {
 	l := u.l
-	l.Lock()
-	r, ok := l.Record(id)
-	if !ok || l.Engine() == nil || l.Syncs() == 0 {
-		l.Unlock()
+	var (
+		r    ledger.Record
+		want cpuset.CPUSet
+		ok   bool
+	)
+	l.Read(func(tx *ledger.Tx) {
+		if r, ok = tx.Record(id); !ok || tx.Engine() == nil || tx.Syncs() == 0 {
+			ok = false
+			return
+		}
+		gen, want = tx.Gen(), tx.RightCPUs(r)
+	})
+	if !ok {
 		return nil, 0
 	}
-	gen = l.Gen()
-	want := l.RightCPUs(r)
-	l.Unlock()
 	found = u.readDrift([]wantedCPUs{{r, want}})
 	if len(found) == 0 {
 		return nil, gen
 	}
-	l.Lock()
-	stale := l.Gen() != gen
-	l.Unlock()
-	if stale {
+	if l.Gen() != gen {
 		return nil, gen
 	}
 	for _, dr := range found {
@@ -235,9 +242,9 @@ func (u *updater) logDrift(found []drifted) {
 	}
 }
 
-// Owed is nothing for an applier that never holds updates back (direct
+// Owed is nothing for an applier that never defers updates (direct
 // writes the cgroups itself); inAnswer's is below.
-func (u *updater) Owed(string, []*api.ContainerUpdate) []*api.ContainerUpdate { return nil }
+func (u *updater) Owed(*ledger.Tx, string, []*api.ContainerUpdate) []*api.ContainerUpdate { return nil }
 
 // send pushes updates computed at generation gen, warning with failure when
 // some did not apply. A commit since gen may have made them stale: the
@@ -248,17 +255,7 @@ func (u *updater) send(s stub.Stub, updates []*api.ContainerUpdate, gen uint64, 
 	if failed, err := s.UpdateContainers(updates); err != nil || len(failed) > 0 {
 		u.log.WithError(err).WithField("failed", len(failed)).Warn(failure)
 	}
-	u.l.Lock()
-	changed := u.l.Gen() != gen
-	u.l.Unlock()
-	if changed {
+	if u.l.Gen() != gen {
 		u.Kick()
 	}
-}
-
-// sameList reports whether two cpu or node lists name the same set.
-func sameList(a, b string) bool {
-	x, err1 := cpuset.Parse(a)
-	y, err2 := cpuset.Parse(b)
-	return err1 == nil && err2 == nil && x.Equals(y)
 }

@@ -10,6 +10,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/adapter"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
 
@@ -24,7 +25,7 @@ type handlerDaemon struct {
 	kicks uint64
 }
 
-func newHandlerDaemon(t *testing.T, stateDir, extra string) *handlerDaemon {
+func newHandlerDaemon(t *testing.T, stateDir, extra string, opts ...Option) *handlerDaemon {
 	t.Helper()
 	if !strings.Contains(extra, "shared_pool_updates") {
 		extra = "shared_pool_updates = \"in-answer\"\n" + extra // the answers' updates are what these tests read
@@ -35,7 +36,7 @@ func newHandlerDaemon(t *testing.T, stateDir, extra string) *handlerDaemon {
 	}
 	log, hook := logtest.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
-	d, err := New(cfg, WithTopology(loadFixture(t, "ht-1s-4c")), WithLogger(log))
+	d, err := New(cfg, append([]Option{WithTopology(loadFixture(t, "ht-1s-4c")), WithLogger(log)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,16 +82,13 @@ func (h *handlerDaemon) start(t *testing.T, pod *api.PodSandbox, c *api.Containe
 }
 
 func (h *handlerDaemon) tracked(id string) bool {
-	h.d.led.Lock()
-	defer h.d.led.Unlock()
-	_, ok := h.d.led.Record(id)
+	var ok bool
+	h.d.led.Read(func(l *ledger.Tx) { _, ok = l.Record(id) })
 	return ok
 }
 
 func (h *handlerDaemon) shared() string {
-	h.d.led.Lock()
-	defer h.d.led.Unlock()
-	return h.d.led.Engine().SharedMask(h.d.led.State()).String()
+	return readLedger(h.d, func(l *ledger.Tx) string { return l.Engine().SharedMask(l.State()).String() })
 }
 
 // abandoned is nri_cpualign_abandoned_containers_total as /metrics serves it.

@@ -87,6 +87,9 @@ type options struct {
 	store       persist.Mode
 	sdDial      func(ctx context.Context) (systemd.Manager, error)
 	sdAfter     func(d time.Duration, f func())
+	// wrapStore, when set, stands between the ledger and the store
+	// (tests count and fail saves).
+	wrapStore func(ledger.Store) ledger.Store
 }
 
 // WithTopology uses topo instead of reading sysfs_root.
@@ -237,7 +240,11 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if err := applier.ChooseMode(&cfg, root, d.app.sd, "", o.log); err != nil {
 		return nil, err
 	}
-	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: d.store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
+	var store ledger.Store = d.store
+	if o.wrapStore != nil {
+		store = o.wrapStore(store)
+	}
+	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
 	d.led = l
 	d.obs.reg.MustRegister(observe.NewHeldGauge(l.View), observe.NewMemoryCollector(l.View))
 	d.app.ref.Store(&applierRef{applier.New(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
@@ -334,19 +341,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer d.releaseStateDir()
 	defer d.kube.podres.Close()
 
-	l := d.led
-	l.Lock()
-	d.run.ctx, d.run.wg = ctx, &wg
-	configured := l.Engine() != nil
-	pendingErr := l.PendingErr()
-	l.Unlock()
+	var (
+		configured bool
+		pendingErr error
+	)
+	_ = d.led.Update(func(l *ledger.Tx) error {
+		d.run.ctx, d.run.wg = ctx, &wg
+		configured, pendingErr = l.Engine() != nil, l.PendingErr()
+		return nil
+	})
 	d.logStartup()
 	d.kube.podres.Warm(d.led.Config())
 	if configured {
-		l.Lock()
-		err := d.startLocked()
-		l.Unlock()
-		if err != nil {
+		if err := d.led.Update(func(l *ledger.Tx) error { return d.startLocked(l, nil) }); err != nil {
 			return err
 		}
 	} else {
@@ -358,10 +365,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // startLocked takes the state directory, restores the state and starts
 // the metrics server and the applier's worker: what needs the final
-// configuration. The ledger is locked.
-func (d *Daemon) startLocked() error {
-	l := d.led
+// configuration, the ledger's or, at a pre-registered plugin's first
+// Configure, re's, committed with the state restored. Inside an Update.
+func (d *Daemon) startLocked(l *ledger.Tx, re *ledger.Reconfigure) error {
 	cfg := l.Settings()
+	if re != nil {
+		cfg = re.Cfg
+	}
 	unlock, err := d.store.LockDir(cfg.StateDir)
 	if err != nil {
 		return err
@@ -370,7 +380,7 @@ func (d *Daemon) startLocked() error {
 	if err := d.store.RemoveStaleTemps(); err != nil {
 		d.log.WithError(err).Warn("could not remove stale temporary checkpoint files")
 	}
-	if err := d.restoreLocked(); err != nil {
+	if err := d.restoreLocked(l, re); err != nil {
 		return err
 	}
 	ctx, wg := d.run.ctx, d.run.wg
@@ -406,25 +416,31 @@ func (d *Daemon) startLocked() error {
 }
 
 // restoreLocked reads the state on disk and commits it: the gauges, the pool
-// check, the generation and the exporter follow it as any commit. The
-// ledger is locked.
-func (d *Daemon) restoreLocked() error {
-	l := d.led
-	r, err := d.store.Load(l.Settings(), l.Topology(), l.Engine())
+// check, the generation and the exporter follow it as any commit. With
+// re (a pre-registered plugin's first Configure) the state is read for
+// re's configuration and engine, and both are one change: one commit.
+// Inside an Update.
+func (d *Daemon) restoreLocked(l *ledger.Tx, re *ledger.Reconfigure) error {
+	cfg, topo, engine := l.Settings(), l.Topology(), l.Engine()
+	if re != nil {
+		cfg, topo, engine = re.Cfg, re.Topo, re.Engine
+	}
+	r, err := d.store.Load(cfg, topo, engine)
 	if err != nil {
 		return err
 	}
-	_, err = l.Commit(ledger.Change{Restore: &r})
+	_, err = l.Commit(ledger.Change{Reconfigure: re, Restore: &r})
 	return err
 }
 
 // releaseStateDir drops the state directory lock taken by startLocked.
 func (d *Daemon) releaseStateDir() {
-	d.led.Lock()
-	unlock := d.run.unlockState
-	d.run.unlockState = nil
-	d.store.Reset()
-	d.led.Unlock()
+	var unlock func() error
+	_ = d.led.Update(func(*ledger.Tx) error {
+		unlock, d.run.unlockState = d.run.unlockState, nil
+		d.store.Reset()
+		return nil
+	})
 	if unlock != nil {
 		_ = unlock()
 	}
@@ -506,9 +522,12 @@ func (d *Daemon) setStub(s stub.Stub) {
 }
 
 func (d *Daemon) logStartup() {
-	d.led.Lock()
-	t, cfg, engine := d.led.Topology(), d.led.Settings(), d.led.Engine()
-	d.led.Unlock()
+	var (
+		t      *topology.Topology
+		cfg    config.Config
+		engine *policy.Engine
+	)
+	d.led.Read(func(l *ledger.Tx) { t, cfg, engine = l.Topology(), l.Settings(), l.Engine() })
 	d.log.WithFields(logrus.Fields{
 		"cpus":             t.CPUs().String(),
 		"num_cpus":         t.NumCPUs(),
@@ -556,25 +575,29 @@ func warnIgnoredKeys(log *logrus.Logger, cfg config.Config, source string) {
 // path) and silently keeping the old one would leave the operator
 // believing in a mode that is not running.
 func (d *Daemon) configure(doc string) error {
-	l := d.led
 	if strings.TrimSpace(doc) == "" {
-		l.Lock()
-		defer l.Unlock()
-		if l.Engine() == nil {
-			return fmt.Errorf("the runtime sent no plugin configuration and the start-up one is refused: %w", l.PendingErr())
-		}
-		return nil
+		var err error
+		d.led.Read(func(l *ledger.Tx) {
+			if l.Engine() == nil {
+				err = fmt.Errorf("the runtime sent no plugin configuration and the start-up one is refused: %w", l.PendingErr())
+			}
+		})
+		return err
 	}
 	in, err := config.Load([]byte(doc))
 	if err != nil {
 		return fmt.Errorf("configuration from the runtime: %w", err)
 	}
 	warnIgnoredKeys(d.log, in, "runtime")
-	l.Lock()
-	defer l.Unlock()
+	return d.led.Update(func(l *ledger.Tx) error { return d.reconfigure(l, in) })
+}
+
+// reconfigure is configure's Update: in, loaded, becomes the running
+// configuration.
+func (d *Daemon) reconfigure(l *ledger.Tx, in config.Config) error {
 	cur := l.Settings()
 	next := withRuntimeKeys(cur, in)
-	topo, err := d.processKeys(&next, in)
+	topo, err := d.processKeys(l, &next, in)
 	if err != nil {
 		return err
 	}
@@ -589,19 +612,18 @@ func (d *Daemon) configure(doc string) error {
 		if err := applier.ChooseMode(&next, root, d.app.sd, "", d.log); err != nil {
 			return fmt.Errorf("configuration from the runtime: %w", err)
 		}
-		d.app.ref.Store(&applierRef{applier.New(next.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, d.log)})
-		if _, err := l.Commit(ledger.Change{Reconfigure: &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: engine.NewState()}}); err != nil {
-			return err
-		}
+		d.app.ref.Store(&applierRef{applier.New(next.SharedPoolUpdates, d.led, d.obs, &d.conn, root, d.app.sd, d.log)})
+		// Committed with the state restored from disk: one change.
+		re := &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: engine.NewState()}
 		applyLogSettings(d.log, next)
 		d.log.WithFields(logrus.Fields{"config": next.Summary(), "reserved": engine.Reserved().String(), "cpus": topo.CPUs().String()}).
 			Info("effective configuration (from the runtime)")
 		warnZeroReservation(engine, next, d.log)
 		if d.run.ctx == nil {
 			// Not running (tests call configure directly): restore only.
-			return d.restoreLocked()
+			return d.restoreLocked(l, re)
 		}
-		return d.startLocked()
+		return d.startLocked(l, re)
 	}
 	if mode := d.applier().Mode(); in.Line(config.KeySharedPoolUpdates) > 0 && in.SharedPoolUpdates != mode {
 		return fmt.Errorf("configuration from the runtime: %w", in.KeyError(config.KeySharedPoolUpdates, in.SharedPoolUpdates,
@@ -674,9 +696,8 @@ func withRuntimeKeys(cfg config.Config, in config.Config) config.Config {
 // processKeys handles the process-level keys of the runtime's
 // configuration in: before anything started they complete next (a new
 // sysfs_root gives the topology returned), afterwards they are fixed and
-// only logged when they differ. The ledger is locked.
-func (d *Daemon) processKeys(next *config.Config, in config.Config) (*topology.Topology, error) {
-	l := d.led
+// only logged when they differ. Inside configure's Update.
+func (d *Daemon) processKeys(l *ledger.Tx, next *config.Config, in config.Config) (*topology.Topology, error) {
 	cur := l.Settings()
 	set := func(key string) bool { return in.Line(key) > 0 }
 	if l.Engine() != nil {

@@ -672,9 +672,7 @@ func TestReconnectAfterConnectionLoss(t *testing.T) {
 	}
 	mu.Unlock()
 	waitFor(t, "the daemon's second Synchronize", func() bool {
-		r.d.led.Lock()
-		defer r.d.led.Unlock()
-		return r.d.led.Syncs() >= 2
+		return readLedger(r.d, (*ledger.Tx).Syncs) >= 2
 	})
 	waitFor(t, "connected", r.d.Connected)
 	mu.Lock()
@@ -745,7 +743,7 @@ func TestConfigFromRuntimeDeferred(t *testing.T) {
 	if v := d.State(); v.Reserved != "0,4" || v.Shared != "0-7" {
 		t.Errorf("after Configure: %+v", v)
 	}
-	if !d.led.Restored() {
+	if !readLedger(d, (*ledger.Tx).Restored) {
 		t.Error("state not restored after the first Configure")
 	}
 }
@@ -883,9 +881,7 @@ func testPersistFailure(t *testing.T, store persist.Mode) {
 	if store == persist.Journal {
 		// The journal forgotten, as after a failed append: the snapshot
 		// written instead cannot be renamed either.
-		r.d.led.Lock()
-		r.d.store.Reset()
-		r.d.led.Unlock()
+		_ = r.d.led.Update(func(*ledger.Tx) error { r.d.store.Reset(); return nil })
 	}
 	g1 := rt.addPod(podSpec{uid: "g1", name: "g1", qos: "guaranteed"})
 	_, _, err := rt.create(g1, "c2", 2000, 2000)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
@@ -34,7 +35,7 @@ func TestDiscoveryWarningLogged(t *testing.T) {
 		t.Fatalf("refused a machine the kubelet runs on: %v", err)
 	}
 	// cpu 0 stays with cpu 4 (core_id 0): core 0 is 0,4.
-	if got := d.led.Topology().CPUsInCores(0).String(); got != "0,4" {
+	if got := readLedger(d, (*ledger.Tx).Topology).CPUsInCores(0).String(); got != "0,4" {
 		t.Errorf("core 0 = %q, want 0,4", got)
 	}
 	for _, e := range hook.AllEntries() {

@@ -56,10 +56,9 @@ func withRetryTimer(after func(d time.Duration, f func())) Option {
 // where it showed systemd. The first path decides, once: a node has one
 // driver. A mode written in the configuration, and cgroup v1 (systemd
 // holds no cpuset there), stay. When the mode changes, the ledger's
-// configuration says so (ledger.Change.Mode) and the applier is swapped.
-// The ledger is locked.
-func (d *Daemon) seeDriver(paths ...string) {
-	l := d.led
+// configuration says so (ledger.SetMode) and the applier is swapped.
+// Inside the event's Update.
+func (d *Daemon) seeDriver(l *ledger.Tx, paths ...string) {
 	cfg := l.Settings()
 	if d.app.driverSeen || cfg.Line(config.KeySharedPoolUpdates) > 0 || l.Engine() == nil {
 		return
@@ -85,14 +84,14 @@ func (d *Daemon) seeDriver(paths ...string) {
 	if err := applier.ChooseMode(&cfg, root, d.app.sd, path, d.log); err != nil || cfg.SharedPoolUpdates == a.Mode() {
 		return // an error only for a mode asked for, which stays
 	}
-	_, _ = l.Commit(ledger.Change{Mode: cfg.SharedPoolUpdates}) // nothing durable: cannot fail
+	l.SetMode(cfg.SharedPoolUpdates)
 	d.swapApplier(applier.For(cfg.SharedPoolUpdates, a))
 }
 
 // swapApplier replaces the applier and moves the worker to the new one,
 // which then brings every shared-pool container to the current pool
-// (under in-answer the runtime's record of them is stale). The ledger is
-// locked.
+// (under in-answer the runtime's record of them is stale). Inside an
+// Update.
 func (d *Daemon) swapApplier(next applier.Applier) {
 	d.app.ref.Store(&applierRef{next})
 	if !d.run.workerOn {
@@ -104,7 +103,7 @@ func (d *Daemon) swapApplier(next applier.Applier) {
 }
 
 // startWorker runs app's worker until Run ends or the applier is
-// replaced. The ledger is locked.
+// replaced. Inside an Update (d.run).
 func (d *Daemon) startWorker(app applier.Applier) {
 	ctx, cancel := context.WithCancel(d.run.ctx)
 	d.run.cancel = cancel

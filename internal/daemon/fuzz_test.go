@@ -54,7 +54,7 @@ func FuzzRestore(f *testing.F) {
 		if err := d.restore(); err != nil {
 			t.Fatalf("restore from %s: %v", payload, err)
 		}
-		e, st := d.EngineState()
+		e, st := d.engineState()
 		if err := invariant.Check(e, st, nil); err != nil {
 			t.Fatalf("restore from %s gave an invalid state: %v", payload, err)
 		}

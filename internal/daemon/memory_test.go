@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
@@ -116,11 +118,12 @@ func TestMemoryManagerDaemon(t *testing.T) {
 	if got := gauge(t, r.d, "nri_cpualign_memory_allocated_bytes", "0", "hugepages-2Mi"); got != float64(512*mib) {
 		t.Errorf("nri_cpualign_memory_allocated_bytes{numa_node=0,resource=hugepages-2Mi} = %v, want 512 MiB", got)
 	}
-	before := r.d.led.Engine().MemorySnapshot(r.d.led.State())
+	snap := func(l *ledger.Tx) json.RawMessage { return l.Engine().MemorySnapshot(l.State()) }
+	before := readLedger(r.d, snap)
 	r.stop(t)
 
 	r = startDaemon(t, rt, cfg, topo)
-	if after := r.d.led.Engine().MemorySnapshot(r.d.led.State()); !reflect.DeepEqual(after, before) {
+	if after := readLedger(r.d, snap); !reflect.DeepEqual(after, before) {
 		t.Errorf("restored memory state\n%s\nwant\n%s", after, before)
 	}
 	if ups := rt.SyncUpdates(); len(ups) != 0 {
@@ -169,7 +172,7 @@ func TestImportKubeletMemoryState(t *testing.T) {
 	rt.CreateContainerAway(app)
 	cfg := testConfig(t, rt, t.TempDir(), memoryConfig(t, "single-numa-node"))
 	r := startDaemon(t, rt, cfg, loadFixture(t, "ht-2s-6c"), WithKubeletState(cpuState))
-	blocks := r.d.led.State().Memory.Blocks("u", "app")
+	blocks := readLedger(r.d, (*ledger.Tx).State).Memory.Blocks("u", "app")
 	if len(blocks) != 1 || blocks[0].Type != memorymanager.Memory || blocks[0].Size != 2*g || !reflect.DeepEqual(blocks[0].NUMAAffinity, []int{1}) {
 		t.Fatalf("imported blocks %+v", blocks)
 	}

@@ -24,14 +24,14 @@ func TestSynchronizeWidensNarrowedMems(t *testing.T) {
 	if mems := rt.mems(c); mems != "0-1" {
 		t.Fatalf("created with mems %q, want 0-1", mems)
 	}
-	l := r.d.led
-	l.Lock()
-	rec, _ := l.Record(c.Id)
-	rec.Mems = "0"
-	if _, err := l.Commit(ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}}); err != nil {
+	if err := r.d.led.Update(func(l *ledger.Tx) error {
+		rec, _ := l.Record(c.Id)
+		rec.Mems = "0"
+		_, err := l.Commit(ledger.Change{Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	l.Unlock()
 	rt.SetCPUs(c, cpus, "0")
 
 	updates, err := r.d.handlers().Synchronize(context.Background(), rt.Pods(), rt.Containers())
@@ -47,10 +47,7 @@ func TestSynchronizeWidensNarrowedMems(t *testing.T) {
 	if got != "0-1" {
 		t.Errorf("Synchronize's mems for the container = %q, want 0-1", got)
 	}
-	l.Lock()
-	defer l.Unlock()
-	if r, _ := l.Record(c.Id); r.Mems != "0-1" {
-		m := r.Mems
+	if m := readLedger(r.d, func(l *ledger.Tx) string { r, _ := l.Record(c.Id); return r.Mems }); m != "0-1" {
 		t.Errorf("record's mems after Synchronize = %q, want 0-1", m)
 	}
 }

@@ -95,7 +95,7 @@ func (m *metrics) registerConnected(connected *atomic.Bool) {
 }
 
 // Gauges sets the pool gauges from a committed state with n
-// containers; the ledger is locked.
+// containers, from the ledger's Commit.
 func (m *metrics) Gauges(e *policy.Engine, st policy.State, n int) {
 	m.sharedCPUs.Set(float64(e.SharedPool(st).Size()))
 	m.exclusiveCPUs.Set(float64(m.exclusiveCount(st.Alloc.Assignments)))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -117,7 +118,7 @@ func testPodLevelPools(t *testing.T, mode string) {
 	r.stop(t)
 	r = startDaemon(t, rt, cfg, topo)
 	expect("after a restart", both)
-	if got := r.d.led.State().PodShared["p"]; !slices.Equal(got, []string{"b", "c"}) {
+	if got := readLedger(r.d, (*ledger.Tx).State).PodShared["p"]; !slices.Equal(got, []string{"b", "c"}) {
 		t.Errorf("restored pool containers of p %v, want [b c]", got)
 	}
 	// A resize of b is answered with its pod's pool, not the node's.
@@ -140,7 +141,7 @@ func testPodLevelPools(t *testing.T, mode string) {
 	}
 	rt.removePod(p)
 	expect("p removed", map[*api.Container]string{be1: "0-23", be2: "0-23"})
-	if st := r.d.led.State(); len(st.PodShared) != 0 || len(st.Alloc.Assignments) != 0 {
+	if st := readLedger(r.d, (*ledger.Tx).State); len(st.PodShared) != 0 || len(st.Alloc.Assignments) != 0 {
 		t.Errorf("after p's removal: pool containers %v, assignments %v; want none", st.PodShared, st.Alloc.Assignments)
 	}
 }
@@ -174,7 +175,7 @@ func TestPodLevelEmptyPoolRefused(t *testing.T) {
 	if got := cgroupCPUs(t, rt, s); got != "1,13" {
 		t.Errorf("s's cgroup holds %q after the refusal, want 1,13", got)
 	}
-	if _, ok := r.d.led.Engine().Assignment(r.d.led.State(), "q", "x"); ok {
+	if readLedger(r.d, func(l *ledger.Tx) bool { _, ok := l.Engine().Assignment(l.State(), "q", "x"); return ok }) {
 		t.Error("the refused x holds CPUs")
 	}
 }

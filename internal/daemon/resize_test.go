@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/internal/persist"
 	"github.com/nri-cpualign/nri-cpualign/internal/request"
@@ -311,9 +312,7 @@ func TestResizePersistFailure(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		r.d.led.Lock()
-		r.d.store.Reset()
-		r.d.led.Unlock()
+		_ = r.d.led.Update(func(*ledger.Tx) error { r.d.store.Reset(); return nil })
 	}
 	fixStore := func() {
 		if err := os.RemoveAll(path); err != nil {
@@ -343,7 +342,7 @@ func TestResizePersistFailure(t *testing.T) {
 	if err := rt.resize(c, 1000, 1000); err != nil {
 		t.Fatalf("downsize: %v", err) // the answer needs no write
 	}
-	e, st := r.d.EngineState()
+	e, st := r.d.engineState()
 	if held, _ := e.Assignment(st, "g", "c"); held.String() != "1,5" || rt.cpus(c) != "1" || e.SharedPool(st).String() != "0,2-4,6-7" {
 		t.Fatalf("after a downsize whose completion failed: assignment %s, c on %q, pool %s; want 1,5, 1 and 0,2-4,6-7",
 			held, rt.cpus(c), e.SharedPool(st))
@@ -353,7 +352,7 @@ func TestResizePersistFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	settle(t, r.d)
-	e, st = r.d.EngineState()
+	e, st = r.d.engineState()
 	if held, _ := e.Assignment(st, "g", "c"); held.String() != "1" || e.SharedPool(st).String() != "0,2-7" {
 		t.Fatalf("after the retried downsize: assignment %s, pool %s; want 1 and 0,2-7", held, e.SharedPool(st))
 	}

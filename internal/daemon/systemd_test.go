@@ -18,6 +18,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/applier"
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
@@ -266,11 +267,12 @@ func TestSeeDriver(t *testing.T) {
 				t.Fatalf("applier %q at start-up, want %q", mode, tc.before)
 			}
 			hook.Reset()
-			d.led.Lock()
-			for _, p := range tc.paths {
-				d.seeDriver(p)
-			}
-			d.led.Unlock()
+			_ = d.led.Update(func(l *ledger.Tx) error {
+				for _, p := range tc.paths {
+					d.seeDriver(l, p)
+				}
+				return nil
+			})
 			if got, mode := d.Config().SharedPoolUpdates, d.applier().Mode(); got != tc.want || mode != tc.want {
 				t.Errorf("shared_pool_updates %q, applier %q; want %q", got, mode, tc.want)
 			}

@@ -21,6 +21,8 @@
 //     CPUs while it is empty, never on an exclusive CPU and never on an
 //     empty cpuset: every shared-pool container's applied cpuset equals
 //     that, and every exclusive container's equals its assignment.
+//     A pod-level pod's shared container (State.PodShared) runs on its
+//     pod's private pool, the pod's block less its exclusive slices.
 //
 // The checker recomputes everything from the raw sets; it does not call the
 // engine's own Validate, so it also checks that code.
@@ -200,6 +202,13 @@ func (o Options) Check(e *policy.Engine, st policy.State, applied map[Key]cpuset
 		if want, ok := e.Assignment(st, k.Pod, k.Container); ok {
 			if !equal(have, want) {
 				add("exclusive container %s runs on %q, its assignment is %q", k, have, want)
+			}
+			continue
+		}
+		if pool, ok := e.PodPoolOf(st, k.Pod, k.Container); ok {
+			// A pod-level pod's shared container: its pod's private pool.
+			if have.IsEmpty() || !equal(have, pool) {
+				add("pod-pool container %s runs on %q, its pod's pool is %q", k, have, pool)
 			}
 			continue
 		}

@@ -7,7 +7,8 @@
 // Commit with a Change, which makes the durable part durable first (the
 // Store) and then bumps the generation, sets the gauges, checks the shared
 // pool and tells the NodeResourceTopology exporter. Everything else reads
-// through the query methods (under Lock) or a View.
+// through the query methods of a Tx (inside Update or Read, which hold
+// the ledger's lock: no caller takes it) or a View.
 //
 // The package imports no NRI, cgroup or daemon code: it is told what
 // happened and decides nothing about containers.
@@ -63,15 +64,25 @@ type Deps struct {
 	Changed func()
 }
 
-// Ledger owns the state. An event holds its lock (Lock) from its plan to
-// its Commit.
+// Ledger owns the state. Its lock is its own: an event reads and changes
+// the state inside Update (or reads it inside Read), holding the lock for
+// the whole function, from its plan to its Commit; observers take a View.
 type Ledger struct {
-	mu        sync.Mutex
+	mu sync.Mutex
+	tx Tx // the state, handed to Update's and Read's function
+}
+
+// Tx is the ledger's state as one Update or Read sees it: the queries
+// and, in an Update, Commit. It is valid only inside that function (the
+// ledger's lock is held there); keep none of it but the values its
+// queries return.
+type Tx struct {
 	conf      conf
 	dur       durable
 	life      lifecycle
 	poolEmpty bool // the shared pool's emptiness as last reported
 	deps      Deps
+	readOnly  bool // inside Read: Commit refuses
 }
 
 // conf changes only with a runtime's Configure.
@@ -130,18 +141,20 @@ func New(cfg config.Config, topo *topology.Topology, engine *policy.Engine, pend
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
-	l := &Ledger{conf: conf{cfg: cfg, topo: topo, engine: engine, pendingErr: pendingErr},
-		dur: durable{ctrs: map[string]Record{}}, life: newLifecycle(), deps: deps}
+	l := &Ledger{tx: Tx{conf: conf{cfg: cfg, topo: topo, engine: engine, pendingErr: pendingErr},
+		dur: durable{ctrs: map[string]Record{}}, life: newLifecycle(), deps: deps}}
 	if engine != nil {
-		l.dur.st = engine.NewState()
+		l.tx.dur.st = engine.NewState()
 	}
 	return l
 }
 
-// Change is every fact an event hands to Commit. Next and Index are the
+// Change is every fact an event hands to Commit: one event builds one
+// Change, its durable part and its lifecycle facts together, and commits
+// it once (one Store.Save, at most one fdatasync). Next and Index are the
 // durable part: saved by the Store before anything changes; a failed save
-// changes nothing. The rest is applied after them, in this order:
-// Reconfigure, Mode, Restore, the index, Sync, Life.
+// changes nothing, lifecycle facts included. The rest is applied after
+// them, in this order: Reconfigure, Restore, the index, Sync, Life.
 type Change struct {
 	// Next is the engine state the event leads to; nil keeps the state.
 	Next  *policy.State
@@ -157,11 +170,6 @@ type Change struct {
 	Sync *Sync
 	// Life are the lifecycle facts of a single event.
 	Life Life
-	// Mode, when not "", is the shared_pool_updates mode the first
-	// container's cgroups path settled (internal/applier's ChooseMode, through
-	// seeDriver): the configuration says the mode that runs. Not a state
-	// change.
-	Mode string
 }
 
 // Reconfigure replaces the configuration and the engine.
@@ -227,9 +235,12 @@ var ErrNotConfigured = errors.New("not configured")
 // reconfigure, restore) bumps the generation, tells Deps.Changed, sets
 // the gauges and reports the shared pool's emptiness when it changed. It
 // reports whether the shared pool changed: the node's, or a pod-level
-// pod's private pool (Pools). A failed save returns a PersistError. l is
-// locked.
-func (l *Ledger) Commit(c Change) (poolChanged bool, err error) {
+// pod's private pool (Pools). A failed save returns a PersistError; a
+// change without a durable part saves nothing and returns no error.
+func (l *Tx) Commit(c Change) (poolChanged bool, err error) {
+	if l.readOnly {
+		return false, ErrReadOnly
+	}
 	persists := c.persists()
 	if persists {
 		if l.conf.engine == nil {
@@ -254,9 +265,6 @@ func (l *Ledger) Commit(c Change) (poolChanged bool, err error) {
 	if r := c.Reconfigure; r != nil {
 		l.conf = conf{cfg: r.Cfg, topo: r.Topo, engine: r.Engine}
 		l.dur.st = r.State
-	}
-	if c.Mode != "" {
-		l.conf.cfg.SharedPoolUpdates = c.Mode
 	}
 	if r := c.Restore; r != nil {
 		l.dur.st, l.dur.ctrs, l.dur.restored = r.State, r.Index, true
@@ -298,6 +306,18 @@ func (l *Ledger) Commit(c Change) (poolChanged bool, err error) {
 	return poolsChanged(prevEngine, prev, e, l.dur.st), nil
 }
 
+// SetMode makes the configuration say the shared_pool_updates mode that
+// runs, when the first container's cgroups path settled it (the daemon's
+// chooseMode, through seeDriver). It is no event's fact and no state: the
+// applier is swapped with it whatever the event's Commit does, so it is
+// not part of a Change. Nothing is saved, the generation stays. Inside
+// Read it does nothing.
+func (l *Tx) SetMode(mode string) {
+	if !l.readOnly {
+		l.conf.cfg.SharedPoolUpdates = mode
+	}
+}
+
 func orEmpty[M ~map[K]V, K comparable, V any](m M) M {
 	if m == nil {
 		return M{}
@@ -308,7 +328,7 @@ func orEmpty[M ~map[K]V, K comparable, V any](m M) M {
 // applyIndex makes c the index; the containers it removes lose their
 // lifecycle facts but their stop (a stopped container stays stopped
 // until removed).
-func (l *Ledger) applyIndex(c IndexChange) {
+func (l *Tx) applyIndex(c IndexChange) {
 	if c.All != nil {
 		for id := range l.dur.ctrs {
 			if _, ok := c.All[id]; !ok {
@@ -324,7 +344,7 @@ func (l *Ledger) applyIndex(c IndexChange) {
 	c.Edit.ApplyTo(l.dur.ctrs)
 }
 
-func (l *Ledger) applyLife(f Life) {
+func (l *Tx) applyLife(f Life) {
 	lc := &l.life
 	if f.Started != "" {
 		delete(lc.awaiting, f.Started)
@@ -358,8 +378,8 @@ func (l *Ledger) applyLife(f Life) {
 
 // checkPool reports a change of the shared pool's emptiness: a warning
 // when it empties, an info line when it has CPUs again, and the gauge.
-// l is locked, the engine set.
-func (l *Ledger) checkPool() {
+// The engine is set.
+func (l *Tx) checkPool() {
 	e, st := l.conf.engine, l.dur.st
 	empty := e.SharedPoolEmpty(st)
 	if empty == l.poolEmpty {

@@ -53,7 +53,7 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func admit(t *testing.T, l *Ledger, pod, name string, cpus int) (policy.State, Record) {
+func admit(t *testing.T, l *Tx, pod, name string, cpus int) (policy.State, Record) {
 	t.Helper()
 	milli := int64(cpus) * 1000
 	next, dec, err := l.Engine().Add(l.State(), policy.Request{Pod: pod, Container: name, QoS: policy.Guaranteed,
@@ -67,9 +67,9 @@ func admit(t *testing.T, l *Ledger, pod, name string, cpus int) (policy.State, R
 // A commit is saved first; a failed save changes nothing and is counted.
 func TestCommitFailedSaveChangesNothing(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
 	next, rec := admit(t, l, "p", "c", 2)
 	f.store.err = errors.New("disk full")
 	_, err := l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}}, Life: Life{AwaitStart: rec.ID}})
@@ -94,9 +94,9 @@ func TestCommitFailedSaveChangesNothing(t *testing.T) {
 // new state).
 func TestCommitLifeOnly(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
 	if _, err := l.Commit(Change{Life: Life{AwaitStart: "a", Stopped: map[string]PodContainer{"b": {Pod: "p", Name: "c"}},
 		Sandbox: &PodSandbox{Pod: "p", ID: "s1"}}}); err != nil {
 		t.Fatal(err)
@@ -104,37 +104,75 @@ func TestCommitLifeOnly(t *testing.T) {
 	if f.store.saves != 0 || l.Gen() != 0 || f.changed != 0 {
 		t.Errorf("lifecycle facts saved %d times, gen %d, changed %d", f.store.saves, l.Gen(), f.changed)
 	}
-	if !l.AwaitingStart("a") || !l.PodHasContainers("p") {
+	if !l.AwaitingStart("a") || !l.PodHasContainers("p", "") {
 		t.Error("lifecycle facts not applied")
 	}
 	if sb, _ := l.Sandbox("p"); sb != "s1" {
 		t.Errorf("sandbox %q", sb)
 	}
-	_, _ = l.Commit(Change{Life: Life{Started: "a", Removed: "b", SandboxGone: "p"}})
-	if _, ok := l.Sandbox("p"); l.AwaitingStart("a") || l.PodHasContainers("p") || ok {
+	if _, err := l.Commit(Change{Life: Life{Started: "a", Removed: "b", SandboxGone: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.Sandbox("p"); l.AwaitingStart("a") || l.PodHasContainers("p", "") || ok {
 		t.Error("lifecycle facts not forgotten")
 	}
 }
 
-// Mode (the update mode the first container's cgroups path settled)
-// changes the configuration's shared_pool_updates only: nothing is saved
-// and the generation stays (no state changed).
-func TestCommitMode(t *testing.T) {
+// A pod's end is one change: its durable part and its lifecycle facts
+// (sandbox gone, stops forgotten, a removal, a downsize dropped) are one
+// save, and when it fails none of them is applied.
+func TestCommitFailedSaveKeepsLifecycle(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
-	if _, err := l.Commit(Change{Mode: config.SharedUpdatesInAnswer}); err != nil {
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
+	next, rec := admit(t, l, "p", "c", 2)
+	shrink := map[string]Shrink{rec.ID: {Req: policy.Request{Pod: "p", Container: "c"}}}
+	if _, err := l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}}, Life: Life{Shrink: shrink,
+		Stopped: map[string]PodContainer{"old": {Pod: "p", Name: "init"}}, Sandbox: &PodSandbox{Pod: "p", ID: "s1"}}}); err != nil {
 		t.Fatal(err)
 	}
+	end := l.Engine().RemovePod(l.State(), "p")
+	f.store.err = errors.New("disk full")
+	saves := f.store.saves
+	_, err := l.Commit(Change{Next: &end, Index: IndexChange{Edit: Edit{Del: []string{rec.ID}}},
+		Life: Life{SandboxGone: "p", PodStopped: "p", Removed: "old", ShrinkDone: rec.ID}})
+	if err == nil || f.store.saves-saves != 1 {
+		t.Fatalf("commit with a failing store: err %v, %d saves", err, f.store.saves-saves)
+	}
+	_, stopped := l.StoppedAs("old")
+	_, shrinking := l.Shrinking(rec.ID)
+	sb, _ := l.Sandbox("p")
+	if _, ok := l.Record(rec.ID); !ok || !stopped || !shrinking || sb != "s1" || l.Gen() != 1 {
+		t.Errorf("a failed save changed the ledger: record %v, stopped %v, shrinking %v, sandbox %q, gen %d", ok, stopped, shrinking, sb, l.Gen())
+	}
+	f.store.err = nil
+	if _, err := l.Commit(Change{Next: &end, Index: IndexChange{Edit: Edit{Del: []string{rec.ID}}},
+		Life: Life{SandboxGone: "p", PodStopped: "p", Removed: "old", ShrinkDone: rec.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.Sandbox("p"); l.PodHasContainers("p", "") || ok || f.store.saves-saves != 2 {
+		t.Errorf("the pod's end not applied in one save: has containers %v, sandbox %v, %d saves", l.PodHasContainers("p", ""), ok, f.store.saves-saves)
+	}
+}
+
+// SetMode (the update mode the first container's cgroups path settled)
+// changes the configuration's shared_pool_updates only: nothing is saved
+// and the generation stays (no state changed).
+func TestSetMode(t *testing.T) {
+	f := newFixture(t)
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
+	l.SetMode(config.SharedUpdatesInAnswer)
 	if got := l.Settings().SharedPoolUpdates; got != config.SharedUpdatesInAnswer {
-		t.Errorf("shared_pool_updates %q after Mode, want %q", got, config.SharedUpdatesInAnswer)
+		t.Errorf("shared_pool_updates %q after SetMode, want %q", got, config.SharedUpdatesInAnswer)
 	}
 	if f.store.saves != 0 || l.Gen() != 0 || f.changed != 0 {
-		t.Errorf("Mode saved %d times, gen %d, changed %d", f.store.saves, l.Gen(), f.changed)
+		t.Errorf("SetMode saved %d times, gen %d, changed %d", f.store.saves, l.Gen(), f.changed)
 	}
 	if _, err := l.Commit(Change{}); err != nil || l.Settings().SharedPoolUpdates != config.SharedUpdatesInAnswer {
-		t.Errorf("an empty Mode changed the mode: %q, %v", l.Settings().SharedPoolUpdates, err)
+		t.Errorf("an empty change changed the mode: %q, %v", l.Settings().SharedPoolUpdates, err)
 	}
 }
 
@@ -142,9 +180,9 @@ func TestCommitMode(t *testing.T) {
 // the gauges, the pool check and Deps.Changed follow them at once.
 func TestReconfigureAndRestoreNotify(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
 	if _, err := l.Commit(Change{Restore: &Restore{State: l.Engine().NewState()}}); err != nil {
 		t.Fatal(err)
 	}
@@ -172,9 +210,9 @@ func TestReconfigureAndRestoreNotify(t *testing.T) {
 // its stop.
 func TestIndexRemovalForgetsLifecycle(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
-	l.Lock()
-	defer l.Unlock()
+	f.l.mu.Lock()
+	defer f.l.mu.Unlock()
+	l := &f.l.tx
 	next, rec := admit(t, l, "p", "c", 2)
 	_, _ = l.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}},
 		Life: Life{AwaitStart: rec.ID, Devices: map[string][]DeviceView{rec.ID: {{Device: "d", NUMA: []int{0}}}},
@@ -199,9 +237,10 @@ func TestPodPools(t *testing.T) {
 		"topology_manager_policy = \"single-numa-node\"\ntopology_manager_scope = \"pod\"\npod_level_resource_managers = true\n")
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	l := New(cfg, e.Topology(), e, nil, Deps{Store: &fakeStore{}, Obs: &fakeObs{}, Log: log})
-	l.Lock()
-	defer l.Unlock()
+	led := New(cfg, e.Topology(), e, nil, Deps{Store: &fakeStore{}, Obs: &fakeObs{}, Log: log})
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	l := &led.tx
 	add := func(name string, req, lim int64) (bool, Record) {
 		t.Helper()
 		next, dec, err := e.Add(l.State(), policy.Request{Pod: "p", Container: name, QoS: policy.Guaranteed,

@@ -11,77 +11,69 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
 
-// Lock takes the ledger's lock: an event holds it from its plan to its
-// Commit, and every query method below but View, Config and Synced is
-// called under it.
-func (l *Ledger) Lock() { l.mu.Lock() }
-
-// Unlock releases the ledger's lock.
-func (l *Ledger) Unlock() { l.mu.Unlock() }
-
 // Engine is the policy engine, nil until configured.
-func (l *Ledger) Engine() *policy.Engine { return l.conf.engine }
+func (l *Tx) Engine() *policy.Engine { return l.conf.engine }
 
 // PendingErr is why the engine is nil.
-func (l *Ledger) PendingErr() error { return l.conf.pendingErr }
+func (l *Tx) PendingErr() error { return l.conf.pendingErr }
 
 // Settings is the effective configuration (Config without the lock).
-func (l *Ledger) Settings() config.Config { return l.conf.cfg }
+func (l *Tx) Settings() config.Config { return l.conf.cfg }
 
 // Topology is the machine.
-func (l *Ledger) Topology() *topology.Topology { return l.conf.topo }
+func (l *Tx) Topology() *topology.Topology { return l.conf.topo }
 
 // State is the committed engine state. It is a value whose maps the
 // engine never edits in place: it stays valid after Unlock.
-func (l *Ledger) State() policy.State { return l.dur.st }
+func (l *Tx) State() policy.State { return l.dur.st }
 
 // Gen is the generation: bumped by every commit that changed the state.
-func (l *Ledger) Gen() uint64 { return l.dur.gen }
+func (l *Tx) Gen() uint64 { return l.dur.gen }
 
 // Syncs counts the completed Synchronize calls.
-func (l *Ledger) Syncs() int { return l.life.syncs }
+func (l *Tx) Syncs() int { return l.life.syncs }
 
 // Restored reports whether the state on disk has been read.
-func (l *Ledger) Restored() bool { return l.dur.restored }
+func (l *Tx) Restored() bool { return l.dur.restored }
 
 // Record is the index's record of container id.
-func (l *Ledger) Record(id string) (Record, bool) {
+func (l *Tx) Record(id string) (Record, bool) {
 	r, ok := l.dur.ctrs[id]
 	return r, ok
 }
 
 // Records iterates over the index, by container ID, in no order.
-func (l *Ledger) Records() iter.Seq2[string, Record] { return maps.All(l.dur.ctrs) }
+func (l *Tx) Records() iter.Seq2[string, Record] { return maps.All(l.dur.ctrs) }
 
 // Len is the number of containers in the index.
-func (l *Ledger) Len() int { return len(l.dur.ctrs) }
+func (l *Tx) Len() int { return len(l.dur.ctrs) }
 
 // Index is a copy of the container index.
-func (l *Ledger) Index() map[string]Record { return CloneRecords(l.dur.ctrs) }
+func (l *Tx) Index() map[string]Record { return CloneRecords(l.dur.ctrs) }
 
 // RightCPUs is the cpuset a known container should have now
 // (RightCPUs): a downsize answered and not committed yet narrows it
 // already.
-func (l *Ledger) RightCPUs(r Record) cpuset.CPUSet {
+func (l *Tx) RightCPUs(r Record) cpuset.CPUSet {
 	return RightCPUs(l.conf.engine, l.dur.st, r, l.life.shrinking)
 }
 
 // Shrinks is a copy of the downsizes answered and not committed, by
 // container ID (RightCPUs' shrinking).
-func (l *Ledger) Shrinks() map[string]Shrink { return maps.Clone(l.life.shrinking) }
+func (l *Tx) Shrinks() map[string]Shrink { return maps.Clone(l.life.shrinking) }
 
 // Pools is what the non-exclusive containers should run on now.
-func (l *Ledger) Pools() Pools { return PoolsOf(l.conf.engine, l.dur.st) }
+func (l *Tx) Pools() Pools { return PoolsOf(l.conf.engine, l.dur.st) }
 
 // Static reports cpu_manager_policy = static.
-func (l *Ledger) Static() bool { return l.conf.cfg.CPUManagerPolicy == policy.CPUPolicyStatic }
+func (l *Tx) Static() bool { return l.conf.cfg.CPUManagerPolicy == policy.CPUPolicyStatic }
 
 // QuotaOff reports disable_cpu_quota: exclusive containers run without a
 // CFS quota.
-func (l *Ledger) QuotaOff() bool { return l.conf.cfg.DisableCPUQuota }
+func (l *Tx) QuotaOff() bool { return l.conf.cfg.DisableCPUQuota }
 
 // SharedOthers counts the shared-pool containers of the index but skip.
-func (l *Ledger) SharedOthers(skip string) int {
+func (l *Tx) SharedOthers(skip string) int {
 	n := 0
 	for id, r := range l.dur.ctrs {
 		if id != skip && !r.Exclusive {
@@ -92,7 +84,7 @@ func (l *Ledger) SharedOthers(skip string) int {
 }
 
 // Tracks reports whether the index holds a container of pod by name.
-func (l *Ledger) Tracks(pod, name string) bool {
+func (l *Tx) Tracks(pod, name string) bool {
 	for _, r := range l.dur.ctrs {
 		if r.Pod == pod && r.Name == name {
 			return true
@@ -101,14 +93,17 @@ func (l *Ledger) Tracks(pod, name string) bool {
 	return false
 }
 
-// NameInUse reports whether a container of pod by name is known,
-// tracked or stopped and not removed (a restart's older instance).
-func (l *Ledger) NameInUse(pod, name string) bool {
-	if l.Tracks(pod, name) {
-		return true
+// NameInUse reports whether a container of pod by name other than but
+// (the container an event removes; "" for none) is known, tracked or
+// stopped and not removed (a restart's older instance).
+func (l *Tx) NameInUse(pod, name, but string) bool {
+	for id, r := range l.dur.ctrs {
+		if id != but && r.Pod == pod && r.Name == name {
+			return true
+		}
 	}
-	for _, pc := range l.life.stopped {
-		if pc.Pod == pod && pc.Name == name {
+	for id, pc := range l.life.stopped {
+		if id != but && pc.Pod == pod && pc.Name == name {
 			return true
 		}
 	}
@@ -117,27 +112,28 @@ func (l *Ledger) NameInUse(pod, name string) bool {
 
 // AwaitingStart reports whether the container was placed and has not
 // started yet.
-func (l *Ledger) AwaitingStart(id string) bool {
+func (l *Tx) AwaitingStart(id string) bool {
 	_, ok := l.life.awaiting[id]
 	return ok
 }
 
 // StoppedAs is the pod and name of a stopped container not removed yet.
-func (l *Ledger) StoppedAs(id string) (PodContainer, bool) {
+func (l *Tx) StoppedAs(id string) (PodContainer, bool) {
 	pc, ok := l.life.stopped[id]
 	return pc, ok
 }
 
-// PodHasContainers reports whether a container of pod is known, tracked
-// or stopped and not removed.
-func (l *Ledger) PodHasContainers(pod string) bool {
-	for _, r := range l.dur.ctrs {
-		if r.Pod == pod {
+// PodHasContainers reports whether a container of pod other than but
+// (the container an event removes; "" for none) is known, tracked or
+// stopped and not removed.
+func (l *Tx) PodHasContainers(pod, but string) bool {
+	for id, r := range l.dur.ctrs {
+		if id != but && r.Pod == pod {
 			return true
 		}
 	}
-	for _, pc := range l.life.stopped {
-		if pc.Pod == pod {
+	for id, pc := range l.life.stopped {
+		if id != but && pc.Pod == pod {
 			return true
 		}
 	}
@@ -145,19 +141,19 @@ func (l *Ledger) PodHasContainers(pod string) bool {
 }
 
 // Sandbox is the pod's sandbox of its newest container.
-func (l *Ledger) Sandbox(pod string) (string, bool) {
+func (l *Tx) Sandbox(pod string) (string, bool) {
 	sb, ok := l.life.sandboxes[pod]
 	return sb, ok
 }
 
 // Shrinking is the container's downsize answered and not committed.
-func (l *Ledger) Shrinking(id string) (Shrink, bool) {
+func (l *Tx) Shrinking(id string) (Shrink, bool) {
 	s, ok := l.life.shrinking[id]
 	return s, ok
 }
 
 // Stamp is the Since of a record made now.
-func (l *Ledger) Stamp() string { return StampOf(l.deps.Now()) }
+func (l *Tx) Stamp() string { return StampOf(l.deps.Now()) }
 
 // View is what observers read (/state, metrics, the NodeResourceTopology
 // export): consistent values taken under the lock, none of which the
@@ -178,13 +174,17 @@ type View struct {
 }
 
 // RightCPUs is the cpuset a container of the view should have
-// (RightCPUs), as Ledger.RightCPUs answers at the view's generation.
+// (RightCPUs), as Tx.RightCPUs answers at the view's generation.
 func (v View) RightCPUs(r Record) cpuset.CPUSet { return RightCPUs(v.Engine, v.St, r, v.Shrinking) }
 
-// View returns the ledger's current values; it takes the lock.
-func (l *Ledger) View() View {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// View returns the ledger's current values, read in one Read.
+func (l *Ledger) View() (v View) {
+	l.Read(func(tx *Tx) { v = tx.View() })
+	return v
+}
+
+// View is the transaction's values as a View (a copy).
+func (l *Tx) View() View {
 	v := View{Cfg: l.conf.cfg, Topo: l.conf.topo, Engine: l.conf.engine, St: l.dur.st, Syncs: l.life.syncs}
 	if l.conf.engine != nil {
 		v.Ctrs = make([]Record, 0, len(l.dur.ctrs))
@@ -197,16 +197,14 @@ func (l *Ledger) View() View {
 	return v
 }
 
-// Config is the effective configuration; it takes the lock.
-func (l *Ledger) Config() config.Config {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.conf.cfg
+// Config is the effective configuration, read in one Read.
+func (l *Ledger) Config() (c config.Config) {
+	l.Read(func(tx *Tx) { c = tx.conf.cfg })
+	return c
 }
 
-// Synced reports whether a Synchronize has completed; it takes the lock.
-func (l *Ledger) Synced() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.life.syncs > 0
+// Synced reports, in one Read, whether a Synchronize has completed.
+func (l *Ledger) Synced() (ok bool) {
+	l.Read(func(tx *Tx) { ok = tx.life.syncs > 0 })
+	return ok
 }

@@ -12,7 +12,7 @@ import (
 // started from; without it, or once done, the assignment is the answer.
 func TestRightCPUsPendingShrink(t *testing.T) {
 	f := newFixture(t)
-	l := f.l
+	l := &f.l.tx // one goroutine: no lock needed
 	// Admitted with 2 CPUs and resized to 4 (committed): back to 2 is a
 	// downsize above the baseline.
 	next, rec := admit(t, l, "p", "c", 2)
@@ -40,8 +40,8 @@ func TestRightCPUsPendingShrink(t *testing.T) {
 	e, st := l.Engine(), l.State()
 	for what, got := range map[string]string{
 		"RightCPUs(shrinking)": RightCPUs(e, st, rec, l.Shrinks()).String(),
-		"Ledger.RightCPUs":     l.RightCPUs(rec).String(),
-		"View.RightCPUs":       l.View().RightCPUs(rec).String(),
+		"Tx.RightCPUs":         l.RightCPUs(rec).String(),
+		"View.RightCPUs":       f.l.View().RightCPUs(rec).String(),
 	} {
 		if got != to.String() {
 			t.Errorf("pending shrink: %s = %s, want %s (answered)", what, got, to)

@@ -32,24 +32,23 @@ func TestStateOfView(t *testing.T) {
 	req := func(pod string, cpus int64) policy.Request {
 		return policy.Request{Pod: pod, Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 1000 * cpus, CPULimitMilli: 1000 * cpus}
 	}
-	// The ledger's lock around its queries and commits, as a handler
-	// holds it; View takes it itself.
-	l.Lock()
-	st, _, err := e.Add(l.State(), req("a", 2)) // 1,5
-	if err == nil {
-		st, _, err = e.Resize(st, req("a", 4)) // 1-2,5-6
-	}
-	if err == nil {
-		st, _, err = e.Add(st, req("gone", 2)) // 3,7: no record, held
-	}
-	if err != nil {
-		l.Unlock()
-		t.Fatal(err)
-	}
+	// Queries and commits in an Update, as a handler makes them; View
+	// reads in its own.
 	rec := ledger.Record{ID: "a-c", Pod: "a", PodName: "ns/a", Name: "c", Exclusive: true}
-	_, err = l.Commit(ledger.Change{Next: &st, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}})
-	l.Unlock()
-	if err != nil {
+	if err := l.Update(func(tx *ledger.Tx) error {
+		st, _, err := e.Add(tx.State(), req("a", 2)) // 1,5
+		if err == nil {
+			st, _, err = e.Resize(st, req("a", 4)) // 1-2,5-6
+		}
+		if err == nil {
+			st, _, err = e.Add(st, req("gone", 2)) // 3,7: no record, held
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Commit(ledger.Change{Next: &st, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(when, cpus string) {
@@ -61,13 +60,15 @@ func TestStateOfView(t *testing.T) {
 		}
 	}
 	check("committed", "1-2,5-6")
-	l.Lock()
-	from, _ := e.Assignment(l.State(), "a", "c")
-	_, rd, err := e.Resize(l.State(), req("a", 2))
-	if err == nil && rd.Kind == policy.ResizeDown {
-		_, err = l.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]ledger.Shrink{rec.ID: {From: from, Req: req("a", 2), To: rd.CPUs}}}})
-	}
-	l.Unlock()
+	var rd policy.ResizeDecision
+	err := l.Update(func(tx *ledger.Tx) error {
+		from, _ := e.Assignment(tx.State(), "a", "c")
+		var err error
+		if _, rd, err = e.Resize(tx.State(), req("a", 2)); err == nil && rd.Kind == policy.ResizeDown {
+			_, err = tx.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]ledger.Shrink{rec.ID: {From: from, Req: req("a", 2), To: rd.CPUs}}}})
+		}
+		return err
+	})
 	if err != nil || rd.Kind != policy.ResizeDown {
 		t.Fatalf("downsize: %+v, %v", rd, err)
 	}

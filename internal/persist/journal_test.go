@@ -56,26 +56,27 @@ func newLedger(t testing.TB, dir, fixture, doc string, mode Mode, log *logrus.Lo
 
 // restore loads the store into the ledger, as the daemon does before its
 // first connection.
-func restore(l *ledger.Ledger, s *Store) error {
-	l.Lock()
-	defer l.Unlock()
-	r, err := s.Load(l.Settings(), l.Topology(), l.Engine())
-	if err != nil {
+func restore(led *ledger.Ledger, s *Store) error {
+	return led.Update(func(l *ledger.Tx) error {
+		r, err := s.Load(l.Settings(), l.Topology(), l.Engine())
+		if err != nil {
+			return err
+		}
+		_, err = l.Commit(ledger.Change{Restore: &r})
 		return err
-	}
-	_, err = l.Commit(ledger.Change{Restore: &r})
-	return err
+	})
 }
 
 // persist saves (st, ctrs) as a whole new index without committing it
-// (the ledger is locked).
-func persist(l *ledger.Ledger, s *Store, st policy.State, ctrs map[string]ledger.Record) error {
+// (inside an Update).
+func persist(l *ledger.Tx, s *Store, st policy.State, ctrs map[string]ledger.Record) error {
 	return s.Save(ledger.Save{Cfg: l.Settings(), Topo: l.Topology(), Engine: l.Engine(), State: l.State(),
 		Index: l.Index(), Next: st, Change: ledger.IndexChange{All: ctrs}})
 }
 
+// persist is persist in an Update of its own.
 func (d *journalDaemon) persist(st policy.State, ctrs map[string]ledger.Record) error {
-	return persist(d.led, d.store, st, ctrs)
+	return d.led.Update(func(l *ledger.Tx) error { return persist(l, d.store, st, ctrs) })
 }
 
 type nopObserver struct{}
@@ -89,12 +90,17 @@ func (nopObserver) PoolEmpty(empty bool)                               {}
 // do.
 func (d *journalDaemon) step(t *testing.T) {
 	t.Helper()
-	d.led.Lock()
-	defer d.led.Unlock()
-	st, recs := d.led.State(), d.led.Index()
+	_ = d.led.Update(func(l *ledger.Tx) error {
+		d.stepIn(t, l)
+		return nil
+	})
+}
+
+func (d *journalDaemon) stepIn(t *testing.T, l *ledger.Tx) {
+	st, recs := l.State(), l.Index()
 	if ids := sortedKeys(recs); len(ids) > 0 && d.rng.Intn(3) == 0 {
 		r := recs[ids[d.rng.Intn(len(ids))]]
-		st = d.led.Engine().Remove(st, r.Pod, r.Name)
+		st = l.Engine().Remove(st, r.Pod, r.Name)
 		delete(recs, r.ID)
 	} else {
 		d.n++
@@ -105,7 +111,7 @@ func (d *journalDaemon) step(t *testing.T) {
 		if d.rng.Intn(3) == 0 {
 			req.QoS, req.CPURequestMilli, req.CPULimitMilli = policy.Burstable, 500, 0
 		}
-		next, dec, err := d.led.Engine().Add(st, req)
+		next, dec, err := l.Engine().Add(st, req)
 		if err != nil {
 			return // full: a refusal changes nothing
 		}
@@ -113,10 +119,12 @@ func (d *journalDaemon) step(t *testing.T) {
 		id := fmt.Sprintf("id-%d", d.n)
 		recs[id] = ledger.Record{ID: id, Pod: pod, PodName: "ns/" + pod, Name: req.Container, Exclusive: !dec.CPUs.IsEmpty() && req.QoS == policy.Guaranteed}
 	}
-	if err := d.persist(st, recs); err != nil {
+	if err := persist(l, d.store, st, recs); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = d.led.Commit(ledger.Change{Restore: &ledger.Restore{State: st, Index: recs}})
+	if _, err := l.Commit(ledger.Change{Restore: &ledger.Restore{State: st, Index: recs}}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func sortedKeys(m map[string]ledger.Record) []string {
@@ -136,13 +144,21 @@ func sortedKeys(m map[string]ledger.Record) []string {
 // sameState fails unless b restored exactly a's committed state.
 func sameState(t *testing.T, when string, a, b *journalDaemon) {
 	t.Helper()
-	sa, sb := a.led.Engine().Snapshot(a.led.State()), b.led.Engine().Snapshot(b.led.State())
+	sa, ia := a.committed()
+	sb, ib := b.committed()
 	if !reflect.DeepEqual(sa, sb) {
 		t.Fatalf("%s: restored engine state\n %+v\nwant\n %+v", when, sb, sa)
 	}
-	if !maps.Equal(a.led.Index(), b.led.Index()) {
-		t.Fatalf("%s: restored containers\n %v\nwant\n %v", when, b.led.Index(), a.led.Index())
+	if !maps.Equal(ia, ib) {
+		t.Fatalf("%s: restored containers\n %v\nwant\n %v", when, ib, ia)
 	}
+}
+
+// committed is the ledger's engine state (as a snapshot) and index, read
+// in one Read.
+func (d *journalDaemon) committed() (snap policy.Snapshot, index map[string]ledger.Record) {
+	d.led.Read(func(l *ledger.Tx) { snap, index = l.Engine().Snapshot(l.State()), l.Index() })
+	return snap, index
 }
 
 // Decisions go to the journal (the snapshot is left alone) and a restart
@@ -276,8 +292,8 @@ func TestJournalDamagedRecordSetAside(t *testing.T) {
 	}
 	d.store.Reset()
 	d2 := newJournalDaemon(t, dir, Journal, 0)
-	if d2.led.Len() != 0 || len(d2.led.State().Alloc.Assignments) != 0 {
-		t.Errorf("state restored from a damaged journal: %d containers", d2.led.Len())
+	if v := d2.led.View(); len(v.Ctrs) != 0 || len(v.St.Alloc.Assignments) != 0 {
+		t.Errorf("state restored from a damaged journal: %d containers", len(v.Ctrs))
 	}
 	for _, f := range []string{CheckpointName + ".corrupt-1", CheckpointName + ".journal.corrupt-1"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
@@ -295,8 +311,8 @@ func TestJournalDamagedRecordSetAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	d3 := newJournalDaemon(t, dir, Journal, 0)
-	if d3.led.Len() != 0 || !loggedAt(d3.logs, logrus.ErrorLevel, "corrupt") {
-		t.Errorf("missing journal: %d containers restored, error logged %v", d3.led.Len(), loggedAt(d3.logs, logrus.ErrorLevel, "corrupt"))
+	if n := len(d3.led.View().Ctrs); n != 0 || !loggedAt(d3.logs, logrus.ErrorLevel, "corrupt") {
+		t.Errorf("missing journal: %d containers restored, error logged %v", n, loggedAt(d3.logs, logrus.ErrorLevel, "corrupt"))
 	}
 }
 
@@ -310,36 +326,37 @@ func TestJournalReplacedAfterFailedAppend(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		d.step(t)
 	}
-	d.led.Lock()
-	id := d.store.jnl.j.ID()
-	d.store.jnl.j.Close() // the next append fails
-	d.led.Unlock()
+	var id string
+	_ = d.led.Update(func(*ledger.Tx) error {
+		id = d.store.jnl.j.ID()
+		return d.store.jnl.j.Close() // the next append fails
+	})
 	committed := func() *journalDaemon {
 		c := *d
 		return &c
 	}()
 	path := checkpoint.JournalPath(dir, CheckpointName)
-	d.led.Lock()
-	before, recs := d.led.State(), d.led.Index()
-	next, _, err := d.led.Engine().Add(before, policy.Request{Pod: "late", Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 1000, CPULimitMilli: 1000})
-	if err != nil {
-		d.led.Unlock()
-		t.Fatal(err)
-	}
-	if err := d.persist(next, recs); err == nil {
-		t.Error("persist after a failed append's journal was closed succeeded")
-	}
-	// The new journal cannot be created: a symbolic link in its place.
-	if err := os.Rename(path, path+".old"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(path+".old", path); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.persist(next, recs); err == nil || !strings.Contains(err.Error(), "symbolic link") {
-		t.Errorf("persist with a symlink for the journal = %v", err)
-	}
-	d.led.Unlock()
+	_ = d.led.Update(func(l *ledger.Tx) error {
+		next, _, err := l.Engine().Add(l.State(), policy.Request{Pod: "late", Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 1000, CPULimitMilli: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := l.Index()
+		if err := persist(l, d.store, next, recs); err == nil {
+			t.Error("persist after a failed append's journal was closed succeeded")
+		}
+		// The new journal cannot be created: a symbolic link in its place.
+		if err := os.Rename(path, path+".old"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(path+".old", path); err != nil {
+			t.Fatal(err)
+		}
+		if err := persist(l, d.store, next, recs); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("persist with a symlink for the journal = %v", err)
+		}
+		return nil
+	})
 	d.store.Reset()
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
@@ -371,13 +388,15 @@ func BenchmarkPersist(b *testing.B) {
 			led, sto := newLedger(b, dir, "epyc-9754", "cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\n", store, quietLogger())
 			defer sto.Reset()
 			d := &journalDaemon{led: led, store: sto}
-			st, recs := d.led.Engine().NewState(), map[string]ledger.Record{}
+			var e *policy.Engine
+			d.led.Read(func(l *ledger.Tx) { e = l.Engine() })
+			st, recs := e.NewState(), map[string]ledger.Record{}
 			add := func(st policy.State, i int, excl bool) (policy.State, ledger.Record) {
 				req := policy.Request{Pod: fmt.Sprintf("pod-%d", i), Container: "c", QoS: policy.Burstable, CPURequestMilli: 100}
 				if excl {
 					req.QoS, req.CPURequestMilli, req.CPULimitMilli = policy.Guaranteed, 2000, 2000
 				}
-				next, _, err := d.led.Engine().Add(st, req)
+				next, _, err := e.Add(st, req)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,14 +1,5 @@
-// Package churn holds the reliability tests of nri-cpualign that drive the
-// real plugin (internal/daemon, in-process) over the real NRI protocol with
-// NRI's own runtime side (pkg/adaptation): the model-based churn test with
-// crashes, corrupt checkpoints and runtime reconnects, the concurrency test
-// and the security checks. Every step is checked with internal/invariant.
-//
-// Replay a failure with the seed and op count it prints:
-//
-//	CHURN_SEED=<seed> CHURN_OPS=<ops> go test -race -run 'TestChurn/<config>' ./test/churn
-//
-// `make churn OPS=100000` runs a long one.
+//go:build testhooks
+
 package churn
 
 import (
@@ -31,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
@@ -39,6 +31,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/daemon"
 	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
+	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
@@ -61,24 +54,35 @@ const defaultOps = 9000
 // setup is one fixture machine with one option set.
 type setup struct {
 	name, fixture, toml string
+	// node is what the node has besides the fixture machine and the
+	// cgroupfs driver on cgroup v1: "systemd", the systemd driver on
+	// cgroup v2 (containers are scopes in pod slices) with systemd on
+	// D-Bus (a fake that records what it is asked, systemd_test.go);
+	// "systemd-unreachable", that driver with no bus socket (the plugin
+	// falls back to "in-answer"); "devices", PCI devices on both NUMA
+	// nodes that containers are given (devices_test.go).
+	node string
 }
 
-// setups: seven machines, seven option sets, covering both CPU policies, every
-// topology manager policy but none-with-pod-scope, both scopes, and the
-// static options that change placement or admission (strict uncore too).
-// Five run the default shared_pool_updates, "direct" (two of them by not
-// setting it), two "in-answer".
+// setups: seven machines, twelve option sets, covering both CPU policies,
+// every topology manager policy but none-with-pod-scope, both scopes, the
+// static options that change placement or admission (strict uncore too),
+// pod-level resources (pod_level_resource_managers, in both update modes)
+// and the systemd cgroup driver (with systemd reachable: "direct" through
+// its D-Bus API; and unreachable: the fallback to "in-answer") and device
+// hints. Seven run "direct" (four of them by not setting it), five
+// "in-answer".
 var setups = []setup{
 	{"ht-2s-6c_static_direct", "ht-2s-6c", `shared_pool_updates = "direct"
 cpu_manager_policy = "static"
 reserved_cpu_count = 2
-`},
+`, ""},
 	{"epyc-7303-2p_full-pcpus_single-numa_default", "epyc-7303-2p", `cpu_manager_policy = "static"
 reserved_cpu_count = 4
 topology_manager_policy = "single-numa-node"
 [cpu_manager_policy_options]
 full-pcpus-only = "true"
-`},
+`, ""},
 	{"ht-2s-4numa-80_distribute-numa_restricted_pod_in-answer", "ht-2s-4numa-80", `shared_pool_updates = "in-answer"
 cpu_manager_policy = "static"
 reserved_system_cpus = "0,40"
@@ -86,7 +90,7 @@ topology_manager_policy = "restricted"
 topology_manager_scope = "pod"
 [cpu_manager_policy_options]
 distribute-cpus-across-numa = "true"
-`},
+`, ""},
 	{"ampere-altra_uncore_strict_best-effort_direct", "ampere-altra", `shared_pool_updates = "direct"
 cpu_manager_policy = "static"
 reserved_cpu_count = 8
@@ -94,22 +98,50 @@ topology_manager_policy = "best-effort"
 [cpu_manager_policy_options]
 prefer-align-cpus-by-uncorecache = "true"
 strict-cpu-reservation = "true"
-`},
+`, ""},
 	{"epyc-7702p-smt_strict-uncore-exclusive_restricted_default", "epyc-7702p-smt", `cpu_manager_policy = "static"
 reserved_cpu_count = 2
 topology_manager_policy = "restricted"
 [cpu_manager_policy_options]
 strict-align-cpus-by-uncorecache = "exclusive"
-`},
+`, ""},
 	{"offline-cpu_spread-cores_direct", "offline-cpu", `shared_pool_updates = "direct"
 cpu_manager_policy = "static"
 reserved_system_cpus = "0"
 [cpu_manager_policy_options]
 distribute-cpus-across-cores = "true"
-`},
+`, ""},
 	{"ht-1s-4c_none_in-answer", "ht-1s-4c", `shared_pool_updates = "in-answer"
 cpu_manager_policy = "none"
-`},
+`, ""},
+	{"ht-2s-6c_pod-level_single-numa_pod_direct", "ht-2s-6c", `shared_pool_updates = "direct"
+cpu_manager_policy = "static"
+reserved_system_cpus = "0,12"
+topology_manager_policy = "single-numa-node"
+topology_manager_scope = "pod"
+pod_level_resource_managers = true
+`, ""},
+	{"epyc-7303-2p_pod-level_best-effort_pod_in-answer", "epyc-7303-2p", `shared_pool_updates = "in-answer"
+cpu_manager_policy = "static"
+reserved_cpu_count = 2
+topology_manager_policy = "best-effort"
+topology_manager_scope = "pod"
+pod_level_resource_managers = true
+`, ""},
+	{"ht-2s-6c_systemd_pod-level_default", "ht-2s-6c", `cpu_manager_policy = "static"
+reserved_cpu_count = 2
+topology_manager_policy = "best-effort"
+topology_manager_scope = "pod"
+pod_level_resource_managers = true
+`, "systemd"},
+	{"ht-1s-4c_systemd-unreachable_default", "ht-1s-4c", `cpu_manager_policy = "static"
+reserved_cpu_count = 1
+`, "systemd-unreachable"},
+	{"ht-2s-6c_devices_single-numa_in-answer", "ht-2s-6c", `shared_pool_updates = "in-answer"
+cpu_manager_policy = "static"
+reserved_system_cpus = "0,12"
+topology_manager_policy = "single-numa-node"
+`, "devices"},
 }
 
 func envInt(name string) int64 {
@@ -245,6 +277,19 @@ type churn struct {
 
 	// resizes is what opResizeExclusive knows of baselines.
 	resizes map[invariant.Key]resizeModel
+
+	// budget is the CPU budget of each pod-level pod (by sandbox ID):
+	// its pod-level resources, in whole CPUs.
+	budget map[string]int
+	// rebuilt are the pod-level pods whose state was rebuilt from the
+	// runtime (by sandbox ID): see rebuildPodLevel.
+	rebuilt map[string]bool
+	// sd is the fake systemd of a setup whose systemd is reachable.
+	sd *fakeSystemd
+	// devs are the devices of each pod and name given any (devices_test.go).
+	devs map[invariant.Key]device
+	// opts are the daemon's options beyond the topology and the logger.
+	opts []daemon.Option
 }
 
 // dial is the plugin's dialer: it keeps the connection so that a runtime
@@ -278,20 +323,28 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		topo: sysfstest.Load(t, s.fixture), stateDir: filepath.Join(dir, "state"),
 		logs: newRing(400), admitted: map[string]cpuset.CPUSet{}, held: map[invariant.Key]cpuset.CPUSet{}, names: map[string]int{},
 		res: map[string]framework.Resources{}, nameRes: map[invariant.Key]framework.Resources{}, qos: map[string]framework.QOS{},
-		stats: stats{ops: map[string]int{}, faults: map[string]int{}},
+		stats: stats{ops: map[string]int{}, faults: map[string]int{}}, budget: map[string]int{}, rebuilt: map[string]bool{},
+		devs: map[invariant.Key]device{},
 	}
 	// The runtime keeps a fake cgroup v1 tree under cgroup_root, which is
 	// what the checker reads: under shared_pool_updates = "direct" (the
 	// default) the plugin writes shared-pool containers' cgroups there
 	// itself; under "in-answer" the runtime writes what the plugin asks.
-	// Containers are created, then started, as in both runtimes.
+	// Containers are created, then started, as in both runtimes. On the
+	// systemd driver the tree is cgroup v2 (systemd.go).
 	cgroupRoot := filepath.Join(dir, "cgroup")
-	if err := os.MkdirAll(filepath.Join(cgroupRoot, "cpuset"), 0o755); err != nil {
+	rtOpts := []nritest.Option{nritest.WithErrorf(t.Errorf), nritest.WithCreatedUntilStarted(), nritest.WithCgroupsRemoved(),
+		nritest.WithCgroupRoot(cgroupRoot), nritest.WithUnpinnedCPUs(c.topo.CPUs().String()),
+		nritest.WithUnpinnedMems(cpuset.New(c.topo.MemoryNodes()...).String())}
+	if strings.HasPrefix(s.node, "systemd") {
+		rtOpts = append(rtOpts, c.systemdNode(cgroupRoot)...)
+	} else if err := os.MkdirAll(filepath.Join(cgroupRoot, "cpuset"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c.rt = nritest.New(dir, nritest.WithErrorf(t.Errorf), nritest.WithCreatedUntilStarted(), nritest.WithCgroupsRemoved(),
-		nritest.WithCgroupRoot(cgroupRoot), nritest.WithUnpinnedCPUs(c.topo.CPUs().String()),
-		nritest.WithUnpinnedMems(cpuset.New(c.topo.MemoryNodes()...).String()))
+	c.rt = nritest.New(dir, rtOpts...)
+	if c.sd != nil {
+		c.rt.SetBeforeWrite(c.runtimeWrote)
+	}
 	if err := c.rt.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -301,6 +354,9 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		c.stateDir, c.rt.Socket(), cgroupRoot)
 	if !strings.Contains(s.toml, "metrics_address") {
 		doc += "metrics_address = \"\"\n"
+	}
+	if s.node == "devices" {
+		doc += c.deviceTree(dir)
 	}
 	doc += s.toml
 	c.cfg, err = config.Load([]byte(doc))
@@ -360,7 +416,7 @@ func (c *churn) fail(format string, args ...any) {
 		last = last[len(last)-40:]
 	}
 	msg += fmt.Sprintf("\n(plugin Synchronize calls: %d when the step began, %d now; connected: %v)", c.stepSyncs, c.rt.Syncs(), c.d.Connected())
-	c.t.Fatalf("step %d of setup %s: %s\n\nreplay: CHURN_SEED=%d CHURN_OPS=%d go test -race -run 'TestChurn/%s$' ./test/churn\n"+
+	c.t.Fatalf("step %d of setup %s: %s\n\nreplay: CHURN_SEED=%d CHURN_OPS=%d go test -race -tags testhooks -run 'TestChurn/%s$' ./test/churn\n"+
 		"(this setup's seed is %d) — full op list in %s; last ops:\n%s\n\ndaemon log (last lines):\n%s",
 		c.steps, c.s.name, msg, c.seed-int64(setupIndex(c.s.name)), c.totalOps, c.s.name, c.seed, file,
 		strings.Join(last, "\n"), c.logs)
@@ -380,8 +436,8 @@ func setupIndex(name string) int {
 func (c *churn) startDaemon() {
 	c.t.Helper()
 	n := c.rt.Syncs() + 1
-	d, err := daemon.New(c.cfg, daemon.WithTopology(c.topo), daemon.WithLogger(c.logger),
-		daemon.WithStubOptions(stub.WithDialer(c.dial)))
+	d, err := daemon.New(c.cfg, append([]daemon.Option{daemon.WithTopology(c.topo), daemon.WithLogger(c.logger),
+		daemon.WithStubOptions(stub.WithDialer(c.dial))}, c.opts...)...)
 	if err != nil {
 		c.t.Fatalf("daemon.New: %v", err)
 	}
@@ -483,7 +539,12 @@ func (c *churn) mustFail(pod, name string, n int) string {
 	if cfg.CPUOptions["full-pcpus-only"] == "true" && n%c.topo.CPUsPerCore() != 0 {
 		return fmt.Sprintf("%d CPUs not whole cores of %d under full-pcpus-only", n, c.topo.CPUsPerCore())
 	}
-	if cfg.TopologyPolicy == "single-numa-node" {
+	// Under the pod scope the pod's NUMA affinity is decided with its
+	// first container the plugin sees (NRI shows no pod spec); a later
+	// one is placed under it, spilling over as the kubelet's allocation
+	// does, so only a first one must fail for its size.
+	_, podHint := st.PodAffinity[pod]
+	if cfg.TopologyPolicy == "single-numa-node" && !(cfg.TopologyScope == "pod" && podHint) {
 		most := 0
 		for _, node := range c.topo.NUMANodes() {
 			most = max(most, c.topo.CPUsInNUMANodes(node).Size())
@@ -495,7 +556,8 @@ func (c *churn) mustFail(pod, name string, n int) string {
 	return ""
 }
 
-var reasons = []string{"SMTAlignmentError", "TopologyAffinityError", "InsufficientCPUs", "UncoreCacheAlignmentError"}
+var reasons = []string{"SMTAlignmentError", "TopologyAffinityError", "InsufficientCPUs", "UncoreCacheAlignmentError",
+	policy.ReasonEmptyPodSharedPool}
 
 // reasonOf checks that a rejection's text (after the ttRPC wrapping)
 // starts with a reason word and returns it.
@@ -556,6 +618,10 @@ func (c *churn) step() {
 		{10, c.opPluginRestart},
 		{7, c.opCorruptRestart},
 	}
+	if c.quotaOn() {
+		choices = append(choices, choice{8, c.opQuotaRewrite})
+	}
+	choices = append(choices, choice{4, c.opScrape})
 	if c.reconnects < maxReconnects {
 		choices = append(choices, choice{1, c.opRuntimeReconnect}, choice{1, c.opAnswerLost})
 	}
@@ -622,10 +688,18 @@ func (c *churn) pickResources(q framework.QOS) framework.Resources {
 	return framework.GuaranteedMilli(milli)
 }
 
-// newPod makes a pod as the kubelet runs it, with a fresh UID.
+// newPod makes a pod as the kubelet runs it, with a fresh UID: its cgroup
+// parent the slice the kubelet's systemd driver names on the systemd
+// driver; with pod_level_resource_managers, most Guaranteed pods with
+// pod-level resources of 1 to 6 CPUs (podlevel_test.go).
 func (c *churn) newPod(q framework.QOS) *api.PodSandbox {
 	uid := fmt.Sprintf("pod%d", c.rt.Next())
-	return nritest.NewPod(uid, uid, "churn", q)
+	p := nritest.NewPod(uid, uid, "churn", q)
+	if c.systemdDriver() {
+		p.Linux.CgroupParent = podres.PodSlice(q, uid)
+	}
+	c.maybePodLevel(p, q)
+	return p
 }
 
 // createIn sends CreateContainer for a new container of r and returns it
@@ -633,6 +707,7 @@ func (c *churn) newPod(q framework.QOS) *api.PodSandbox {
 // runtime never changes (the plugin's later updates go to its store).
 func (c *churn) createIn(p *api.PodSandbox, name string, r framework.Resources) (*api.Container, error) {
 	ct := c.rt.NewContainer(p, name, r)
+	c.withDevices(p, ct)
 	if _, err := c.rt.CreateContainer(context.Background(), p, ct); err != nil {
 		return nil, err
 	}
@@ -652,12 +727,13 @@ func (c *churn) pickPod(away bool) *api.PodSandbox {
 	q := c.pickQOS()
 	p := c.newPod(q)
 	c.qos[p.Id] = q
+	c.writePodQuota(p)
 	if away {
 		c.rt.RunPodAway(p)
 	} else if err := c.rt.RunPod(context.Background(), p); err != nil {
 		c.fail("RunPodSandbox %s: %v", p.Uid, err)
 	}
-	c.record("run-pod %s qos=%s away=%v", p.Uid, q, away)
+	c.record("run-pod %s qos=%s away=%v budget=%d", p.Uid, q, away, c.budget[p.Id])
 	return p
 }
 
@@ -704,9 +780,16 @@ func (c *churn) inState(st api.ContainerState) []*api.Container {
 func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *api.Container {
 	q := c.qos[p.Id]
 	n := c.exclusiveCPUs(q, r)
-	why := c.mustFail(p.Uid, name, n)
+	why := ""
+	if c.budget[p.Id] == 0 {
+		// A pod-level pod's admission (its block, EmptyPodSharedPoolError)
+		// is the engine's unit tests'; here it must only be refused with a
+		// reason word and hold what it was given.
+		why = c.mustFail(p.Uid, name, n)
+	}
 	key := invariant.Key{Pod: p.Uid, Container: name}
 	heldCPUs, wasHeld := c.held[key]
+	devNode := c.deviceNode(p, name)
 	ct, err := c.createIn(p, name, r)
 	c.ops["create"]++
 	c.record("create %s/%s qos=%s req=%d lim=%d exclusive=%d -> %s", p.Uid, name, q, r.CPURequestMilli, r.CPULimitMilli, n, errOr(ct, err))
@@ -715,7 +798,7 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 		if !ok {
 			c.fail("CreateContainer %s/%s rejected without a reason word first: %q", p.Uid, name, reason)
 		}
-		if n == 0 {
+		if n == 0 && c.budget[p.Id] == 0 {
 			c.fail("CreateContainer %s/%s of the shared pool rejected: %v", p.Uid, name, err)
 		}
 		// The next container of an exited one's pod and name gets the
@@ -750,8 +833,16 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 		c.fail("%s/%s asked for %d exclusive CPUs and got none", p.Uid, name, n)
 	case n > 0 && cpus.Size() != n:
 		c.fail("%s/%s asked for %d exclusive CPUs and got %s", p.Uid, name, n, cpus)
+	case c.budget[p.Id] > 0:
+		c.checkPodLevel(e, st, p, name, n, cpus)
+		if ok {
+			c.admitted[ct.Id] = cpus
+		}
 	case ok:
 		c.admitted[ct.Id] = cpus
+		if devNode >= 0 && c.cfg.TopologyManagerPolicy == "single-numa-node" && !cpus.IsSubsetOf(c.topo.CPUsInNUMANodes(devNode)) {
+			c.fail("%s/%s with a device on NUMA node %d got %s under single-numa-node", p.Uid, name, devNode, cpus)
+		}
 		// strict-align-cpus-by-uncorecache: up to one cache's CPUs, one
 		// cache (every fixture's caches are of one size).
 		if e.StrictUncore() != allocator.UncoreStrictOff && n <= c.topo.CPUsPerL3() {
@@ -826,7 +917,10 @@ func (c *churn) removedFrom(p *api.PodSandbox) {
 // exited moves a container that stopped or went (the plugin told or not)
 // while its pod lives from admitted to held.
 func (c *churn) exited(ct *api.Container) {
-	if cpus, ok := c.admitted[ct.Id]; ok {
+	// A pod-level pod's slice goes back to its pod's pool when the
+	// container is removed (docs/pod-level-resources.md): its block, which
+	// internal/invariant checks, is what the pod holds.
+	if cpus, ok := c.admitted[ct.Id]; ok && c.budget[ct.PodSandboxId] == 0 {
 		c.held[c.keyOf(ct)] = cpus
 	}
 	c.forgetCtr(ct.Id)
@@ -930,11 +1024,41 @@ func (c *churn) opRemovePod() {
 	p := pods[c.rng.Intn(len(pods))]
 	c.record("remove-pod %s (%d running)", p.Uid, c.runningIn(p))
 	c.forgetPod(p)
+	if c.rng.Intn(2) == 0 {
+		c.stopPod(p)
+	}
 	if err := c.rt.RemovePod(context.Background(), p); err != nil {
 		c.fail("RemovePodSandbox %s: %v", p.Uid, err)
 	}
 	c.ops["remove-pod"]++
 	c.check(true)
+}
+
+// stopPod ends p as the kubelet does before removing it: StopContainer
+// for each container created or running, then StopPodSandbox, after which
+// the pod holds nothing.
+func (c *churn) stopPod(p *api.PodSandbox) {
+	for _, ct := range c.live() {
+		if ct.PodSandboxId == p.Id {
+			if _, err := c.rt.StopContainer(context.Background(), ct); err != nil {
+				c.fail("StopContainer %s: %v", ct.Id, err)
+			}
+			c.ops["stop"]++
+		}
+	}
+	var err error
+	c.rt.Op(func(a *adaptation.Adaptation) {
+		err = a.StopPodSandbox(context.Background(), &api.StopPodSandboxRequest{Pod: p})
+	})
+	if err != nil {
+		c.fail("StopPodSandbox %s: %v", p.Uid, err)
+	}
+	c.record("stop-pod %s", p.Uid)
+	c.ops["stop-pod"]++
+	c.check(true)
+	if _, st := c.d.EngineState(); len(st.Alloc.Assignments[p.Uid]) > 0 {
+		c.fail("pod %s stopped and still holds %v", p.Uid, st.Alloc.Assignments[p.Uid])
+	}
 }
 
 func (c *churn) forgetPod(p *api.PodSandbox) {
@@ -1058,6 +1182,7 @@ func (c *churn) opCorruptRestart() {
 	// A rebuild from the runtime knows only the live containers: what
 	// exited containers held may be lost (and given to others).
 	clear(c.held)
+	c.rebuildPodLevel()
 	c.mayMoveAtRebuild()
 	c.record("plugin restarted")
 	c.startDaemon()
@@ -1370,6 +1495,7 @@ func (c *churn) verify() error {
 			}
 		}
 	}
+	probs = append(probs, c.checkSystemd(applied)...)
 	if len(probs) == 0 {
 		return nil
 	}

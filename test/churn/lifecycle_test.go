@@ -1,3 +1,5 @@
+//go:build testhooks
+
 package churn
 
 import (
@@ -79,6 +81,12 @@ func (c *churn) checkStartBarrier(ct *api.Container) {
 		return
 	}
 	e, st := c.d.EngineState()
+	if pool, ok := e.PodPoolOf(st, k.Pod, k.Container); ok {
+		if !sameSet(applied[k], pool) {
+			c.fail("start barrier: pod-pool container %s (%s) started on %q, its pod's pool is %s", ct.Id, k, applied[k], pool)
+		}
+		return
+	}
 	if pool := e.SharedPool(st).CPUSet(); !pool.IsEmpty() && !sameSet(applied[k], pool) {
 		c.fail("start barrier: shared-pool container %s (%s) started on %q, the shared pool is %s", ct.Id, k, applied[k], pool)
 	}
@@ -160,6 +168,8 @@ func (c *churn) opResize() {
 		k := c.keyOf(ct)
 		if cpus, ok := e.Assignment(st, k.Pod, k.Container); ok && have > 0 {
 			record = cpus.String()
+		} else if pool, ok := e.PodPoolOf(st, k.Pod, k.Container); ok && have == 0 {
+			record = pool.String()
 		} else if have == 0 && !e.SharedCPUs(st).IsEmpty() {
 			record = e.SharedCPUs(st).String()
 		}
@@ -230,7 +240,7 @@ func (c *churn) opDrift() {
 		wrong = cpuset.New(online[0])
 	}
 	c.record("drift: cgroup of %s set to %s (was %s)", ct.Id, wrong, have)
-	c.rt.WriteCgroup(ct, wrong.String())
+	c.writeBehindBack(ct, wrong.String())
 	c.faults["cgroup-drift"]++
 	c.reconcileRepair("drift of " + ct.Id)
 }
@@ -248,6 +258,9 @@ func (c *churn) reconcileRepair(why string) {
 	var drifted []string
 	for k, have := range applied {
 		want, ok := e.Assignment(st, k.Pod, k.Container)
+		if pool, inPool := e.PodPoolOf(st, k.Pod, k.Container); !ok && inPool {
+			want, ok = pool, true
+		}
 		if !ok {
 			want = e.SharedCPUs(st)
 		}

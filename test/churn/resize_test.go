@@ -1,3 +1,5 @@
+//go:build testhooks
+
 package churn
 
 import (
@@ -42,7 +44,8 @@ type resizeModel struct {
 func (c *churn) opResizeExclusive() {
 	var cands []*api.Container
 	for _, ct := range c.inState(api.ContainerState_CONTAINER_RUNNING) {
-		if _, ok := c.admitted[ct.Id]; ok {
+		// A pod-level pod's slices resize within its block: not modelled.
+		if _, ok := c.admitted[ct.Id]; ok && c.budget[ct.PodSandboxId] == 0 {
 			cands = append(cands, ct)
 		}
 	}

@@ -1,15 +1,21 @@
-package daemon
+//go:build testhooks
 
 // Test hooks for tests outside this package that drive the daemon in-process
-// (test/churn: the model-based churn test and the concurrency test). They
-// expose nothing the daemon does not already hold and change nothing; they
-// are not part of the plugin's behaviour and tools should not use them.
+// (test/churn: the model-based churn test and the concurrency test;
+// test/bench: the CreateContainer round trip). They expose nothing the daemon
+// does not already hold and change nothing, but they are not part of the
+// plugin's behaviour: the build tag keeps them out of the binary and out of
+// the package's API, so no tool can come to depend on them. Tests that use
+// them carry the same tag; the Makefile passes -tags testhooks wherever it
+// builds, vets or tests them (docs/testing.md).
+package daemon
 
 import (
 	"context"
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -17,9 +23,12 @@ import (
 // together under the daemon's lock (test hook: the invariant checker needs
 // both, consistently).
 func (d *Daemon) EngineState() (*policy.Engine, policy.State) {
-	d.led.Lock()
-	defer d.led.Unlock()
-	return d.led.Engine(), d.led.State()
+	var (
+		e  *policy.Engine
+		st policy.State
+	)
+	d.led.Read(func(l *ledger.Tx) { e, st = l.Engine(), l.State() })
+	return e, st
 }
 
 // Handlers are the plugin's NRI event handlers.

@@ -1,0 +1,69 @@
+//go:build testhooks
+
+package churn
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"k8s.io/utils/cpuset"
+
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
+	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
+)
+
+// opScrape reads the plugin's HTTP endpoints as Prometheus and an operator
+// do, in process: /healthz is healthy (connected and synchronized between
+// steps), /state shows what the engine holds (the shared pool, every
+// exclusive container's CPUs, the pod-level pods' blocks), /metrics serves
+// the pool gauges.
+func (c *churn) opScrape() {
+	c.settle()
+	h := c.d.Handler()
+	get := func(path string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		if w.Code != http.StatusOK {
+			c.fail("GET %s: %d %s", path, w.Code, w.Body)
+		}
+		return w
+	}
+	c.ops["scrape"]++
+	c.record("scrape /healthz /state /metrics")
+	get("/healthz")
+	var sv observe.StateView
+	if err := json.Unmarshal(get("/state").Body.Bytes(), &sv); err != nil {
+		c.fail("/state: %v", err)
+	}
+	e, st := c.d.EngineState()
+	if !sv.Connected || !sv.Synchronized {
+		c.fail("/state: connected %v, synchronized %v between steps", sv.Connected, sv.Synchronized)
+	}
+	if want := e.SharedPool(st).CPUSet(); !sameList(sv.Shared, want) {
+		c.fail("/state: shared %q, the engine's pool %s", sv.Shared, want)
+	}
+	for _, cv := range sv.Containers {
+		if !cv.Exclusive {
+			continue
+		}
+		if want, ok := e.Assignment(st, cv.PodUID, cv.Container); !ok || !sameList(cv.CPUs, want) {
+			c.fail("/state: %s/%s exclusive on %q, the engine's assignment %s (%v)", cv.PodUID, cv.Container, cv.CPUs, want, ok)
+		}
+	}
+	for _, pv := range sv.PodPools {
+		if want := st.Alloc.Assignments[pv.PodUID][policy.PodPoolEntry]; !sameList(pv.Block, want) {
+			c.fail("/state: pod %s's block %q, the engine's %s", pv.PodUID, pv.Block, want)
+		}
+	}
+	if m := get("/metrics").Body.String(); !strings.Contains(m, "nri_cpualign_shared_cpus ") || !strings.Contains(m, "nri_cpualign_connected 1") {
+		c.fail("/metrics lacks the pool gauges or nri_cpualign_connected 1")
+	}
+}
+
+// sameList compares a CPU list as /state writes it with a set.
+func sameList(s string, want cpuset.CPUSet) bool {
+	got, err := cpuset.Parse(s)
+	return err == nil && sameSet(got, want)
+}
