@@ -239,7 +239,7 @@ func (a *direct) pass() {
 				if r.Exclusive || r.CgroupsPath == "" {
 					continue
 				}
-				// never an empty cpuset (the daemon's emptypool.go)
+				// never an empty cpuset (the adapter's emptypool.go)
 				if cpus := pools.Of(r); cpus != "" && a.written[id] != cpus {
 					todo = append(todo, target{id: id, name: r.Name, pod: r.PodName, path: r.CgroupsPath, cpus: cpus})
 				}

@@ -12,7 +12,7 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
 )
 
-// The applier's side of "no CFS quota on exclusive CPUs" (the daemon's
+// The applier's side of "no CFS quota on exclusive CPUs" (the adapter's
 // quota.go says why): the pod cgroup's quota, which the kubelet owns and
 // the runtime never touches, is lifted by the plugin itself through the
 // cpusetWriter, at the events and every reconcile period, and tried again

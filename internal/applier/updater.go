@@ -170,7 +170,7 @@ func (u *updater) readDrift(items []wantedCPUs) []drifted {
 	var found []drifted
 	for _, it := range items {
 		if it.rec.CgroupsPath == "" || it.cpus.IsEmpty() {
-			continue // an empty cpuset is never applied (the daemon's emptypool.go)
+			continue // an empty cpuset is never applied (the adapter's emptypool.go)
 		}
 		cpus, mems, err := u.cg.Read(it.rec.CgroupsPath)
 		if errors.Is(err, cgroups.ErrGone) {

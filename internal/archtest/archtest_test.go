@@ -152,7 +152,7 @@ var exempt = map[string]string{
 // (the ledger's conf, durable and lifecycle are the example).
 func TestStructSize(t *testing.T) {
 	root := repoRoot(t)
-	for _, dir := range []string{"internal/daemon", "internal/applier", "internal/ledger", "internal/persist", "internal/observe", "internal/request"} {
+	for _, dir := range []string{"internal/daemon", "internal/adapter", "internal/applier", "internal/ledger", "internal/persist", "internal/observe", "internal/request"} {
 		entries, err := os.ReadDir(filepath.Join(root, dir))
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/adapter"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
@@ -18,7 +19,7 @@ import (
 // log hook.
 type handlerDaemon struct {
 	d   *Daemon
-	p   *plugin
+	p   adapter.Handlers
 	log *logtest.Hook
 	// kicks is how many worker kicks kicked has seen (no worker runs).
 	kicks uint64
@@ -42,7 +43,7 @@ func newHandlerDaemon(t *testing.T, stateDir, extra string, opts ...Option) *han
 	if err := d.restore(); err != nil {
 		t.Fatal(err)
 	}
-	return &handlerDaemon{d: d, p: &plugin{d: d}, log: hook}
+	return &handlerDaemon{d: d, p: d.handlers(), log: hook}
 }
 
 func testPod(uid string) *api.PodSandbox {
@@ -108,7 +109,7 @@ func (h *handlerDaemon) abandoned() float64 {
 func (h *handlerDaemon) abandonLines() []*logrus.Entry {
 	var out []*logrus.Entry
 	for _, e := range h.log.AllEntries() {
-		if e.Data["reason"] == reasonNeverStarted {
+		if e.Data["reason"] == "ContainerNeverStarted" { // the adapter's reasonNeverStarted
 			out = append(out, e)
 		}
 	}

@@ -36,7 +36,7 @@ func BenchmarkCreateStopRemove(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := &plugin{d: d}
+	p := d.handlers()
 	ctx := context.Background()
 	if _, err := p.Synchronize(ctx, nil, nil); err != nil {
 		b.Fatal(err)
@@ -105,7 +105,7 @@ func BenchmarkCreateContainerHandler(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer d.store.Reset()
-			p := &plugin{d: d}
+			p := d.handlers()
 			ctx := context.Background()
 			if _, err := p.Synchronize(ctx, nil, nil); err != nil {
 				b.Fatal(err)

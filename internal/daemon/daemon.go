@@ -44,6 +44,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/adapter"
 	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
@@ -177,6 +178,12 @@ type applierRef struct{ a applier.Applier }
 
 // applier is the way the shared pool is applied.
 func (d *Daemon) applier() applier.Applier { return d.app.ref.Load().a }
+
+// handlers is the NRI adapter over this daemon: what the NRI stub calls.
+func (d *Daemon) handlers() adapter.Handlers {
+	return adapter.New(adapter.Deps{Ledger: d.led, Applier: d.applier, Conn: &d.conn, Log: d.log, Metrics: d.obs.events,
+		PodResources: &d.kube.podres, SeeDriver: d.seeDriver, Configure: d.configure, Synced: d.syncedC, Connected: &d.connected})
+}
 
 // New validates cfg, reads the topology (unless WithTopology), builds the
 // engine and returns the daemon. It refuses the static policy without a
@@ -489,7 +496,7 @@ func (d *Daemon) newStub() (stub.Stub, error) {
 		opts = append(opts, stub.WithPluginIdx(PluginIdx))
 	}
 	opts = append(opts, d.stubOpts...)
-	s, err := stub.New(&plugin{d: d}, opts...)
+	s, err := stub.New(d.handlers(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("NRI stub: %w", err)
 	}

@@ -712,12 +712,12 @@ func TestConfigFromRuntimeDeferred(t *testing.T) {
 	if err := d.configure(""); err == nil || !strings.Contains(err.Error(), "reserved_system_cpus or reserved_cpu_count") {
 		t.Errorf("Configure without a config = %v", err)
 	}
-	if _, err := (&plugin{d: d}).Synchronize(t.Context(), nil, nil); err == nil || !strings.HasPrefix(err.Error(), "InvalidConfig") {
+	if _, err := (d.handlers()).Synchronize(t.Context(), nil, nil); err == nil || !strings.HasPrefix(err.Error(), "InvalidConfig") {
 		t.Errorf("Synchronize before configuration = %v", err)
 	}
 	// Every other event before the configuration: a creation is refused
 	// with the reason word, the rest find nothing to do.
-	p, ctx := &plugin{d: d}, t.Context()
+	p, ctx := d.handlers(), t.Context()
 	pod, c := testPod("u"), testCtr("c-1", "c", 1000)
 	if _, _, err := p.CreateContainer(ctx, pod, c); err == nil || !strings.HasPrefix(err.Error(), "InvalidConfig") {
 		t.Errorf("CreateContainer before configuration = %v", err)

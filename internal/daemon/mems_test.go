@@ -34,7 +34,7 @@ func TestSynchronizeWidensNarrowedMems(t *testing.T) {
 	}
 	rt.SetCPUs(c, cpus, "0")
 
-	updates, err := (&plugin{r.d}).Synchronize(context.Background(), rt.Pods(), rt.Containers())
+	updates, err := r.d.handlers().Synchronize(context.Background(), rt.Pods(), rt.Containers())
 	if err != nil {
 		t.Fatal(err)
 	}

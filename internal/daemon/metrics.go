@@ -12,36 +12,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/adapter"
 	"github.com/nri-cpualign/nri-cpualign/internal/buildinfo"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
-	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
-	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
-)
-
-// Alignment boundaries, the kubelet's label values.
-const (
-	boundaryPhysicalCPU  = "physical_cpu"
-	boundaryNUMANode     = "numa_node"
-	boundaryUncoreCache  = "uncore_cache"
-	reasonSMT            = "SMTAlignmentError"
-	reasonTopologyAffine = "TopologyAffinityError"
 )
 
 // metrics are the daemon's Prometheus metrics, on a registry of its own so
-// that several daemons can live in one test process. Handlers count into
-// them; the ledger's commit sets the gauges.
+// that several daemons can live in one test process. The ledger's commit
+// sets the gauges, the applier counts into them (applier.Counts), and
+// the handlers into events (the NRI adapter's own).
 type metrics struct {
-	reg *prometheus.Registry
-
-	pinningRequests   prometheus.Counter
-	pinningErrors     prometheus.Counter
-	aligned           *prometheus.CounterVec
-	alignedFailures   *prometheus.CounterVec
-	admissionRequests prometheus.Counter
-	admissionErrors   prometheus.Counter
-	admissionDuration prometheus.Histogram
+	reg    *prometheus.Registry
+	events *adapter.Metrics
 
 	sharedCPUs       prometheus.Gauge
 	exclusiveCPUs    prometheus.Gauge
@@ -51,13 +35,8 @@ type metrics struct {
 	updateRepairs    prometheus.Counter
 	deferred         prometheus.Counter
 	checkpointErrors prometheus.Counter
-	abandoned        prometheus.Counter
 	poolEmpty        prometheus.Gauge
-	eventDuration    *prometheus.HistogramVec
-	refusals         *prometheus.CounterVec
-	reconnects       prometheus.Counter
 	buildInfo        *prometheus.GaugeVec
-	resizes          *prometheus.CounterVec
 	resizedCPUs      prometheus.Gauge
 
 	// exclusiveCount's last assignments map and count, and its bitmap; under
@@ -71,21 +50,6 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
-		pinningRequests: prometheus.NewCounter(prometheus.CounterOpts{Name: "cpu_manager_pinning_requests_total",
-			Help: "Containers that asked for exclusive CPUs."}),
-		pinningErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "cpu_manager_pinning_errors_total",
-			Help: "Containers that asked for exclusive CPUs and did not get them."}),
-		aligned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "container_aligned_compute_resources_count",
-			Help: "Exclusive allocations aligned on a boundary: whole physical cores, one NUMA node, one uncore (L3) cache."},
-			[]string{"scope", "boundary"}),
-		alignedFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "container_aligned_compute_resources_failure_count",
-			Help: "Admissions refused because the alignment could not be met."}, []string{"scope", "boundary"}),
-		admissionRequests: prometheus.NewCounter(prometheus.CounterOpts{Name: "topology_manager_admission_requests_total",
-			Help: "Containers admitted or rejected by the policy."}),
-		admissionErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "topology_manager_admission_errors_total",
-			Help: "Containers rejected by the policy."}),
-		admissionDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "topology_manager_admission_duration_seconds",
-			Help: "Time to decide one admission.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
 		sharedCPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_shared_cpus",
 			Help: "CPUs in the shared pool."}),
 		exclusiveCPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_exclusive_cpus",
@@ -102,36 +66,18 @@ func newMetrics() *metrics {
 			Help: "Pushes of the shared pool and repairs of exclusive containers the plugin deferred to the next CreateContainer, StopContainer or UpdateContainer answer, because the runtime can deadlock on an unsolicited update (containerd before 2.4, CRI-O; docs/runtimes.md)."}),
 		checkpointErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_checkpoint_errors_total",
 			Help: "Checkpoint writes that failed and corrupt checkpoints set aside."}),
-		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_abandoned_containers_total",
-			Help: "Containers placed at CreateContainer that never started and whose pod created them again (the new attempt takes their place and their CPUs)."}),
 		poolEmpty: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_shared_pool_empty",
 			Help: "1 while the shared pool is empty (exclusive containers hold every non-reserved CPU) and shared-pool containers run on the reserved CPUs, else 0."}),
-		// 10 µs to 1.3 s: a handler is ~0.1 ms; a StartContainer that
-		// waits for the cgroup writes of 500 containers some ms.
-		eventDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nri_cpualign_event_duration_seconds",
-			Help:    "Time the plugin took to answer each NRI event: how long the runtime waited for it.",
-			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 18)}, []string{"event"}),
-		// The kubelet's topology_manager_admission_errors_total has no
-		// reason; an alert wants to tell a full node from a policy that
-		// cannot align.
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nri_cpualign_admission_errors_total",
-			Help: "Containers refused, by the reason word their error starts with (InsufficientCPUs, SMTAlignmentError, TopologyAffinityError, UncoreCacheAlignmentError, InPlaceResizeRejected, ...)."},
-			[]string{"reason"}),
-		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_reconnects_total",
-			Help: "Times the plugin synchronized with the runtime again after its first synchronization (the plugin reconnected, or the runtime restarted)."}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nri_cpualign_build_info",
 			Help: "Always 1; the labels say which build of the plugin runs."}, []string{"version", "revision", "go"}),
 	}
-	m.resizes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nri_cpualign_resizes_total",
-		Help: "In-place resizes of exclusive CPUs done, by kind (upsize, downsize); refusals count in nri_cpualign_admission_errors_total."},
-		[]string{"kind"})
 	m.resizedCPUs = prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_resized_cpus",
 		Help: "Exclusive CPUs containers have beyond their baselines (the CPUs they were admitted with): nri_cpualign_exclusive_cpus minus this is what admissions gave."})
-	m.reg.MustRegister(m.resizes, m.resizedCPUs)
+	m.reg.MustRegister(m.resizedCPUs)
 	m.buildInfo.WithLabelValues(buildinfo.MetricLabels()).Set(1)
-	m.reg.MustRegister(m.pinningRequests, m.pinningErrors, m.aligned, m.alignedFailures, m.admissionRequests,
-		m.admissionErrors, m.admissionDuration, m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
-		m.drift, m.updateRepairs, m.deferred, m.checkpointErrors, m.abandoned, m.eventDuration, m.poolEmpty, m.refusals, m.reconnects, m.buildInfo)
+	m.reg.MustRegister(m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
+		m.drift, m.updateRepairs, m.deferred, m.checkpointErrors, m.poolEmpty, m.buildInfo)
+	m.events = adapter.NewMetrics(m.reg)
 	return m
 }
 
@@ -146,79 +92,6 @@ func (m *metrics) registerConnected(connected *atomic.Bool) {
 			}
 			return 0
 		}))
-}
-
-// refused counts one refusal by its reason word.
-func (m *metrics) refused(err error) {
-	reason := reasonOf(err)
-	if reason == "" {
-		reason = "AdmissionError"
-	}
-	m.refusals.WithLabelValues(reason).Inc()
-}
-
-// timeEvent observes, when the returned function is called (deferred at a
-// handler's start), the time since the handler began.
-func (m *metrics) timeEvent(event string) func() {
-	t0 := time.Now()
-	return func() { m.eventDuration.WithLabelValues(event).Observe(time.Since(t0).Seconds()) }
-}
-
-// scopeLabel is the label value for the topology manager scope.
-func scopeLabel(scope string) string {
-	if scope == "pod" {
-		return "pod"
-	}
-	return "container"
-}
-
-// observeAdmission counts one admission under the static policy (static)
-// and the topology manager scope. dur 0 (admissions during Synchronize)
-// is not put in the histogram.
-func (m *metrics) observeAdmission(req policy.Request, err error, dur time.Duration, static bool, scope string) {
-	m.admissionRequests.Inc()
-	if dur > 0 {
-		m.admissionDuration.Observe(dur.Seconds())
-	}
-	pinning := policy.ExclusiveCPUs(static, req) > 0
-	if pinning {
-		m.pinningRequests.Inc()
-	}
-	if err == nil {
-		return
-	}
-	m.admissionErrors.Inc()
-	m.refused(err)
-	switch reasonOf(err) {
-	case reasonSMT:
-		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryPhysicalCPU).Inc()
-	case reasonTopologyAffine:
-		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryNUMANode).Inc()
-	case allocator.ReasonUncoreCacheAlignment:
-		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryUncoreCache).Inc()
-	}
-	if pinning {
-		m.pinningErrors.Inc()
-	}
-}
-
-// observeDecision counts the boundaries an exclusive allocation is
-// aligned on.
-func (m *metrics) observeDecision(dec policy.Decision, topo *topology.Topology, engine *policy.Engine, scope string) {
-	if !dec.Exclusive || dec.CPUs.IsEmpty() {
-		return
-	}
-	if topo.CPUsInCores(topo.CoresOf(dec.CPUs)...).Equals(dec.CPUs) {
-		m.aligned.WithLabelValues(scopeLabel(scope), boundaryPhysicalCPU).Inc()
-	}
-	if len(topo.NUMANodesOf(dec.CPUs)) == 1 {
-		m.aligned.WithLabelValues(scopeLabel(scope), boundaryNUMANode).Inc()
-	}
-	// Under strict-align-cpus-by-uncorecache every admitted exclusive
-	// container is aligned by its rules (a larger one on whole caches).
-	if len(topo.L3GroupsOf(dec.CPUs)) == 1 || (!dec.Existing && engine.StrictUncore() != allocator.UncoreStrictOff) {
-		m.aligned.WithLabelValues(scopeLabel(scope), boundaryUncoreCache).Inc()
-	}
 }
 
 // Gauges sets the pool gauges from a committed state with n

@@ -42,7 +42,7 @@ type Handlers interface {
 // Handlers returns the plugin's event handlers (test hook: the concurrency
 // test calls them from many goroutines at once, without the serialization
 // of NRI's runtime side, to show the daemon's own locking suffices).
-func (d *Daemon) Handlers() Handlers { return &plugin{d: d} }
+func (d *Daemon) Handlers() Handlers { return d.handlers() }
 
 // Settle waits until the update worker has pushed the shared pool for
 // every kick so far, the re-pushes of stale pushes included, and the

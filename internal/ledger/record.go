@@ -41,7 +41,7 @@ type DeviceView struct {
 	NUMA   []int  `json:"numa"`
 }
 
-// Shrink is a downsize answered and not committed yet (the daemon's
+// Shrink is a downsize answered and not committed yet (the adapter's
 // resize.go).
 type Shrink struct {
 	From cpuset.CPUSet  // the container's CPUs when it was answered
@@ -140,7 +140,7 @@ func poolOf[T any](podShared map[string][]string, r Record, podPool func(pod str
 // texts, for the appliers that bring many of them along at once: the
 // node's shared pool (Node), and each pod-level pod's private pool for
 // its shared containers. "" is no CPU, which is never applied (the
-// daemon's emptypool.go). Of gives RightCPUs' answer for a non-exclusive
+// adapter's emptypool.go). Of gives RightCPUs' answer for a non-exclusive
 // record (poolOf) without a cpuset per container.
 type Pools struct {
 	Node    string

@@ -1,4 +1,4 @@
-package daemon
+package adapter
 
 import (
 	"k8s.io/utils/cpuset"

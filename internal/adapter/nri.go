@@ -1,4 +1,4 @@
-package daemon
+package adapter
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // ledger's values and a ledger commit, and the result an NRI answer; the
 // applier is told when the shared pool changed. Requests and device NUMA
 // nodes are read before the ledger's lock is taken.
-type plugin struct{ d *Daemon }
+type plugin struct{ d *deps }
 
 // The NRI events the plugin handles (the stub subscribes to exactly these).
 var (

@@ -1,4 +1,4 @@
-package daemon
+package adapter
 
 import (
 	"maps"
