@@ -31,8 +31,11 @@ func (d *Daemon) EngineState() (*policy.Engine, policy.State) {
 	return e, st
 }
 
-// Handlers are the plugin's NRI event handlers.
+// Handlers are the plugin's NRI event handlers. Configure is there too: NRI
+// hands a configuration only to a plugin it launches, so a test of an
+// external plugin can send one only through this hook.
 type Handlers interface {
+	Configure(ctx context.Context, cfg, runtime, version string) (api.EventMask, error)
 	CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error)
 	StopContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error)
 	RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
