@@ -16,6 +16,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
+	"github.com/nri-cpualign/nri-cpualign/pkg/nrt"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -57,3 +59,7 @@ func (d *Daemon) Settle(ctx context.Context) error { return d.applier().Kicks().
 // served (test hook: a benchmark spins on it between timed calls, where
 // reading back every cgroup would load the measured process's collector).
 func (d *Daemon) Settled() bool { return d.applier().Kicks().Settled() }
+
+// NRT is the NodeResourceTopology object the exporter would publish now
+// for node (test hook: the exporter itself needs an API server).
+func (d *Daemon) NRT(node string) (nrt.Object, error) { return observe.NRTObject(d.led.View(), node) }

@@ -61,7 +61,9 @@ type setup struct {
 	// "systemd-unreachable", that driver with no bus socket (the plugin
 	// falls back to "in-answer"); "devices", PCI devices on both NUMA
 	// nodes that containers are given (devices_test.go); "containerd-2.3",
-	// a runtime whose NRI takes no unsolicited update (deferral_test.go).
+	// a runtime whose NRI takes no unsolicited update (deferral_test.go);
+	// "kubelet-import", a first start that imports the kubelet's state
+	// (import_test.go).
 	node string
 }
 
@@ -71,14 +73,15 @@ type setup struct {
 // pod-level resources (pod_level_resource_managers, in both update modes)
 // and the systemd cgroup driver (with systemd reachable: "direct" through
 // its D-Bus API; and unreachable: the fallback to "in-answer") and device
-// hints, and a runtime that takes no unsolicited update (containerd
+// hints, a first start that imports the kubelet's state, and a runtime
+// that takes no unsolicited update (containerd
 // 2.3: "in-answer" defers to the next answer). Seven run "direct" (four
 // of them by not setting it), six "in-answer".
 var setups = []setup{
-	{"ht-2s-6c_static_direct", "ht-2s-6c", `shared_pool_updates = "direct"
+	{"ht-2s-6c_kubelet-import_direct", "ht-2s-6c", `shared_pool_updates = "direct"
 cpu_manager_policy = "static"
 reserved_cpu_count = 2
-`, ""},
+`, "kubelet-import"},
 	{"epyc-7303-2p_full-pcpus_single-numa_default", "epyc-7303-2p", `cpu_manager_policy = "static"
 reserved_cpu_count = 4
 topology_manager_policy = "single-numa-node"
@@ -383,8 +386,15 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	}
 	c.logger = logrus.New()
 	c.logger.SetOutput(c.logs)
+	var imported map[invariant.Key]cpuset.CPUSet
+	if s.node == "kubelet-import" {
+		imported = c.importNode(dir)
+	}
 	c.startDaemon()
 	t.Cleanup(c.stopDaemon)
+	if imported != nil {
+		c.checkImported(imported)
+	}
 	return c
 }
 
