@@ -496,7 +496,7 @@ func (c *churn) waitForPlugin(n int) {
 		c.fail("%v", err)
 	}
 	// Synchronize answers every container's cpuset: nothing is owed.
-	c.owed = false
+	c.answered()
 }
 
 // stopDaemon stops the plugin (its Run returns); idempotent.
