@@ -16,6 +16,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/internal/observe"
+	"github.com/nri-cpualign/nri-cpualign/pkg/nrt"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -31,8 +33,11 @@ func (d *Daemon) EngineState() (*policy.Engine, policy.State) {
 	return e, st
 }
 
-// Handlers are the plugin's NRI event handlers.
+// Handlers are the plugin's NRI event handlers. Configure is there too: NRI
+// hands a configuration only to a plugin it launches, so a test of an
+// external plugin can send one only through this hook.
 type Handlers interface {
+	Configure(ctx context.Context, cfg, runtime, version string) (api.EventMask, error)
 	CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error)
 	StopContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error)
 	RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
@@ -54,3 +59,7 @@ func (d *Daemon) Settle(ctx context.Context) error { return d.applier().Kicks().
 // served (test hook: a benchmark spins on it between timed calls, where
 // reading back every cgroup would load the measured process's collector).
 func (d *Daemon) Settled() bool { return d.applier().Kicks().Settled() }
+
+// NRT is the NodeResourceTopology object the exporter would publish now
+// for node (test hook: the exporter itself needs an API server).
+func (d *Daemon) NRT(node string) (nrt.Object, error) { return observe.NRTObject(d.led.View(), node) }

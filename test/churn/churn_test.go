@@ -60,23 +60,28 @@ type setup struct {
 	// D-Bus (a fake that records what it is asked, systemd_test.go);
 	// "systemd-unreachable", that driver with no bus socket (the plugin
 	// falls back to "in-answer"); "devices", PCI devices on both NUMA
-	// nodes that containers are given (devices_test.go).
+	// nodes that containers are given (devices_test.go); "containerd-2.3",
+	// a runtime whose NRI takes no unsolicited update (deferral_test.go);
+	// "kubelet-import", a first start that imports the kubelet's state
+	// (import_test.go).
 	node string
 }
 
-// setups: seven machines, twelve option sets, covering both CPU policies,
+// setups: seven machines, thirteen option sets, covering both CPU policies,
 // every topology manager policy but none-with-pod-scope, both scopes, the
 // static options that change placement or admission (strict uncore too),
 // pod-level resources (pod_level_resource_managers, in both update modes)
 // and the systemd cgroup driver (with systemd reachable: "direct" through
 // its D-Bus API; and unreachable: the fallback to "in-answer") and device
-// hints. Seven run "direct" (four of them by not setting it), five
-// "in-answer".
+// hints, a first start that imports the kubelet's state, and a runtime
+// that takes no unsolicited update (containerd
+// 2.3: "in-answer" defers to the next answer). Seven run "direct" (four
+// of them by not setting it), six "in-answer".
 var setups = []setup{
-	{"ht-2s-6c_static_direct", "ht-2s-6c", `shared_pool_updates = "direct"
+	{"ht-2s-6c_kubelet-import_direct", "ht-2s-6c", `shared_pool_updates = "direct"
 cpu_manager_policy = "static"
 reserved_cpu_count = 2
-`, ""},
+`, "kubelet-import"},
 	{"epyc-7303-2p_full-pcpus_single-numa_default", "epyc-7303-2p", `cpu_manager_policy = "static"
 reserved_cpu_count = 4
 topology_manager_policy = "single-numa-node"
@@ -142,6 +147,11 @@ cpu_manager_policy = "static"
 reserved_system_cpus = "0,12"
 topology_manager_policy = "single-numa-node"
 `, "devices"},
+	{"epyc-7303-2p_containerd-2.3_best-effort_in-answer", "epyc-7303-2p", `shared_pool_updates = "in-answer"
+cpu_manager_policy = "static"
+reserved_cpu_count = 2
+topology_manager_policy = "best-effort"
+`, "containerd-2.3"},
 }
 
 func envInt(name string) int64 {
@@ -290,6 +300,12 @@ type churn struct {
 	devs map[invariant.Key]device
 	// opts are the daemon's options beyond the topology and the logger.
 	opts []daemon.Option
+	// rtName and rtVersion are what the runtime tells the plugin in
+	// Configure.
+	rtName, rtVersion string
+	// owed: an event no answer follows (a removal, a downsize, a repair)
+	// has left updates for the next answer (deferral_test.go).
+	owed bool
 }
 
 // dial is the plugin's dialer: it keeps the connection so that a runtime
@@ -336,6 +352,11 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	rtOpts := []nritest.Option{nritest.WithErrorf(t.Errorf), nritest.WithCreatedUntilStarted(), nritest.WithCgroupsRemoved(),
 		nritest.WithCgroupRoot(cgroupRoot), nritest.WithUnpinnedCPUs(c.topo.CPUs().String()),
 		nritest.WithUnpinnedMems(cpuset.New(c.topo.MemoryNodes()...).String())}
+	c.rtName, c.rtVersion = "containerd", "v2.4.2" // nritest's default
+	if s.node == "containerd-2.3" {
+		c.rtVersion = "v2.3.7"
+		rtOpts = append(rtOpts, nritest.WithName(c.rtName), nritest.WithVersion(c.rtVersion))
+	}
 	if strings.HasPrefix(s.node, "systemd") {
 		rtOpts = append(rtOpts, c.systemdNode(cgroupRoot)...)
 	} else if err := os.MkdirAll(filepath.Join(cgroupRoot, "cpuset"), 0o755); err != nil {
@@ -365,8 +386,15 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	}
 	c.logger = logrus.New()
 	c.logger.SetOutput(c.logs)
+	var imported map[invariant.Key]cpuset.CPUSet
+	if s.node == "kubelet-import" {
+		imported = c.importNode(dir)
+	}
 	c.startDaemon()
 	t.Cleanup(c.stopDaemon)
+	if imported != nil {
+		c.checkImported(imported)
+	}
 	return c
 }
 
@@ -467,6 +495,8 @@ func (c *churn) waitForPlugin(n int) {
 	if err := c.rt.WaitForPlugin(n, time.Second); err != nil {
 		c.fail("%v", err)
 	}
+	// Synchronize answers every container's cpuset: nothing is owed.
+	c.answered()
 }
 
 // stopDaemon stops the plugin (its Run returns); idempotent.
@@ -621,7 +651,7 @@ func (c *churn) step() {
 	if c.quotaOn() {
 		choices = append(choices, choice{8, c.opQuotaRewrite})
 	}
-	choices = append(choices, choice{4, c.opScrape})
+	choices = append(choices, choice{4, c.opScrape}, choice{3, c.opConfigure})
 	if c.reconnects < maxReconnects {
 		choices = append(choices, choice{1, c.opRuntimeReconnect}, choice{1, c.opAnswerLost})
 	}
@@ -711,6 +741,7 @@ func (c *churn) createIn(p *api.PodSandbox, name string, r framework.Resources) 
 	if _, err := c.rt.CreateContainer(context.Background(), p, ct); err != nil {
 		return nil, err
 	}
+	c.answered()
 	return ct, nil
 }
 
@@ -888,6 +919,7 @@ func (c *churn) opStop() {
 	if _, err := c.rt.StopContainer(context.Background(), ct); err != nil {
 		c.fail("StopContainer %s: %v", ct.Id, err)
 	}
+	c.answered()
 	c.ops["stop"]++
 	c.exited(ct)
 	c.check(false)
@@ -966,6 +998,7 @@ func (c *churn) opRemove() {
 	if err := c.rt.RemoveContainer(context.Background(), ct); err != nil {
 		c.fail("RemoveContainer %s: %v", ct.Id, err)
 	}
+	c.unanswered()
 	c.ops["remove"]++
 	c.exited(ct)
 	c.removedFrom(c.rt.PodOf(ct))
@@ -992,6 +1025,8 @@ func (c *churn) opRestartContainer() {
 		c.rt.StopContainerAway(old)
 	} else if _, err := c.rt.StopContainer(context.Background(), old); err != nil {
 		c.fail("StopContainer %s: %v", old.Id, err)
+	} else {
+		c.answered()
 	}
 	c.exited(old)
 	if silent {
@@ -1009,6 +1044,7 @@ func (c *churn) opRestartContainer() {
 		if err := c.rt.RemoveContainer(context.Background(), old); err != nil {
 			c.fail("RemoveContainer %s: %v", old.Id, err)
 		}
+		c.unanswered()
 		c.ops["remove"]++
 		c.removedFrom(p)
 		c.check(true)
@@ -1027,6 +1063,7 @@ func (c *churn) opRemovePod() {
 	if c.rng.Intn(2) == 0 {
 		c.stopPod(p)
 	}
+	c.unanswered()
 	if err := c.rt.RemovePod(context.Background(), p); err != nil {
 		c.fail("RemovePodSandbox %s: %v", p.Uid, err)
 	}
@@ -1043,6 +1080,7 @@ func (c *churn) stopPod(p *api.PodSandbox) {
 			if _, err := c.rt.StopContainer(context.Background(), ct); err != nil {
 				c.fail("StopContainer %s: %v", ct.Id, err)
 			}
+			c.answered()
 			c.ops["stop"]++
 		}
 	}
@@ -1053,6 +1091,7 @@ func (c *churn) stopPod(p *api.PodSandbox) {
 	if err != nil {
 		c.fail("StopPodSandbox %s: %v", p.Uid, err)
 	}
+	c.unanswered()
 	c.record("stop-pod %s", p.Uid)
 	c.ops["stop-pod"]++
 	c.check(true)
@@ -1443,6 +1482,7 @@ func (c *churn) verify() error {
 		return err
 	}
 	var probs []string
+	probs = append(probs, c.checkDeferred(e, st, applied)...)
 	// A pod's containers may overlap: a new one reuses the CPUs held for
 	// its exited ones.
 	if err := invariant.Check(e, st, applied); err != nil {

@@ -4,6 +4,7 @@ package churn
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/containerd/nri/pkg/api"
@@ -27,6 +28,10 @@ type device struct {
 	name string
 	devs []*api.LinuxDevice
 	env  string
+	// dra is a DRA claim's device attributes, mounted as KEP-5304's
+	// metadata file (the runtime mounts the host file below
+	// /var/run/dra-device-attributes).
+	dra  string
 	node int
 }
 
@@ -51,6 +56,9 @@ var devices = []device{
 	{name: "nvidia-all", env: "NVIDIA_VISIBLE_DEVICES=all", node: -1},
 	{name: "vfio-7", devs: []*api.LinuxDevice{char("/dev/vfio/7", 242, 3)}, node: -1},
 	{name: "null", devs: []*api.LinuxDevice{char("/dev/null", 1, 3)}, node: -1},
+	{name: "dra-numa0", dra: `"resource.kubernetes.io/numaNode": {"int": 0}`, node: 0},
+	{name: "dra-numa1", dra: `"resource.kubernetes.io/numaNode": {"int": 1}`, node: 1},
+	{name: "dra-pci-86", dra: `"resource.kubernetes.io/pciBusID": {"string": "` + gpus[0].PCI + `"}`, node: 1},
 }
 
 // gpus are two NVIDIA GPUs, minor 0 on node 1 and minor 1 on node 0 (the
@@ -99,6 +107,26 @@ func (c *churn) withDevices(p *api.PodSandbox, ct *api.Container) {
 	if d.env != "" {
 		ct.Env = append(ct.Env, d.env)
 	}
+	if d.dra != "" {
+		ct.Mounts = append(ct.Mounts, &api.Mount{Source: c.draFile(d), Type: "bind", Options: []string{"ro", "bind"},
+			Destination: "/var/run/dra-device-attributes/claim-" + d.name + "/gpu/gpu.example.com-metadata.json"})
+	}
+}
+
+// draFile is the host file of d's DRA metadata (written once).
+func (c *churn) draFile(d device) string {
+	p := filepath.Join(filepath.Dir(c.stateDir), d.name+"-metadata.json")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	doc := `{"apiVersion": "metadata.resource.k8s.io/v1alpha1", "kind": "DeviceMetadata",
+	 "metadata": {"name": "claim-` + d.name + `", "namespace": "default"},
+	 "requests": [{"name": "gpu", "devices": [{"name": "gpu-0", "driver": "gpu.example.com", "pool": "p",
+	   "attributes": {` + d.dra + `}}]}]}`
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	return p
 }
 
 // deviceNode is the NUMA node of the device the next container of pod

@@ -140,6 +140,7 @@ func (c *churn) opResize() {
 	before, _, _ := c.rt.CPUs(ct.Id)
 	_, err := c.rt.UpdateContainer(context.Background(), ct, res)
 	c.ops["resize"]++
+	c.unanswered() // a downsize gives CPUs back after the answer
 	switch {
 	case want == have && err != nil:
 		c.fail("resize of %s keeping %d exclusive CPUs refused: %v", ct.Id, have, err)
@@ -278,6 +279,9 @@ func (c *churn) reconcileRepair(why string) {
 		applied, _ = c.tracked()
 		c.record("diagnostic: a second reconcile restored %d; %v", again, applied)
 		c.fail("reconcile after %s restored %d containers; %d had drifted: %v", why, n, len(drifted), drifted)
+	}
+	if c.deferring() && n > 0 {
+		c.repairByAnswer()
 	}
 	c.check(true)
 }

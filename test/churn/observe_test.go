@@ -4,6 +4,7 @@ package churn
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -57,6 +58,7 @@ func (c *churn) opScrape() {
 			c.fail("/state: pod %s's block %q, the engine's %s", pv.PodUID, pv.Block, want)
 		}
 	}
+	c.checkNRT()
 	if m := get("/metrics").Body.String(); !strings.Contains(m, "nri_cpualign_shared_cpus ") || !strings.Contains(m, "nri_cpualign_connected 1") {
 		c.fail("/metrics lacks the pool gauges or nri_cpualign_connected 1")
 	}
@@ -66,4 +68,59 @@ func (c *churn) opScrape() {
 func sameList(s string, want cpuset.CPUSet) bool {
 	got, err := cpuset.Parse(s)
 	return err == nil && sameSet(got, want)
+}
+
+// checkNRT checks the NodeResourceTopology object the exporter publishes
+// (docs/node-resource-topology.md): one zone per NUMA node, named
+// node-<id>, whose cpu row has the node's CPUs as capacity, those less the
+// reserved ones as allocatable, and those less every exclusive assignment
+// (CPUs held for exited containers of live pods, pod-level blocks) as
+// available.
+func (c *churn) checkNRT() {
+	obj, err := c.d.NRT("churn-node")
+	if err != nil {
+		c.fail("NodeResourceTopology: %v", err)
+	}
+	e, st := c.d.EngineState()
+	if obj.Metadata.Name != "churn-node" {
+		c.fail("NodeResourceTopology named %q, want the node's name", obj.Metadata.Name)
+	}
+	exclusive := cpuset.New()
+	for _, byName := range st.Alloc.Assignments {
+		for _, cpus := range byName {
+			exclusive = exclusive.Union(cpus)
+		}
+	}
+	zones := map[string]bool{}
+	for _, z := range obj.Zones {
+		zones[z.Name] = true
+	}
+	for _, node := range c.topo.NUMANodes() {
+		name := fmt.Sprintf("node-%d", node)
+		cpus := c.topo.CPUsInNUMANodes(node)
+		if cpus.IsEmpty() {
+			continue
+		}
+		if !zones[name] {
+			c.fail("NodeResourceTopology has no zone %s (zones %v)", name, zones)
+		}
+		alloc := cpus.Difference(e.Reserved())
+		want := [3]int64{int64(cpus.Size()), int64(alloc.Size()), int64(alloc.Difference(exclusive).Size())}
+		rows := 0
+		for _, z := range obj.Zones {
+			for _, r := range z.Resources {
+				if z.Name != name || r.Name != "cpu" {
+					continue
+				}
+				rows++
+				if [3]int64{r.Capacity, r.Allocatable, r.Available} != want {
+					c.fail("NodeResourceTopology zone %s cpu: capacity/allocatable/available %d/%d/%d, want %v (reserved %s, exclusive %s)",
+						name, r.Capacity, r.Allocatable, r.Available, want, e.Reserved(), exclusive)
+				}
+			}
+		}
+		if rows != 1 {
+			c.fail("NodeResourceTopology zone %s has %d cpu rows, want 1", name, rows)
+		}
+	}
 }

@@ -99,6 +99,7 @@ func (c *churn) opResizeExclusive() {
 	c.record("resize-exclusive %s (%s/%s) cpus=%s baseline=%s (exact %t) -> %dm", ct.Id, pod, ct.Name, cur, base, exact, next.CPURequestMilli)
 	before, _, _ := c.rt.CPUs(ct.Id)
 	_, err := c.rt.UpdateContainer(context.Background(), ct, nritest.ContainerResources(next))
+	c.unanswered() // a downsize gives CPUs back after the answer
 	c.ops["resize-exclusive"]++
 	reason := ""
 	if err != nil {
