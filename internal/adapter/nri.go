@@ -723,50 +723,58 @@ func podUnknown(st policy.State, pod string) bool {
 // runtime call and records it in the runtime's spec; PostUpdateContainer
 // checks the cgroup afterwards.
 func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (updates []*api.ContainerUpdate, err error) {
-	// Runs last, with the ledger unlocked: the answer also carries what
-	// was held back for one (owed).
-	defer func() {
-		if err == nil {
-			updates = p.withOwed(ctr.GetId(), updates)
-		}
-	}()
-	defer func() { updates = p.quotaAtUpdate(ctr, updates) }()
 	defer p.d.obs.timeEvent("UpdateContainer")()
-	d := p.d
 	cpu := request.CPUOf(res)
 	resized := cpu != nil && (cpu.GetShares() != nil || cpu.GetQuota() != nil)
 	if resized {
 		// An exclusive resize answers the container's new cpuset (and,
 		// growing under in-answer, the shared-pool containers' first).
+		// Its Update is its own: under direct an upsize waits for the
+		// applier's pass outside it.
 		ups, err := p.resize(ctr.GetId(), request.WithCPU(pod, ctr, cpu))
 		if err != nil || len(ups) > 0 {
-			return ups, err
+			return p.answerUpdate(ctr, ups, err, false), err
 		}
 	}
-	d.led.Read(func(l *ledger.Tx) {
-		r, ok := l.Record(ctr.GetId())
-		if !ok || l.Engine() == nil {
-			return
-		}
-		d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
-			"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
-		updates = currentCPUSet(l, r)
-	})
-	return updates, nil
+	return p.answerUpdate(ctr, nil, nil, resized), nil
 }
 
-// withOwed adds what the applier holds for an answer (owed) to updates,
-// the answer to skip's UpdateContainer (NRI's adaptation puts the
-// container's own update last itself).
-func (p *plugin) withOwed(skip string, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
-	p.d.led.Read(func(l *ledger.Tx) {
+// answerUpdate completes UpdateContainer's answer in one Read (the event
+// takes the ledger's lock once, twice with a resize): the container's
+// cpuset when no resize answered it (resized is for the log line), what
+// the quota lift needs (quota.go; the lift itself after the Read), and,
+// unless the update failed (err), the updates the applier deferred to an
+// answer (owed), first: NRI's adaptation puts the container's own update
+// last itself.
+func (p *plugin) answerUpdate(ctr *api.Container, updates []*api.ContainerUpdate, err error, resized bool) []*api.ContainerUpdate {
+	d := p.d
+	id := ctr.GetId()
+	ask := updates == nil && err == nil
+	var (
+		r          ledger.Record
+		known, off bool
+		owed       []*api.ContainerUpdate
+	)
+	d.led.Read(func(l *ledger.Tx) {
+		r, known = l.Record(id)
+		off = l.QuotaOff()
 		if l.Engine() == nil {
+			known = false
 			return
 		}
-		if owed := p.d.applier().Owed(l, skip, updates); len(owed) > 0 {
-			updates = append(owed, updates...)
+		if ask && known {
+			d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
+				"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
+			updates = currentCPUSet(l, r)
+		}
+		if err == nil {
+			owed = d.applier().Owed(l, id, updates)
 		}
 	})
+	updates = p.quotaAtUpdate(r, known && off, updates)
+	if len(owed) > 0 {
+		updates = append(owed, updates...)
+	}
 	return updates
 }
 

@@ -63,19 +63,16 @@ func (p *plugin) quotaAtSync(l *ledger.Tx, ctrs []*api.Container, updates []*api
 // quotaAtUpdate is UpdateContainer's part: the resize the kubelet sends
 // carries the container's quota again, and the kubelet may have written
 // the pod's already (a growing limit goes to the pod first). It returns
-// updates with the container's quota removed when it is exclusive after
-// the update. Outside any Update.
-func (p *plugin) quotaAtUpdate(ctr *api.Container, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
-	var (
-		r       ledger.Record
-		ok, off bool
-	)
-	p.d.led.Read(func(l *ledger.Tx) { r, ok = l.Record(ctr.GetId()); off = l.QuotaOff() })
-	if !ok || !r.Exclusive || !off {
+// updates with the container's quota removed when r, known to the ledger
+// with disable_cpu_quota_with_exclusive_cpus on (off), is exclusive after
+// the update, and lifts its pod's. Outside any Update (answerUpdate read
+// r and off).
+func (p *plugin) quotaAtUpdate(r ledger.Record, off bool, updates []*api.ContainerUpdate) []*api.ContainerUpdate {
+	if !off || !r.Exclusive {
 		return updates
 	}
 	p.liftPodQuota(r, "container updated")
-	return withNoQuota(updates, ctr.GetId())
+	return withNoQuota(updates, r.ID)
 }
 
 // withNoQuota sets quota -1 in the update of container id, adding one when
