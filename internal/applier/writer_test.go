@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -15,93 +14,12 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
+	"github.com/nri-cpualign/nri-cpualign/internal/systemd/systemdtest"
 )
-
-// unifiedRoot is a fake cgroup v2 root holding dirs.
-func unifiedRoot(t *testing.T, dirs ...string) string {
-	t.Helper()
-	root := t.TempDir()
-	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range dirs {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
-}
-
-// fakeSystemd records what the daemon asks of systemd. Each call is noted
-// with what the cgroup file it concerns holds at that moment (file), so
-// that a test sees whether systemd was asked before the file was written.
-type fakeSystemd struct {
-	mu      sync.Mutex
-	calls   []string
-	lifted  map[string]bool // slice → systemd holds no quota
-	setErr  error
-	liftErr error             // the next LiftQuota's error only
-	held    map[string]string // unit → the AllowedCPUs of the last SetCPUSet that succeeded
-	version int
-	file    func(unit string) string
-}
-
-func (f *fakeSystemd) note(format string, args ...any) {
-	f.mu.Lock()
-	f.calls = append(f.calls, fmt.Sprintf(format, args...))
-	f.mu.Unlock()
-}
-
-func (f *fakeSystemd) SetCPUSet(_ context.Context, unit, cpus, mems string) error {
-	held := ""
-	if f.file != nil {
-		held = f.file(unit)
-	}
-	f.note("SetCPUSet %s cpus=%s mems=%s file=%s", unit, cpus, mems, held)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.setErr != nil {
-		return f.setErr
-	}
-	if f.held == nil {
-		f.held = map[string]string{}
-	}
-	f.held[unit] = cpus
-	return nil
-}
-
-func (f *fakeSystemd) LiftQuota(_ context.Context, unit string) error {
-	f.note("LiftQuota %s", unit)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.liftErr; err != nil {
-		f.liftErr = nil
-		return err
-	}
-	if f.lifted == nil {
-		f.lifted = map[string]bool{}
-	}
-	f.lifted[unit] = true
-	return nil
-}
-
-func (f *fakeSystemd) QuotaLifted(_ context.Context, unit string) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lifted[unit], nil
-}
-
-func (f *fakeSystemd) Version() int { return f.version }
-
-func (f *fakeSystemd) got() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.calls...)
-}
 
 // sdDials are the ways to systemd a test gives the daemon: a working
 // fake, or none (no bus socket), counting the dials.
-func sdDial(f *fakeSystemd, dials *atomic.Int32) func(context.Context) (systemd.Manager, error) {
+func sdDial(f *systemdtest.Fake, dials *atomic.Int32) func(context.Context) (systemd.Manager, error) {
 	return func(context.Context) (systemd.Manager, error) {
 		dials.Add(1)
 		if f == nil {
@@ -117,7 +35,7 @@ func scopeRoot(t *testing.T) (root, ctrPath, scopeDir, podDir string) {
 	t.Helper()
 	podDir = "kubepods.slice/kubepods-pod1.slice"
 	scopeDir = podDir + "/cri-containerd-abc.scope"
-	root = unifiedRoot(t, scopeDir)
+	root = systemdtest.UnifiedRoot(t, scopeDir)
 	for f, v := range map[string]string{scopeDir + "/cpuset.cpus": "0-7\n", scopeDir + "/cpuset.mems": "0\n", podDir + "/cpu.max": "400000 100000\n"} {
 		if err := os.WriteFile(filepath.Join(root, f), []byte(v), 0o644); err != nil {
 			t.Fatal(err)
@@ -142,8 +60,8 @@ func readFile(t *testing.T, path string) string {
 // files are written; cgroupfs paths and cgroup v1 never ask systemd.
 func TestWriteThroughSystemd(t *testing.T) {
 	root, path, scopeDir, _ := scopeRoot(t)
-	fake := &fakeSystemd{version: 252}
-	fake.file = func(unit string) string {
+	fake := systemdtest.New(252)
+	fake.File = func(unit string) string {
 		if unit != "cri-containerd-abc.scope" {
 			return "?"
 		}
@@ -159,15 +77,15 @@ func TestWriteThroughSystemd(t *testing.T) {
 		t.Errorf("cpuset.cpus %q, want 2-3", got)
 	}
 	want := []string{"SetCPUSet cri-containerd-abc.scope cpus=2-3 mems=0 file=0-7"}
-	if got := fake.got(); strings.Join(got, "|") != strings.Join(want, "|") {
+	if got := fake.Calls(); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("systemd calls %q, want %q", got, want)
 	}
 
-	fake.setErr = fmt.Errorf("%w: Unit cri-containerd-abc.scope not found.", systemd.ErrNoUnit)
+	fake.FailSets(fmt.Errorf("%w: Unit cri-containerd-abc.scope not found.", systemd.ErrNoUnit))
 	if err := u.writeCPUSet(path, "4", ""); err != nil {
 		t.Errorf("a unit systemd does not know: %v", err)
 	}
-	fake.setErr = errors.New("Access denied")
+	fake.FailSets(errors.New("Access denied"))
 	if err := u.writeCPUSet(path, "5", ""); err == nil || !strings.Contains(err.Error(), "cri-containerd-abc.scope") {
 		t.Errorf("systemd's failure not reported with the unit: %v", err)
 	}
@@ -179,8 +97,8 @@ func TestWriteThroughSystemd(t *testing.T) {
 	}
 
 	// cgroupfs path on v2, and a systemd path on v1: files only.
-	n := len(fake.got())
-	fsRoot := unifiedRoot(t, "kubepods/pod1/abc")
+	n := len(fake.Calls())
+	fsRoot := systemdtest.UnifiedRoot(t, "kubepods/pod1/abc")
 	if err := os.WriteFile(filepath.Join(fsRoot, "kubepods/pod1/abc/cpuset.cpus"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +118,7 @@ func TestWriteThroughSystemd(t *testing.T) {
 	if err := u.writeCPUSet(path, "1", ""); err != nil {
 		t.Fatal(err)
 	}
-	if got := fake.got(); len(got) != n {
+	if got := fake.Calls(); len(got) != n {
 		t.Errorf("systemd asked for a cgroupfs path or under cgroup v1: %q", got[n:])
 	}
 
@@ -220,7 +138,7 @@ func TestWriteThroughSystemd(t *testing.T) {
 // nothing more is sent.
 func TestLiftQuotaThroughSystemd(t *testing.T) {
 	root, path, _, podDir := scopeRoot(t)
-	fake := &fakeSystemd{version: 252}
+	fake := systemdtest.New(252)
 	u := newUpdater(nil, nil, nil, cgroups.New(root), logrus.New())
 	u.sd = NewSysLink(func(context.Context) (systemd.Manager, error) { return fake, nil }, nil)
 
@@ -231,17 +149,17 @@ func TestLiftQuotaThroughSystemd(t *testing.T) {
 	if got := readFile(t, filepath.Join(root, podDir, "cpu.max")); got != "max" {
 		t.Errorf("cpu.max %q, want max", got)
 	}
-	if got := fake.got(); len(got) != 1 || got[0] != "LiftQuota kubepods-pod1.slice" {
+	if got := fake.Calls(); len(got) != 1 || got[0] != "LiftQuota kubepods-pod1.slice" {
 		t.Errorf("systemd calls %q", got)
 	}
 	if res := u.liftPodQuota(path); res.err != nil || res.lifted {
 		t.Errorf("second lift: %+v, want nothing to do", res)
 	}
-	if got := fake.got(); len(got) != 1 {
+	if got := fake.Calls(); len(got) != 1 {
 		t.Errorf("systemd asked again though it holds no quota: %q", got)
 	}
 	// systemd set the kubelet's quota again (a re-apply after a resize).
-	fake.lifted["kubepods-pod1.slice"] = false
+	fake.SetLifted("kubepods-pod1.slice", false)
 	if res := u.liftPodQuota(path); res.err != nil || !res.lifted {
 		t.Errorf("lift after systemd's quota came back: %+v", res)
 	}

@@ -22,23 +22,9 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
 	"github.com/nri-cpualign/nri-cpualign/internal/podres"
 	"github.com/nri-cpualign/nri-cpualign/internal/systemd"
+	"github.com/nri-cpualign/nri-cpualign/internal/systemd/systemdtest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/config"
 )
-
-// unifiedRoot is a fake cgroup v2 root holding dirs.
-func unifiedRoot(t *testing.T, dirs ...string) string {
-	t.Helper()
-	root := t.TempDir()
-	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpuset cpu memory\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range dirs {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
-}
 
 // entriesAt are the log lines at level that name key in their "key" field.
 func entriesAt(hook *logtest.Hook, level logrus.Level) []*logrus.Entry {
@@ -51,96 +37,9 @@ func entriesAt(hook *logtest.Hook, level logrus.Level) []*logrus.Entry {
 	return out
 }
 
-// fakeSystemd records what the daemon asks of systemd. Each call is noted
-// with what the cgroup file it concerns holds at that moment (file), so
-// that a test sees whether systemd was asked before the file was written.
-type fakeSystemd struct {
-	mu      sync.Mutex
-	calls   []string
-	lifted  map[string]bool // slice → systemd holds no quota
-	setErr  error
-	liftErr error             // the next LiftQuota's error only
-	held    map[string]string // unit → the AllowedCPUs of the last SetCPUSet that succeeded
-	version int
-	file    func(unit string) string
-}
-
-func (f *fakeSystemd) note(format string, args ...any) {
-	f.mu.Lock()
-	f.calls = append(f.calls, fmt.Sprintf(format, args...))
-	f.mu.Unlock()
-}
-
-func (f *fakeSystemd) SetCPUSet(_ context.Context, unit, cpus, mems string) error {
-	held := ""
-	if f.file != nil {
-		held = f.file(unit)
-	}
-	f.note("SetCPUSet %s cpus=%s mems=%s file=%s", unit, cpus, mems, held)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.setErr != nil {
-		return f.setErr
-	}
-	if f.held == nil {
-		f.held = map[string]string{}
-	}
-	f.held[unit] = cpus
-	return nil
-}
-
-// allowed is what systemd holds for unit after the calls that succeeded.
-func (f *fakeSystemd) allowed(unit string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.held[unit]
-}
-
-func (f *fakeSystemd) failSets(err error) {
-	f.mu.Lock()
-	f.setErr = err
-	f.mu.Unlock()
-}
-
-func (f *fakeSystemd) LiftQuota(_ context.Context, unit string) error {
-	f.note("LiftQuota %s", unit)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.liftErr; err != nil {
-		f.liftErr = nil
-		return err
-	}
-	if f.lifted == nil {
-		f.lifted = map[string]bool{}
-	}
-	f.lifted[unit] = true
-	return nil
-}
-
-// quotaLifted reports whether systemd holds no quota for slice.
-func (f *fakeSystemd) quotaLifted(slice string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lifted[slice]
-}
-
-func (f *fakeSystemd) QuotaLifted(_ context.Context, unit string) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lifted[unit], nil
-}
-
-func (f *fakeSystemd) Version() int { return f.version }
-
-func (f *fakeSystemd) got() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.calls...)
-}
-
 // sdDials are the ways to systemd a test gives the daemon: a working
 // fake, or none (no bus socket), counting the dials.
-func sdDial(f *fakeSystemd, dials *atomic.Int32) func(context.Context) (systemd.Manager, error) {
+func sdDial(f *systemdtest.Fake, dials *atomic.Int32) func(context.Context) (systemd.Manager, error) {
 	return func(context.Context) (systemd.Manager, error) {
 		dials.Add(1)
 		if f == nil {
@@ -175,14 +74,14 @@ func TestModeOnSystemd(t *testing.T) {
 		{"no systemd", "", config.SharedUpdatesDirect, []string{"kubepods/burstable"}, false, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := unifiedRoot(t, tc.dirs...)
+			root := systemdtest.UnifiedRoot(t, tc.dirs...)
 			cfg, err := config.Load([]byte(reserveCore0 + "state_dir = \"" + t.TempDir() + "\"\nmetrics_address = \"\"\ncgroup_root = \"" + root + "\"\n" + tc.extra))
 			if err != nil {
 				t.Fatal(err)
 			}
-			var fake *fakeSystemd
+			var fake *systemdtest.Fake
 			if tc.bus {
-				fake = &fakeSystemd{version: 252}
+				fake = systemdtest.New(252)
 			}
 			var dials atomic.Int32
 			log, hook := logtest.NewNullLogger()
@@ -242,7 +141,7 @@ func TestSeeDriver(t *testing.T) {
 		{"scopes on cgroup v1", "", nil, true, false, []string{scopePath}, config.SharedUpdatesDirect, config.SharedUpdatesDirect},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := unifiedRoot(t, tc.dirs...)
+			root := systemdtest.UnifiedRoot(t, tc.dirs...)
 			if tc.v1 {
 				root = t.TempDir()
 				if err := os.MkdirAll(filepath.Join(root, "cpuset"), 0o755); err != nil {
@@ -253,9 +152,9 @@ func TestSeeDriver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var fake *fakeSystemd
+			var fake *systemdtest.Fake
 			if tc.bus {
-				fake = &fakeSystemd{version: 252}
+				fake = systemdtest.New(252)
 			}
 			var dials atomic.Int32
 			log, hook := logtest.NewNullLogger()
@@ -331,8 +230,8 @@ func TestDirectThroughSystemd(t *testing.T) {
 	rt := startSystemdRuntime(t)
 	scopes := map[string]*api.Container{}
 	var scopesMu sync.Mutex
-	fake := &fakeSystemd{version: 252}
-	fake.file = func(unit string) string {
+	fake := systemdtest.New(252)
+	fake.File = func(unit string) string {
 		scopesMu.Lock()
 		c := scopes[unit]
 		scopesMu.Unlock()
@@ -380,10 +279,10 @@ func TestDirectThroughSystemd(t *testing.T) {
 		t.Errorf("be1's scope %q once c2 started, want 0,2-4,6-7", got)
 	}
 	want := "SetCPUSet " + be1Unit + " cpus=0,2-4,6-7 mems= file=0-7"
-	if calls := fake.got(); !slices.Contains(calls, want) {
+	if calls := fake.Calls(); !slices.Contains(calls, want) {
 		t.Errorf("systemd calls %q lack %q", calls, want)
 	}
-	if calls := fake.got(); !slices.Contains(calls, "LiftQuota kubepods-podg1.slice") {
+	if calls := fake.Calls(); !slices.Contains(calls, "LiftQuota kubepods-podg1.slice") {
 		t.Errorf("systemd calls %q: the exclusive pod's slice quota was not lifted", calls)
 	}
 
@@ -393,7 +292,7 @@ func TestDirectThroughSystemd(t *testing.T) {
 		t.Errorf("be1's scope %q once g1 was removed, want 0-7", got)
 	}
 	want = "SetCPUSet " + be1Unit + " cpus=0-7 mems= file=0,2-4,6-7"
-	if calls := fake.got(); !slices.Contains(calls, want) {
+	if calls := fake.Calls(); !slices.Contains(calls, want) {
 		t.Errorf("systemd calls %q lack %q", calls, want)
 	}
 	if n := len(rt.Unsolicited()); n != 0 {
@@ -412,7 +311,7 @@ func TestDirectThroughSystemd(t *testing.T) {
 func TestDirectRewritesAfterFailedWrite(t *testing.T) {
 	topo := loadFixture(t, "ht-1s-4c")
 	rt := startSystemdRuntime(t)
-	fake := &fakeSystemd{version: 252}
+	fake := systemdtest.New(252)
 	var dials atomic.Int32
 	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), topo, WithSystemd(sdDial(fake, &dials)))
 	slicePod := func(uid, qos string) *api.PodSandbox { return addSlicePod(rt, uid, qos) }
@@ -427,15 +326,15 @@ func TestDirectRewritesAfterFailedWrite(t *testing.T) {
 	be1 := create(slicePod("be", "besteffort"), "be1", 0, 0)
 	unit := "cri-containerd-" + be1.Id + ".scope"
 
-	fake.failSets(errors.New("read unix @->/run/dbus/system_bus_socket: use of closed network connection"))
+	fake.FailSets(errors.New("read unix @->/run/dbus/system_bus_socket: use of closed network connection"))
 	g1 := slicePod("g1", "guaranteed")
 	create(g1, "c2", 2000, 2000)
 	settle(t, r.d)
 	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
 		t.Fatalf("be1's scope file %q once c2 started, want 0,2-4,6-7 (systemd failed, the file not)", got)
 	}
-	fake.failSets(nil)
-	before := len(fake.got())
+	fake.FailSets(nil)
+	before := len(fake.Calls())
 
 	rt.removePod(g1)
 	settle(t, r.d)
@@ -443,22 +342,22 @@ func TestDirectRewritesAfterFailedWrite(t *testing.T) {
 		t.Errorf("be1's scope file %q once g1 was removed, want 0-7", got)
 	}
 	want := "SetCPUSet " + unit + " cpus=0-7 mems= file="
-	if calls := fake.got()[before:]; !slices.Contains(calls, want) {
+	if calls := fake.Calls()[before:]; !slices.Contains(calls, want) {
 		t.Errorf("systemd calls after the removal %q lack %q", calls, want)
 	}
 
 	// With no pool change after the failure, the reconcile round redoes
 	// the write: the file is right, so only the forgotten record tells.
-	fake.failSets(errors.New("context deadline exceeded"))
+	fake.FailSets(errors.New("context deadline exceeded"))
 	create(slicePod("g2", "guaranteed"), "c3", 2000, 2000)
 	settle(t, r.d)
-	fake.failSets(nil)
-	before = len(fake.got())
+	fake.FailSets(nil)
+	before = len(fake.Calls())
 	if n := r.d.ReconcileNow(); n != 0 {
 		t.Errorf("reconcile found %d drifted cgroups, want 0 (the files are right)", n)
 	}
 	want = "SetCPUSet " + unit + " cpus=0,2-4,6-7 mems= file="
-	if calls := fake.got()[before:]; !slices.Contains(calls, want) {
+	if calls := fake.Calls()[before:]; !slices.Contains(calls, want) {
 		t.Errorf("systemd calls of the reconcile round %q lack %q", calls, want)
 	}
 }
@@ -511,10 +410,10 @@ func (r retryTimer) none(t *testing.T, why string) {
 // startRetrying is a daemon on the systemd driver (ht-1s-4c, core 0
 // reserved, the reconcile loop off) over a fake systemd, whose retries
 // after transient systemd failures wait for timer.
-func startRetrying(t *testing.T) (*fakeRuntime, *fakeSystemd, retryTimer, *running) {
+func startRetrying(t *testing.T) (*fakeRuntime, *systemdtest.Fake, retryTimer, *running) {
 	t.Helper()
 	rt := startSystemdRuntime(t)
-	fake := &fakeSystemd{version: 252}
+	fake := systemdtest.New(252)
 	timer := make(retryTimer, applier.SystemdRetries+1)
 	r := startDaemon(t, rt, testConfig(t, rt, t.TempDir(), reserveCore0), loadFixture(t, "ht-1s-4c"),
 		WithSystemd(sdDial(fake, new(atomic.Int32))), withRetryTimer(timer.after))
@@ -549,26 +448,26 @@ func TestDirectRetriesTimedOutWrite(t *testing.T) {
 	// times out in systemd (in the start barrier's pass, and in the
 	// worker's if it comes after); the file takes it. Then systemd
 	// answers again, and only the retry can tell it.
-	fake.failSets(timedOut)
+	fake.FailSets(timedOut)
 	create(addSlicePod(rt, "g1", "guaranteed"), "c2", 2000, 2000)
 	settle(t, r.d)
-	fake.failSets(nil)
+	fake.FailSets(nil)
 	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
 		t.Fatalf("be1's scope file %q once c2 started, want 0,2-4,6-7", got)
 	}
-	if got := fake.allowed(unit); got != "" {
+	if got := fake.Allowed(unit); got != "" {
 		t.Fatalf("systemd holds %q for be1 after the timed-out calls, want nothing", got)
 	}
 	timer.first(t, "the timed-out write").run()
 	settle(t, r.d)
-	if got := fake.allowed(unit); got != "0,2-4,6-7" {
+	if got := fake.Allowed(unit); got != "0,2-4,6-7" {
 		t.Errorf("systemd holds %q for be1 after the retry, want 0,2-4,6-7", got)
 	}
 	timer.none(t, "though the retry wrote everything")
 
 	// An answer from systemd (access denied) is no reason to retry at
 	// once: c3 takes core 2 = {2,6}.
-	fake.failSets(errors.New("Access denied"))
+	fake.FailSets(errors.New("Access denied"))
 	g2 := addSlicePod(rt, "g2", "guaranteed")
 	create(g2, "c3", 2000, 2000)
 	settle(t, r.d)
@@ -579,7 +478,7 @@ func TestDirectRetriesTimedOutWrite(t *testing.T) {
 
 	// systemd keeps timing out: applier.SystemdRetries retries, each wait double the
 	// last, then the worker stops asking.
-	fake.failSets(timedOut)
+	fake.FailSets(timedOut)
 	rt.removePod(g2)
 	settle(t, r.d)
 	var waits []time.Duration
@@ -607,7 +506,7 @@ func TestDirectRetriesTimedOutWrite(t *testing.T) {
 	if got := cgroupCPUs(t, rt, be1); got != "0,2-4,6-7" {
 		t.Errorf("be1's scope file %q once g2 was removed, want 0,2-4,6-7", got)
 	}
-	if got := fake.allowed(unit); got != "0,2-4,6-7" {
+	if got := fake.Allowed(unit); got != "0,2-4,6-7" {
 		t.Errorf("systemd holds %q for be1 while every call fails, want the last pool it took, 0,2-4,6-7", got)
 	}
 }
@@ -621,17 +520,15 @@ func TestQuotaLiftRetriedAfterTimeout(t *testing.T) {
 	// A shared container first: its scope makes the daemon reach systemd
 	// (seeDriver), as on a node where the root showed none.
 	createScope(t, rt, addSlicePod(rt, "be", "besteffort"), "be1", 0, 0)
-	fake.mu.Lock()
-	fake.liftErr = fmt.Errorf("systemd unit kubepods-podg1.slice: %w", context.DeadlineExceeded)
-	fake.mu.Unlock()
+	fake.FailNextLift(fmt.Errorf("systemd unit kubepods-podg1.slice: %w", context.DeadlineExceeded))
 	createScope(t, rt, addSlicePod(rt, "g1", "guaranteed"), "c2", 2000, 2000)
 	settle(t, r.d)
-	if fake.quotaLifted("kubepods-podg1.slice") {
+	if fake.Lifted("kubepods-podg1.slice") {
 		t.Fatal("systemd holds no quota for g1's slice though the lift timed out")
 	}
 	timer.first(t, "the timed-out quota lift").run()
-	if !fake.quotaLifted("kubepods-podg1.slice") {
-		t.Errorf("systemd still holds g1's quota after the retry; calls %q", fake.got())
+	if !fake.Lifted("kubepods-podg1.slice") {
+		t.Errorf("systemd still holds g1's quota after the retry; calls %q", fake.Calls())
 	}
 	timer.none(t, "though the lift went through")
 }
