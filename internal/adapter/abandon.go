@@ -28,8 +28,8 @@ const reasonNeverStarted = "ContainerNeverStarted"
 // that never started and was replaced by its pod's retry.
 func (p *plugin) logAbandoned(r ledger.Record, cpus, why, msg string) {
 	d := p.d
-	d.obs.abandoned.Inc()
-	d.log.WithFields(logrus.Fields{
+	d.Metrics.abandoned.Inc()
+	d.Log.WithFields(logrus.Fields{
 		"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": cpus, "exclusive": r.Exclusive,
 		"reason": reasonNeverStarted, "detail": why,
 	}).Warn(msg)

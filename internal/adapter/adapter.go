@@ -41,29 +41,6 @@ type Deps struct {
 	Connected *atomic.Bool
 }
 
-// deps is Deps under the names the handlers use.
-type deps struct {
-	led         *ledger.Ledger
-	applierFn   func() applier.Applier
-	conn        *applier.Connection
-	log         *logrus.Logger
-	obs         *Metrics
-	kube        kubeLinks
-	seeDriverFn func(tx *ledger.Tx, paths ...string)
-	configureFn func(cfg string) error
-	syncedC     chan struct{}
-	connected   *atomic.Bool
-}
-
-// kubeLinks are the adapter's links to Kubernetes beside the runtime.
-type kubeLinks struct {
-	podres *request.PodResources
-}
-
-func (d *deps) applier() applier.Applier                 { return d.applierFn() }
-func (d *deps) seeDriver(tx *ledger.Tx, paths ...string) { d.seeDriverFn(tx, paths...) }
-func (d *deps) configure(cfg string) error               { return d.configureFn(cfg) }
-
 // Handlers are the NRI events the adapter answers; the NRI stub finds
 // them on the value New returns.
 type Handlers interface {
@@ -82,7 +59,5 @@ type Handlers interface {
 
 // New returns the adapter's handlers over d.
 func New(d Deps) Handlers {
-	return &plugin{d: &deps{led: d.Ledger, applierFn: d.Applier, conn: d.Conn, log: d.Log, obs: d.Metrics,
-		kube: kubeLinks{podres: d.PodResources}, seeDriverFn: d.SeeDriver, configureFn: d.Configure,
-		syncedC: d.Synced, connected: d.Connected}}
+	return &plugin{d: &d}
 }

@@ -25,7 +25,7 @@ import (
 // ledger's values and a ledger commit, and the result an NRI answer; the
 // applier is told when the shared pool changed. Requests and device NUMA
 // nodes are read before the ledger's lock is taken.
-type plugin struct{ d *deps }
+type plugin struct{ d *Deps }
 
 // The NRI events the plugin handles (the stub subscribes to exactly these).
 var (
@@ -71,27 +71,27 @@ func admissionError(err error) error {
 // subscribes to every event the plugin implements.
 func (p *plugin) Configure(_ context.Context, cfg, runtime, version string) (api.EventMask, error) {
 	d := p.d
-	d.log.WithFields(logrus.Fields{"runtime": runtime, "version": version, "has_config": strings.TrimSpace(cfg) != ""}).
+	d.Log.WithFields(logrus.Fields{"runtime": runtime, "version": version, "has_config": strings.TrimSpace(cfg) != ""}).
 		Info("configured by the runtime")
-	if err := d.configure(cfg); err != nil {
-		d.log.WithError(err).Error("refusing the runtime's configuration")
+	if err := d.Configure(cfg); err != nil {
+		d.Log.WithError(err).Error("refusing the runtime's configuration")
 		return 0, err
 	}
 	// What this runtime can take decides, before Synchronize and before
 	// any update, whether the plugin may update containers on its own.
 	nriVersion := ""
-	if s := d.conn.Get(); s != nil {
+	if s := d.Conn.Get(); s != nil {
 		nriVersion = s.RuntimeNRIVersion() // the stub has it before it calls Configure
 	}
 	rs := applier.SupportOf(runtime, version, nriVersion)
-	d.conn.SetRuntime(rs)
-	rs.LogSupport(d.log, d.applier().Mode())
+	d.Conn.SetRuntime(rs)
+	rs.LogSupport(d.Log, d.Applier().Mode())
 	return 0, nil // 0: every event the plugin implements
 }
 
 // Shutdown is the runtime going down; the state is already on disk.
 func (p *plugin) Shutdown(context.Context) {
-	p.d.log.Info("runtime is shutting down")
+	p.d.Log.Info("runtime is shutting down")
 }
 
 // Synchronize rebuilds the state against the runtime: containers that are
@@ -101,9 +101,9 @@ func (p *plugin) Shutdown(context.Context) {
 // updates that bring every container to its right cpuset. planSync makes
 // the decision; this commits it.
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
-	defer p.d.obs.timeEvent("Synchronize")()
+	defer p.d.Metrics.timeEvent("Synchronize")()
 	in := p.syncInput(pods, ctrs)
-	return ledger.Within(p.d.led, func(l *ledger.Tx) ([]*api.ContainerUpdate, error) { return p.synchronize(l, pods, ctrs, in) })
+	return ledger.Within(p.d.Ledger, func(l *ledger.Tx) ([]*api.ContainerUpdate, error) { return p.synchronize(l, pods, ctrs, in) })
 }
 
 // synchronize is Synchronize inside its Update.
@@ -116,8 +116,8 @@ func (p *plugin) synchronize(l *ledger.Tx, pods []*api.PodSandbox, ctrs []*api.C
 	for _, c := range in.Ctrs {
 		paths = append(paths, c.CgroupsPath)
 	}
-	d.seeDriver(l, paths...)
-	a := d.applier() // after seeDriver, which may replace it
+	d.SeeDriver(l, paths...)
+	a := d.Applier() // after seeDriver, which may replace it
 	in.State, in.Records, in.Static, in.Now, in.Shrinking = l.State(), l.Index(), l.Static(), l.Stamp(), l.Shrinks()
 	in.Records = memsAtSync(l.Engine(), in.State, in.Records)
 	plan := planSync(l.Engine(), in)
@@ -125,27 +125,27 @@ func (p *plugin) synchronize(l *ledger.Tx, pods []*api.PodSandbox, ctrs []*api.C
 	p.logMoved(in, plan)
 	scope := l.Settings().TopologyManagerScope
 	for _, adm := range plan.Admissions {
-		d.obs.observeAdmission(adm.Request, adm.Err, 0, in.Static, scope)
+		d.Metrics.observeAdmission(adm.Request, adm.Err, 0, in.Static, scope)
 	}
 	// The runtime's view decides which containers still await their
 	// start, which are stopped, each pod's sandbox and the devices.
 	sync := &ledger.Sync{AwaitStart: plan.AwaitStart, Stopped: stoppedOf(in), Sandboxes: sandboxesOf(in), Devices: devicesOf(in, plan.Records)}
 	if _, err := l.Commit(ledger.Change{Next: &plan.State, Index: ledger.IndexChange{All: plan.Records}, Sync: sync}); err != nil {
-		d.log.WithError(err).Error("synchronize: cannot write the checkpoint")
+		d.Log.WithError(err).Error("synchronize: cannot write the checkpoint")
 		return nil, err
 	}
 	updates := p.quotaAtSync(l, ctrs, a.Synchronized(l, plan.Updates))
-	d.log.WithFields(logrus.Fields{
+	d.Log.WithFields(logrus.Fields{
 		"pods": len(pods), "containers": len(plan.Live), "released": len(plan.Released), "placed": plan.Placed,
 		"updates": len(updates), "shared": l.Engine().SharedMask(l.State()).String(),
 	}).Info("synchronized with the runtime")
 	if l.Syncs() == 1 {
-		close(d.syncedC)
+		close(d.Synced)
 	}
 	if l.Syncs() > 1 {
-		d.obs.reconnects.Inc()
+		d.Metrics.reconnects.Inc()
 	}
-	d.connected.Store(true)
+	d.Connected.Store(true)
 	return updates, nil
 }
 
@@ -162,9 +162,9 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		podByID[pod.GetId()] = pod
 		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: request.PodKey(pod), Name: request.PodName(pod)})
 	}
-	devs := request.DeviceReaderOf(d.led.Config())
-	readCgroups := d.applier().SyncReadsCgroups()
-	cg := d.applier().CgroupRoot()
+	devs := request.DeviceReaderOf(d.Ledger.Config())
+	readCgroups := d.Applier().SyncReadsCgroups()
+	cg := d.Applier().CgroupRoot()
 	for _, c := range ctrs {
 		cpu := c.GetLinux().GetResources().GetCpu()
 		sc := syncCtr{ID: c.GetId(), SandboxID: c.GetPodSandboxId(), Name: c.GetName(), Phase: phaseOf(c),
@@ -198,7 +198,7 @@ func phaseOf(c *api.Container) ctrPhase {
 func (p *plugin) logSyncEvents(l *ledger.Tx, events []syncEvent) {
 	d := p.d
 	for _, ev := range events {
-		entry := d.log.WithFields(logrus.Fields{"pod": ev.Pod, "container": ev.Container, "id": ev.ID})
+		entry := d.Log.WithFields(logrus.Fields{"pod": ev.Pod, "container": ev.Container, "id": ev.ID})
 		switch ev.Kind {
 		case evKept:
 			entry.WithField("cpus", ev.CPUs.String()).
@@ -233,7 +233,7 @@ func (p *plugin) logMoved(in syncInput, plan syncPlan) {
 		if !known || !live || c.Phase != phaseRunning {
 			continue
 		}
-		p.d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "exclusive": plan.Records[u.ID].Exclusive,
+		p.d.Log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "exclusive": plan.Records[u.ID].Exclusive,
 			"found_cpus": c.CPUs, "cpus": u.CPUs}).
 			Info("synchronize: container running off its placement (an answer the runtime never applied, or a change while the plugin was away); moving it")
 	}
@@ -245,17 +245,17 @@ func (p *plugin) logMoved(in syncInput, plan syncPlan) {
 // containers along. A rejection fails the creation with the reason word
 // first.
 func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	defer p.d.obs.timeEvent("CreateContainer")()
+	defer p.d.Metrics.timeEvent("CreateContainer")()
 	d := p.d
 	req := request.For(pod, ctr)
-	entry := d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
-	cfg := d.led.Config()
+	entry := d.Log.WithFields(logrus.Fields{"pod": request.PodName(pod), "container": ctr.GetName(), "id": ctr.GetId()})
+	cfg := d.Ledger.Config()
 	devInfo, devErr := request.DeviceReaderOf(cfg).Nodes(pod, ctr)
-	devInfo, entry = d.kube.podres.Add(ctx, cfg, pod, ctr, devInfo, entry)
+	devInfo, entry = d.PodResources.Add(ctx, cfg, pod, ctr, devInfo, entry)
 	nodes := deviceNodes(devInfo, devErr, entry)
 	entry = devInfo.WithDevices(entry)
 	var adj *api.ContainerAdjustment
-	updates, err := ledger.Within(d.led, func(l *ledger.Tx) (updates []*api.ContainerUpdate, err error) {
+	updates, err := ledger.Within(d.Ledger, func(l *ledger.Tx) (updates []*api.ContainerUpdate, err error) {
 		adj, updates, err = p.create(l, pod, ctr, req, nodes, devInfo, entry)
 		return updates, err
 	})
@@ -270,13 +270,13 @@ func (p *plugin) create(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container, r
 	if e == nil {
 		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.PendingErr())
 	}
-	d.seeDriver(l, ctr.GetLinux().GetCgroupsPath())
-	a := d.applier() // after seeDriver, which may replace it
+	d.SeeDriver(l, ctr.GetLinux().GetCgroupsPath())
+	a := d.Applier() // after seeDriver, which may replace it
 	scope := l.Settings().TopologyManagerScope
 	start := time.Now()
 	ad := admit(e, l.State(), admitInput{Req: req, Nodes: nodes, Static: l.Static(),
 		Tracked: func(name string) bool { return l.Tracks(req.Pod, name) }, SharedOthers: l.SharedOthers(ctr.GetId())})
-	d.obs.observeAdmission(ad.Request, ad.Err, time.Since(start), l.Static(), scope)
+	d.Metrics.observeAdmission(ad.Request, ad.Err, time.Since(start), l.Static(), scope)
 	if ad.Err != nil {
 		err := admissionError(ad.Err)
 		entry.WithError(err).WithField("reason", reasonOf(err)).Warn("container rejected")
@@ -309,14 +309,14 @@ func (p *plugin) create(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container, r
 	poolChanged, err := l.Commit(ledger.Change{Next: &ad.Next, Index: ledger.IndexChange{Edit: edit}, Life: life})
 	if err != nil {
 		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
-		d.obs.refusals.WithLabelValues("PersistError").Inc()
+		d.Metrics.refusals.WithLabelValues("PersistError").Inc()
 		return nil, nil, err
 	}
 	for i, r := range superseded {
 		p.logAbandoned(r, supersededCPUs[i], "created again as "+rec.ID+" before it started",
 			"container never started: its pod created it again, the new attempt takes its place and its CPUs")
 	}
-	d.obs.observeDecision(dec, l.Topology(), e, scope)
+	d.Metrics.observeDecision(dec, l.Topology(), e, scope)
 
 	adj := adjustmentOf(dec)
 	p.exclusiveQuota(l, adj, rec)
@@ -383,9 +383,9 @@ func (p *plugin) logDecision(l *ledger.Tx, entry *logrus.Entry, dec policy.Decis
 // no longer awaits its start, and the applier holds the start until the
 // container's CPUs are its own (direct's start barrier).
 func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	defer p.d.obs.timeEvent("StartContainer")()
+	defer p.d.Metrics.timeEvent("StartContainer")()
 	var a applier.Applier
-	_ = p.d.led.Update(func(l *ledger.Tx) error {
+	_ = p.d.Ledger.Update(func(l *ledger.Tx) error {
 		a = p.start(l, pod, ctr)
 		return nil // logged: the start goes on
 	})
@@ -409,10 +409,10 @@ func (p *plugin) start(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) ap
 		entry.WithError(err).Error("cannot note the container's start")
 	case unplaced:
 		entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
-		d.seeDriver(l, rec.CgroupsPath)
-		d.applier().Kick()
+		d.SeeDriver(l, rec.CgroupsPath)
+		d.Applier().Kick()
 	}
-	return d.applier() // after seeDriver, which may replace it
+	return d.Applier() // after seeDriver, which may replace it
 }
 
 // unplaced takes in a container that starts although the plugin never
@@ -429,7 +429,7 @@ func (p *plugin) start(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) ap
 func (p *plugin) unplaced(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) (ledger.Record, *logrus.Entry, bool) {
 	d := p.d
 	id := ctr.GetId()
-	entry := d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "container": ctr.GetName(), "id": id})
+	entry := d.Log.WithFields(logrus.Fields{"pod": request.PodName(pod), "container": ctr.GetName(), "id": id})
 	e := l.Engine()
 	if _, ok := l.Record(id); ok || e == nil || l.Syncs() == 0 {
 		return ledger.Record{}, entry, false
@@ -448,8 +448,8 @@ func (p *plugin) unplaced(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container)
 // exactly them, and the pod's later containers of another name may reuse
 // them (held.go). The shared pool does not change: no updates.
 func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
-	defer p.d.obs.timeEvent("StopContainer")()
-	return ledger.Within(p.d.led, func(l *ledger.Tx) ([]*api.ContainerUpdate, error) { return p.stop(l, ctr) })
+	defer p.d.Metrics.timeEvent("StopContainer")()
+	return ledger.Within(p.d.Ledger, func(l *ledger.Tx) ([]*api.ContainerUpdate, error) { return p.stop(l, ctr) })
 }
 
 // stop is StopContainer inside its Update.
@@ -457,7 +457,7 @@ func (p *plugin) stop(l *ledger.Tx, ctr *api.Container) ([]*api.ContainerUpdate,
 	d := p.d
 	r, ok := l.Record(ctr.GetId())
 	if ok {
-		entry := ctrEntry(d.log, r)
+		entry := ctrEntry(d.Log, r)
 		held := heldFor(l, r)
 		if _, err := l.Commit(forgetting(r, ledger.Life{Stopped: map[string]ledger.PodContainer{r.ID: {Pod: r.Pod, Name: r.Name}}})); err != nil {
 			// What the applier holds for an answer stays held for the next.
@@ -469,7 +469,7 @@ func (p *plugin) stop(l *ledger.Tx, ctr *api.Container) ([]*api.ContainerUpdate,
 	// The answer also carries what was held back for one (owed): on a
 	// runtime that takes no unsolicited update a stop is one of the few
 	// events whose answer can.
-	return d.applier().Owed(l, ctr.GetId(), nil), nil
+	return d.Applier().Owed(l, ctr.GetId(), nil), nil
 }
 
 // forgetting is the change dropping a known container from the index,
@@ -512,14 +512,14 @@ func logHeld(entry *logrus.Entry, r ledger.Record, held cpuset.CPUSet, why strin
 // sends no StopPodSandbox or RemovePodSandbox for them. The removal, the
 // pod's end or the slice given back are one change: one commit.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
-	defer p.d.obs.timeEvent("RemoveContainer")()
+	defer p.d.Metrics.timeEvent("RemoveContainer")()
 	var changed bool
-	err := p.d.led.Update(func(l *ledger.Tx) (err error) {
+	err := p.d.Ledger.Update(func(l *ledger.Tx) (err error) {
 		changed, err = p.remove(l, ctr)
 		return err
 	})
 	if changed {
-		p.d.applier().Kick()
+		p.d.Applier().Kick()
 	}
 	return err
 }
@@ -530,13 +530,13 @@ func (p *plugin) remove(l *ledger.Tx, ctr *api.Container) (bool, error) {
 	d := p.d
 	id := ctr.GetId()
 	c := ledger.Change{Life: ledger.Life{Removed: id}}
-	entry := d.log.WithFields(logrus.Fields{"container": ctr.GetName(), "id": id})
+	entry := d.Log.WithFields(logrus.Fields{"container": ctr.GetName(), "id": id})
 	pc, known := l.StoppedAs(id)
 	r, tracked := l.Record(id)
 	held := cpuset.New()
 	if tracked {
 		pc, known = ledger.PodContainer{Pod: r.Pod, Name: r.Name}, true
-		entry = ctrEntry(d.log, r)
+		entry = ctrEntry(d.Log, r)
 		held = heldFor(l, r)
 		c.Index.Edit.Del = []string{id}
 	}
@@ -603,7 +603,7 @@ func sliceEnd(l *ledger.Tx, c *ledger.Change, pc ledger.PodContainer, but string
 // pool.
 func (p *plugin) logSliceEnd(l *ledger.Tx, pc ledger.PodContainer, cpus cpuset.CPUSet) {
 	pool, _ := l.Engine().PodPoolCPUs(l.State(), pc.Pod)
-	p.d.log.WithFields(logrus.Fields{"pod_uid": pc.Pod, "container": pc.Name, "cpus": cpus.String(), "pod_pool": pool.String()}).
+	p.d.Log.WithFields(logrus.Fields{"pod_uid": pc.Pod, "container": pc.Name, "cpus": cpus.String(), "pod_pool": pool.String()}).
 		Info("container of a pod-level pod removed: its exclusive slice, if any, is back in its pod's private pool")
 }
 
@@ -612,7 +612,7 @@ func (p *plugin) logSliceEnd(l *ledger.Tx, pc ledger.PodContainer, cpus cpuset.C
 // deleted), or to replace the sandbox, whose new containers are then
 // admitted afresh. Everything the pod holds is released.
 func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	defer p.d.obs.timeEvent("StopPodSandbox")()
+	defer p.d.Metrics.timeEvent("StopPodSandbox")()
 	return p.releasePod(pod, "stopped")
 }
 
@@ -620,7 +620,7 @@ func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
 // CPU the pod holds (its stopped containers' included) and forgets its
 // pod-scope affinity (idempotent).
 func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
-	defer p.d.obs.timeEvent("RemovePodSandbox")()
+	defer p.d.Metrics.timeEvent("RemovePodSandbox")()
 	return p.releasePod(pod, "removed")
 }
 
@@ -629,12 +629,12 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 // brings the shared-pool containers to the grown pool.
 func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 	var changed bool
-	err := p.d.led.Update(func(l *ledger.Tx) (err error) {
+	err := p.d.Ledger.Update(func(l *ledger.Tx) (err error) {
 		changed, err = p.endPod(l, pod, why)
 		return err
 	})
 	if changed {
-		p.d.applier().Kick()
+		p.d.Applier().Kick()
 	}
 	return err
 }
@@ -648,7 +648,7 @@ func (p *plugin) endPod(l *ledger.Tx, pod *api.PodSandbox, why string) (bool, er
 		return false, nil
 	}
 	if sb, ok := l.Sandbox(key); ok && pod.GetId() != "" && sb != pod.GetId() {
-		d.log.WithFields(logrus.Fields{"pod": request.PodName(pod), "sandbox": pod.GetId(), "current": sb}).
+		d.Log.WithFields(logrus.Fields{"pod": request.PodName(pod), "sandbox": pod.GetId(), "current": sb}).
 			Info("an earlier sandbox of the pod " + why + ": its containers in the current sandbox keep their CPUs")
 		return false, nil
 	}
@@ -656,7 +656,7 @@ func (p *plugin) endPod(l *ledger.Tx, pod *api.PodSandbox, why string) (bool, er
 	freed := podEnd(l, &c, key)
 	changed, err := l.Commit(c)
 	if err != nil {
-		d.log.WithError(err).WithFields(logrus.Fields{"pod": request.PodName(pod), "pod_uid": key}).
+		d.Log.WithError(err).WithFields(logrus.Fields{"pod": request.PodName(pod), "pod_uid": key}).
 			Error("cannot write the checkpoint; the pod's CPUs stay assigned")
 		return false, err
 	}
@@ -698,7 +698,7 @@ func (p *plugin) logPodEnd(l *ledger.Tx, name, key string, freed cpuset.CPUSet, 
 	if freed.IsEmpty() {
 		return
 	}
-	p.d.log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
+	p.d.Log.WithFields(logrus.Fields{"pod": name, "pod_uid": key, "cpus": freed.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
 		Info(why + ": the pod's exclusive CPUs released")
 }
 
@@ -723,7 +723,7 @@ func podUnknown(st policy.State, pod string) bool {
 // runtime call and records it in the runtime's spec; PostUpdateContainer
 // checks the cgroup afterwards.
 func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) (updates []*api.ContainerUpdate, err error) {
-	defer p.d.obs.timeEvent("UpdateContainer")()
+	defer p.d.Metrics.timeEvent("UpdateContainer")()
 	cpu := request.CPUOf(res)
 	resized := cpu != nil && (cpu.GetShares() != nil || cpu.GetQuota() != nil)
 	if resized {
@@ -755,7 +755,7 @@ func (p *plugin) answerUpdate(ctr *api.Container, updates []*api.ContainerUpdate
 		known, off bool
 		owed       []*api.ContainerUpdate
 	)
-	d.led.Read(func(l *ledger.Tx) {
+	d.Ledger.Read(func(l *ledger.Tx) {
 		r, known = l.Record(id)
 		off = l.QuotaOff()
 		if l.Engine() == nil {
@@ -763,12 +763,12 @@ func (p *plugin) answerUpdate(ctr *api.Container, updates []*api.ContainerUpdate
 			return
 		}
 		if ask && known {
-			d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
+			d.Log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": r.ID, "cpus": l.RightCPUs(r).String(), "mems": r.Mems,
 				"exclusive": r.Exclusive, "resize": resized}).Info("update of the container's resources: answered with its cpuset")
 			updates = currentCPUSet(l, r)
 		}
 		if err == nil {
-			owed = d.applier().Owed(l, id, updates)
+			owed = d.Applier().Owed(l, id, updates)
 		}
 	})
 	updates = p.quotaAtUpdate(r, known && off, updates)
@@ -798,8 +798,8 @@ func currentCPUSet(l *ledger.Tx, r ledger.Record) []*api.ContainerUpdate {
 // by the applier (written under direct, pushed through the runtime by the
 // worker under in-answer).
 func (p *plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
-	defer p.d.obs.timeEvent("PostUpdateContainer")()
+	defer p.d.Metrics.timeEvent("PostUpdateContainer")()
 	p.resized(ctr.GetId())
-	p.d.applier().Updated(ctr.GetId())
+	p.d.Applier().Updated(ctr.GetId())
 	return nil
 }

@@ -94,5 +94,5 @@ func withNoQuota(updates []*api.ContainerUpdate, id string) []*api.ContainerUpda
 // liftPodQuota removes the quota of rec's pod cgroup through the applier,
 // which logs it and retries a transient systemd failure.
 func (p *plugin) liftPodQuota(rec ledger.Record, why string) {
-	p.d.applier().LiftPodQuota(rec, why)
+	p.d.Applier().LiftPodQuota(rec, why)
 }

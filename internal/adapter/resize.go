@@ -41,20 +41,20 @@ import (
 // upsize waits for the applier's pass outside it.
 func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, error) {
 	d := p.d
-	a := d.applier()
+	a := d.Applier()
 	var (
 		rd      policy.ResizeDecision
 		updates []*api.ContainerUpdate
 		entry   *logrus.Entry
 		fields  logrus.Fields // set once the resize is committed
 	)
-	err := d.led.Update(func(l *ledger.Tx) error {
+	err := d.Ledger.Update(func(l *ledger.Tx) error {
 		r, ok := l.Record(id)
 		if !ok || l.Engine() == nil {
 			return nil
 		}
 		req.Pod, req.Container = r.Pod, r.Name
-		entry = d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
+		entry = d.Log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
 		var (
 			next policy.State
 			err  error
@@ -69,7 +69,7 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 			reason := reasonOf(err)
 			entry.WithError(err).WithFields(logrus.Fields{"reason": reason, "cpus": cpus.String(),
 				"request_milli": req.CPURequestMilli}).Info("resize refused: the container keeps its CPUs")
-			d.obs.refusals.WithLabelValues(reason).Inc()
+			d.Metrics.refusals.WithLabelValues(reason).Inc()
 			return err
 		}
 		if !r.Exclusive || rd.Kind == policy.ResizeNone {
@@ -90,7 +90,7 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		if err != nil {
 			entry.WithError(err).WithFields(logrus.Fields{"reason": "PersistError", "kind": rd.Kind}).
 				Error("cannot write the checkpoint; the resize is refused and the container keeps its CPUs")
-			d.obs.refusals.WithLabelValues("PersistError").Inc()
+			d.Metrics.refusals.WithLabelValues("PersistError").Inc()
 			return err
 		}
 		fields = logrus.Fields{"cpus": rd.CPUs.String(), "mems": rd.Mems.String(), "baseline": rd.Baseline.String(),
@@ -111,7 +111,7 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		return nil, err
 	}
 	if rd.Kind == policy.ResizeUp {
-		d.obs.resizes.WithLabelValues(policy.ResizeUp).Inc()
+		d.Metrics.resizes.WithLabelValues(policy.ResizeUp).Inc()
 		// direct: the new pool is in every shared-pool cgroup before the
 		// container may run on the added CPUs (in-answer: no-op, the
 		// updates above go first).
@@ -129,12 +129,12 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 // container and the shrink pending, for a later update to finish.
 func (p *plugin) resized(id string) {
 	var changed bool
-	_ = p.d.led.Update(func(l *ledger.Tx) error {
+	_ = p.d.Ledger.Update(func(l *ledger.Tx) error {
 		changed = p.shrink(l, id)
 		return nil // logged: PostUpdateContainer goes on
 	})
 	if changed {
-		p.d.applier().Kick()
+		p.d.Applier().Kick()
 	}
 }
 
@@ -146,11 +146,11 @@ func (p *plugin) shrink(l *ledger.Tx, id string) bool {
 	r, known := l.Record(id)
 	if !ok || !known {
 		if _, err := l.Commit(ledger.Change{Life: ledger.Life{ShrinkDone: id}}); err != nil {
-			d.log.WithError(err).WithField("id", id).Error("cannot forget a downsize of a container not known")
+			d.Log.WithError(err).WithField("id", id).Error("cannot forget a downsize of a container not known")
 		}
 		return false
 	}
-	entry := d.log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
+	entry := d.Log.WithFields(logrus.Fields{"pod": r.PodName, "container": r.Name, "id": id})
 	cur, _ := l.Engine().Assignment(l.State(), r.Pod, r.Name)
 	next, rd, err := l.Engine().Resize(l.State(), s.Req)
 	if err == nil && (!cur.Equals(s.From) || rd.Kind != policy.ResizeDown || !rd.CPUs.Equals(s.To)) {
@@ -171,7 +171,7 @@ func (p *plugin) shrink(l *ledger.Tx, id string) bool {
 		entry.WithError(err).WithField("reason", "PersistError").Error("cannot write the checkpoint; the CPUs given back stay assigned to the container until its next update")
 		return false
 	}
-	d.obs.resizes.WithLabelValues(policy.ResizeDown).Inc()
+	d.Metrics.resizes.WithLabelValues(policy.ResizeDown).Inc()
 	entry.WithFields(logrus.Fields{"cpus": rd.CPUs.String(), "released": rd.Released.String(), "shared": l.Engine().SharedMask(l.State()).String()}).
 		Info("downsize done: the CPUs given back joined the shared pool")
 	return changed
