@@ -82,11 +82,20 @@ func (c *churn) checkDeferred(e *policy.Engine, st policy.State, applied map[inv
 // takes no unsolicited update: the repairs wait for the next answer. The
 // kubelet's UpdateContainerResources of a running container with its
 // resources unchanged is such an answer; after it every invariant holds
-// exactly, the drifted containers restored.
+// exactly, the drifted containers restored. Where none runs (every live
+// container created and not started yet), a created one takes the same
+// CRI call (CRI updates a created container's configuration; containerd
+// sends NRI's UpdateContainer for it too): the drifted container itself is
+// live, so there is always one, and the deferred repairs are never left
+// without an answer.
 func (c *churn) repairByAnswer() {
 	c.unanswered()
 	ct := c.pick(c.inState(api.ContainerState_CONTAINER_RUNNING))
 	if ct == nil {
+		ct = c.pick(c.live())
+	}
+	if ct == nil {
+		c.fail("a reconcile found drift with no live container to answer for it")
 		return
 	}
 	c.record("update %s, resources unchanged (the answer carries the deferred repairs)", ct.Id)
