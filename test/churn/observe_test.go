@@ -42,8 +42,10 @@ func (c *churn) opScrape() {
 	if !sv.Connected || !sv.Synchronized {
 		c.fail("/state: connected %v, synchronized %v between steps", sv.Connected, sv.Synchronized)
 	}
-	if want := e.SharedPool(st).CPUSet(); !sameList(sv.Shared, want) {
-		c.fail("/state: shared %q, the engine's pool %s", sv.Shared, want)
+	// shared is what shared-pool containers run on (docs/metrics.md): the
+	// pool, or the reserved CPUs while it is empty.
+	if want := e.SharedMask(st).CPUSet(); !sameList(sv.Shared, want) {
+		c.fail("/state: shared %q, the engine's pool %s (empty: the reserved CPUs)", sv.Shared, want)
 	}
 	for _, cv := range sv.Containers {
 		if !cv.Exclusive {
