@@ -197,7 +197,7 @@ bench-cri:
 	bash scripts/bench.sh --cri
 
 ## churn: the long model-based churn test (test/churn) under -race, OPS
-## operations split over its thirteen machine/option setups; CHURN_SEED=n replays
+## operations split over its fourteen machine/option setups; CHURN_SEED=n replays
 ## a run (a failure prints the seed and the op list)
 OPS ?= 100000
 .PHONY: churn

@@ -22,7 +22,7 @@ import (
 type Deps struct {
 	Ledger *ledger.Ledger
 	// Applier is the current applier (the daemon may swap it: seeDriver).
-	Applier func() applier.Applier
+	Applier *atomic.Pointer[applier.Ref]
 	Conn    *applier.Connection
 	Log     *logrus.Logger
 	Metrics *Metrics
@@ -30,8 +30,9 @@ type Deps struct {
 	PodResources *request.PodResources
 	// SeeDriver tells the daemon the cgroups paths an event carries,
 	// inside the event's transaction (the first one may change the
-	// applier).
-	SeeDriver func(tx *ledger.Tx, paths ...string)
+	// applier). It returns true once the mode is settled: the adapter
+	// then stops asking until the next Configure.
+	SeeDriver func(tx *ledger.Tx, paths ...string) (settled bool)
 	// Configure builds and commits the engine of the runtime's
 	// configuration (a runtime's Configure).
 	Configure func(cfg string) error

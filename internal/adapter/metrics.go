@@ -1,22 +1,7 @@
 package adapter
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
-	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
-	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
-)
-
-// Alignment boundaries, the kubelet's label values.
-const (
-	boundaryPhysicalCPU  = "physical_cpu"
-	boundaryNUMANode     = "numa_node"
-	boundaryUncoreCache  = "uncore_cache"
-	reasonSMT            = "SMTAlignmentError"
-	reasonTopologyAffine = "TopologyAffinityError"
 )
 
 // Metrics are what the handlers count: admissions and their refusals by
@@ -87,68 +72,4 @@ func (m *Metrics) refused(err error) {
 		reason = "AdmissionError"
 	}
 	m.refusals.WithLabelValues(reason).Inc()
-}
-
-// timeEvent observes, when the returned function is called (deferred at a
-// handler's start), the time since the handler began.
-func (m *Metrics) timeEvent(event string) func() {
-	t0 := time.Now()
-	return func() { m.eventDuration.WithLabelValues(event).Observe(time.Since(t0).Seconds()) }
-}
-
-// scopeLabel is the label value for the topology manager scope.
-func scopeLabel(scope string) string {
-	if scope == "pod" {
-		return "pod"
-	}
-	return "container"
-}
-
-// observeAdmission counts one admission under the static policy (static)
-// and the topology manager scope. dur 0 (admissions during Synchronize)
-// is not put in the histogram.
-func (m *Metrics) observeAdmission(req policy.Request, err error, dur time.Duration, static bool, scope string) {
-	m.admissionRequests.Inc()
-	if dur > 0 {
-		m.admissionDuration.Observe(dur.Seconds())
-	}
-	pinning := policy.ExclusiveCPUs(static, req) > 0
-	if pinning {
-		m.pinningRequests.Inc()
-	}
-	if err == nil {
-		return
-	}
-	m.admissionErrors.Inc()
-	m.refused(err)
-	switch reasonOf(err) {
-	case reasonSMT:
-		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryPhysicalCPU).Inc()
-	case reasonTopologyAffine:
-		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryNUMANode).Inc()
-	case allocator.ReasonUncoreCacheAlignment:
-		m.alignedFailures.WithLabelValues(scopeLabel(scope), boundaryUncoreCache).Inc()
-	}
-	if pinning {
-		m.pinningErrors.Inc()
-	}
-}
-
-// observeDecision counts the boundaries an exclusive allocation is
-// aligned on.
-func (m *Metrics) observeDecision(dec policy.Decision, topo *topology.Topology, engine *policy.Engine, scope string) {
-	if !dec.Exclusive || dec.CPUs.IsEmpty() {
-		return
-	}
-	if topo.CPUsInCores(topo.CoresOf(dec.CPUs)...).Equals(dec.CPUs) {
-		m.aligned.WithLabelValues(scopeLabel(scope), boundaryPhysicalCPU).Inc()
-	}
-	if len(topo.NUMANodesOf(dec.CPUs)) == 1 {
-		m.aligned.WithLabelValues(scopeLabel(scope), boundaryNUMANode).Inc()
-	}
-	// Under strict-align-cpus-by-uncorecache every admitted exclusive
-	// container is aligned by its rules (a larger one on whole caches).
-	if len(topo.L3GroupsOf(dec.CPUs)) == 1 || (!dec.Existing && engine.StrictUncore() != allocator.UncoreStrictOff) {
-		m.aligned.WithLabelValues(scopeLabel(scope), boundaryUncoreCache).Inc()
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -16,7 +17,6 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/request"
-
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -25,7 +25,12 @@ import (
 // ledger's values and a ledger commit, and the result an NRI answer; the
 // applier is told when the shared pool changed. Requests and device NUMA
 // nodes are read before the ledger's lock is taken.
-type plugin struct{ d *Deps }
+type plugin struct {
+	d *Deps
+	// driverSettled: the daemon's driver check said the mode cannot
+	// change before the next Configure, so events stop asking it.
+	driverSettled atomic.Bool
+}
 
 // The NRI events the plugin handles (the stub subscribes to exactly these).
 var (
@@ -85,8 +90,21 @@ func (p *plugin) Configure(_ context.Context, cfg, runtime, version string) (api
 	}
 	rs := applier.SupportOf(runtime, version, nriVersion)
 	d.Conn.SetRuntime(rs)
-	rs.LogSupport(d.Log, d.Applier().Mode())
-	return 0, nil // 0: every event the plugin implements
+	rs.LogSupport(d.Log, d.Applier.Load().Mode())
+	p.driverSettled.Store(false) // the configuration may have changed the mode's key
+	return 0, nil                // 0: every event the plugin implements
+}
+
+// seeDriver hands an event's cgroups paths to the daemon's driver check
+// until the check says the mode is settled (the first container's path
+// decides it, once). Inside the event's Update.
+func (p *plugin) seeDriver(l *ledger.Tx, paths ...string) {
+	if p.driverSettled.Load() {
+		return
+	}
+	if p.d.SeeDriver(l, paths...) {
+		p.driverSettled.Store(true)
+	}
 }
 
 // Shutdown is the runtime going down; the state is already on disk.
@@ -116,8 +134,8 @@ func (p *plugin) synchronize(l *ledger.Tx, pods []*api.PodSandbox, ctrs []*api.C
 	for _, c := range in.Ctrs {
 		paths = append(paths, c.CgroupsPath)
 	}
-	d.SeeDriver(l, paths...)
-	a := d.Applier() // after seeDriver, which may replace it
+	p.seeDriver(l, paths...)
+	a := d.Applier.Load() // after seeDriver, which may replace it
 	in.State, in.Records, in.Static, in.Now, in.Shrinking = l.State(), l.Index(), l.Static(), l.Stamp(), l.Shrinks()
 	in.Records = memsAtSync(l.Engine(), in.State, in.Records)
 	plan := planSync(l.Engine(), in)
@@ -163,8 +181,8 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: request.PodKey(pod), Name: request.PodName(pod)})
 	}
 	devs := request.DeviceReaderOf(d.Ledger.Config())
-	readCgroups := d.Applier().SyncReadsCgroups()
-	cg := d.Applier().CgroupRoot()
+	readCgroups := d.Applier.Load().SyncReadsCgroups()
+	cg := d.Applier.Load().CgroupRoot()
 	for _, c := range ctrs {
 		cpu := c.GetLinux().GetResources().GetCpu()
 		sc := syncCtr{ID: c.GetId(), SandboxID: c.GetPodSandboxId(), Name: c.GetName(), Phase: phaseOf(c),
@@ -262,110 +280,6 @@ func (p *plugin) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *
 	return adj, updates, err
 }
 
-// create is CreateContainer inside its Update.
-func (p *plugin) create(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container, req policy.Request, nodes []int, devInfo request.DeviceInfo,
-	entry *logrus.Entry) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	d := p.d
-	e := l.Engine()
-	if e == nil {
-		return nil, nil, fmt.Errorf("InvalidConfig: nri-cpualign is not configured: %w", l.PendingErr())
-	}
-	d.SeeDriver(l, ctr.GetLinux().GetCgroupsPath())
-	a := d.Applier() // after seeDriver, which may replace it
-	scope := l.Settings().TopologyManagerScope
-	start := time.Now()
-	ad := admit(e, l.State(), admitInput{Req: req, Nodes: nodes, Static: l.Static(),
-		Tracked: func(name string) bool { return l.Tracks(req.Pod, name) }, SharedOthers: l.SharedOthers(ctr.GetId())})
-	d.Metrics.observeAdmission(ad.Request, ad.Err, time.Since(start), l.Static(), scope)
-	if ad.Err != nil {
-		err := admissionError(ad.Err)
-		entry.WithError(err).WithField("reason", reasonOf(err)).Warn("container rejected")
-		return nil, nil, err
-	}
-	dec := ad.Decision
-	rec := ad.record(ledger.Record{ID: ctr.GetId(), Pod: req.Pod, PodName: request.PodName(pod), Name: ctr.GetName(),
-		CgroupsPath: ctr.GetLinux().GetCgroupsPath(), Since: l.Stamp()})
-	edit, superseded := withRecord(l, rec)
-	// Logged once the commit succeeded, with the state before it.
-	var supersededCPUs []string
-	for _, r := range superseded {
-		supersededCPUs = append(supersededCPUs, l.RightCPUs(r).String())
-	}
-	life := ledger.Life{AwaitStart: rec.ID}
-	if pod.GetId() != "" {
-		life.Sandbox = &ledger.PodSandbox{Pod: req.Pod, ID: pod.GetId()}
-	}
-	if len(devInfo.Devices) > 0 {
-		life.Devices = map[string][]ledger.DeviceView{rec.ID: deviceViews(devInfo.Devices)}
-	}
-	// The containers it replaces may still exist, exited (their stop
-	// never reached the plugin): their removal is no pod's end.
-	if len(edit.Del) > 0 {
-		life.Stopped = make(map[string]ledger.PodContainer, len(edit.Del))
-		for _, id := range edit.Del {
-			life.Stopped[id] = ledger.PodContainer{Pod: rec.Pod, Name: rec.Name}
-		}
-	}
-	poolChanged, err := l.Commit(ledger.Change{Next: &ad.Next, Index: ledger.IndexChange{Edit: edit}, Life: life})
-	if err != nil {
-		entry.WithError(err).Error("cannot write the checkpoint; failing the container rather than losing the decision")
-		d.Metrics.refusals.WithLabelValues("PersistError").Inc()
-		return nil, nil, err
-	}
-	for i, r := range superseded {
-		p.logAbandoned(r, supersededCPUs[i], "created again as "+rec.ID+" before it started",
-			"container never started: its pod created it again, the new attempt takes its place and its CPUs")
-	}
-	d.Metrics.observeDecision(dec, l.Topology(), e, scope)
-
-	adj := adjustmentOf(dec)
-	p.exclusiveQuota(l, adj, rec)
-	if !dec.Exclusive {
-		a.Created(rec.ID, dec.CPUs.String())
-	}
-	var updates []*api.ContainerUpdate
-	if poolChanged {
-		updates = a.PoolChanged(l, rec.ID)
-	}
-	updates = append(updates, a.Owed(l, rec.ID, updates)...)
-	p.logDecision(l, entry.WithField("updates", len(updates)), dec, "container admitted")
-	return adj, updates, nil
-}
-
-// withRecord is the edit putting rec in the index. A container
-// re-created under the same pod and name (a restart) replaces the old
-// record; the engine already gave it the old CPUs (held since the old one
-// stopped, or never released when it did not start). An old one that never
-// started is a dead attempt (the kubelet retries a failed creation with a
-// new ID): it is returned as superseded.
-func withRecord(l *ledger.Tx, rec ledger.Record) (edit ledger.Edit, superseded []ledger.Record) {
-	for id, r := range l.Records() {
-		if id != rec.ID && r.Pod == rec.Pod && r.Name == rec.Name {
-			if l.AwaitingStart(id) {
-				superseded = append(superseded, r)
-			}
-			// A restart keeps its pod's CPUs, and so their date.
-			if r.Exclusive && rec.Exclusive && r.Since != "" {
-				rec.Since = r.Since
-			}
-			edit.Del = append(edit.Del, id)
-		}
-	}
-	edit.Put = []ledger.Record{rec}
-	return edit, superseded
-}
-
-// adjustmentOf is the CreateContainer answer of a decision: cpuset.cpus
-// and, when it names them, cpuset.mems.
-func adjustmentOf(dec policy.Decision) *api.ContainerAdjustment {
-	adj := &api.ContainerAdjustment{}
-	adj.SetLinuxCPUSetCPUs(dec.CPUs.String())
-	if !dec.Mems.IsEmpty() {
-		adj.SetLinuxCPUSetMems(dec.Mems.String())
-	}
-	return adj
-}
-
 // logDecision writes the one info line per decision.
 func (p *plugin) logDecision(l *ledger.Tx, entry *logrus.Entry, dec policy.Decision, msg string) {
 	topo := l.Topology()
@@ -409,10 +323,10 @@ func (p *plugin) start(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container) ap
 		entry.WithError(err).Error("cannot note the container's start")
 	case unplaced:
 		entry.Warn("container starting that the plugin never placed (its CreateContainer answer did not reach the runtime): put on the shared pool")
-		d.SeeDriver(l, rec.CgroupsPath)
-		d.Applier().Kick()
+		p.seeDriver(l, rec.CgroupsPath)
+		d.Applier.Load().Kick()
 	}
-	return d.Applier() // after seeDriver, which may replace it
+	return d.Applier.Load() // after seeDriver, which may replace it
 }
 
 // unplaced takes in a container that starts although the plugin never
@@ -446,7 +360,7 @@ func (p *plugin) unplaced(l *ledger.Tx, pod *api.PodSandbox, ctr *api.Container)
 // held for its pod and name until the pod goes (RemovePodSandbox,
 // StopPodSandbox, or Synchronize not finding it). Its restart gets
 // exactly them, and the pod's later containers of another name may reuse
-// them (held.go). The shared pool does not change: no updates.
+// them (withReuse). The shared pool does not change: no updates.
 func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error) {
 	defer p.d.Metrics.timeEvent("StopContainer")()
 	return ledger.Within(p.d.Ledger, func(l *ledger.Tx) ([]*api.ContainerUpdate, error) { return p.stop(l, ctr) })
@@ -469,7 +383,7 @@ func (p *plugin) stop(l *ledger.Tx, ctr *api.Container) ([]*api.ContainerUpdate,
 	// The answer also carries what was held back for one (owed): on a
 	// runtime that takes no unsolicited update a stop is one of the few
 	// events whose answer can.
-	return d.Applier().Owed(l, ctr.GetId(), nil), nil
+	return d.Applier.Load().Owed(l, ctr.GetId(), nil), nil
 }
 
 // forgetting is the change dropping a known container from the index,
@@ -519,7 +433,7 @@ func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.
 		return err
 	})
 	if changed {
-		p.d.Applier().Kick()
+		p.d.Applier.Load().Kick()
 	}
 	return err
 }
@@ -634,7 +548,7 @@ func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
 		return err
 	})
 	if changed {
-		p.d.Applier().Kick()
+		p.d.Applier.Load().Kick()
 	}
 	return err
 }
@@ -742,7 +656,7 @@ func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // answerUpdate completes UpdateContainer's answer in one Read (the event
 // takes the ledger's lock once, twice with a resize): the container's
 // cpuset when no resize answered it (resized is for the log line), what
-// the quota lift needs (quota.go; the lift itself after the Read), and,
+// the quota lift needs (quotaAtUpdate; the lift itself after the Read), and,
 // unless the update failed (err), the updates the applier deferred to an
 // answer (owed), first: NRI's adaptation puts the container's own update
 // last itself.
@@ -768,7 +682,7 @@ func (p *plugin) answerUpdate(ctr *api.Container, updates []*api.ContainerUpdate
 			updates = currentCPUSet(l, r)
 		}
 		if err == nil {
-			owed = d.Applier().Owed(l, id, updates)
+			owed = d.Applier.Load().Owed(l, id, updates)
 		}
 	})
 	updates = p.quotaAtUpdate(r, known && off, updates)
@@ -780,7 +694,7 @@ func (p *plugin) answerUpdate(ctr *api.Container, updates []*api.ContainerUpdate
 
 // currentCPUSet is the update giving a known container the cpuset.cpus
 // (and, when its record names them, the cpuset.mems) it must have now;
-// none while that cpuset is empty (see emptypool.go). A shared-pool
+// none while that cpuset is empty (see strandedError). A shared-pool
 // container's mems are never set by the plugin, so the runtime's record
 // of them cannot be stale.
 func currentCPUSet(l *ledger.Tx, r ledger.Record) []*api.ContainerUpdate {
@@ -800,6 +714,13 @@ func currentCPUSet(l *ledger.Tx, r ledger.Record) []*api.ContainerUpdate {
 func (p *plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.Metrics.timeEvent("PostUpdateContainer")()
 	p.resized(ctr.GetId())
-	p.d.Applier().Updated(ctr.GetId())
+	p.d.Applier.Load().Updated(ctr.GetId())
 	return nil
+}
+
+// timeEvent observes, when the returned function is called (deferred at a
+// handler's start), the time since the handler began.
+func (m *Metrics) timeEvent(event string) func() {
+	t0 := time.Now()
+	return func() { m.eventDuration.WithLabelValues(event).Observe(time.Since(t0).Seconds()) }
 }

@@ -153,7 +153,7 @@ func planSync(e *policy.Engine, in syncInput) syncPlan {
 }
 
 // releaseGone forgets the containers that are gone or stopped. Their
-// CPUs stay assigned while their pod lives, as under the kubelet (held.go),
+// CPUs stay assigned while their pod lives, as under the kubelet (withReuse),
 // and so do assignments without a container (imported from the kubelet,
 // or from a checkpoint whose index was lost): the pod's next container of
 // that name gets them. Everything a pod that is gone holds is released,
@@ -308,7 +308,7 @@ func (p *planner) admit(pod syncPod, c syncCtr, r ledger.Record, sharedOthers in
 		nodes = c.Devices.Nodes
 	}
 	ad := admit(p.e, p.plan.State, admitInput{Req: c.Request, Nodes: nodes, Static: p.in.Static,
-		Tracked: func(name string) bool { return p.liveKey[ledger.PodContainer{Pod: pod.Key, Name: name}] }, SharedOthers: sharedOthers})
+		Tracked: func(name string) bool { return p.liveKey[ledger.PodContainer{Pod: pod.Key, Name: name}] }, SharedOthers: func() int { return sharedOthers }})
 	ad.ID = c.ID
 	p.plan.Admissions = append(p.plan.Admissions, ad)
 	if ad.Err != nil {
@@ -329,7 +329,7 @@ func (p *planner) event(ev syncEvent, pod syncPod, c syncCtr) {
 
 // finish lists the containers still waiting for their start and the
 // updates that bring every live container to its right cpuset (never an
-// empty one: see emptypool.go).
+// empty one: see strandedError).
 func (p *planner) finish() {
 	for _, c := range p.plan.Live {
 		if _, ok := p.plan.Records[c.ID]; ok && c.Phase == phaseCreated {

@@ -29,16 +29,6 @@ import (
 // noQuota is the runtime's "no CFS quota" (OCI linux.resources.cpu.quota).
 const noQuota = -1
 
-// exclusiveQuota takes the quota off a new exclusive container, in its
-// adjustment, and off its pod's cgroup. Inside CreateContainer's Update.
-func (p *plugin) exclusiveQuota(l *ledger.Tx, adj *api.ContainerAdjustment, rec ledger.Record) {
-	if !rec.Exclusive || !l.QuotaOff() {
-		return
-	}
-	adj.SetLinuxCPUQuota(noQuota)
-	p.liftPodQuota(rec, "container created")
-}
-
 // quotaAtSync adds to Synchronize's updates the quota removal of every
 // running or created exclusive container the runtime reports with a quota,
 // and lifts their pods' quota. Inside Synchronize's Update.
@@ -94,5 +84,5 @@ func withNoQuota(updates []*api.ContainerUpdate, id string) []*api.ContainerUpda
 // liftPodQuota removes the quota of rec's pod cgroup through the applier,
 // which logs it and retries a transient systemd failure.
 func (p *plugin) liftPodQuota(rec ledger.Record, why string) {
-	p.d.Applier().LiftPodQuota(rec, why)
+	p.d.Applier.Load().LiftPodQuota(rec, why)
 }

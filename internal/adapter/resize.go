@@ -8,7 +8,6 @@ import (
 
 	"github.com/nri-cpualign/nri-cpualign/internal/applier"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
-
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
@@ -41,7 +40,7 @@ import (
 // upsize waits for the applier's pass outside it.
 func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, error) {
 	d := p.d
-	a := d.Applier()
+	a := d.Applier.Load()
 	var (
 		rd      policy.ResizeDecision
 		updates []*api.ContainerUpdate
@@ -61,7 +60,7 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 		)
 		next, rd, err = l.Engine().Resize(l.State(), req)
 		if err == nil && rd.Kind == policy.ResizeUp {
-			err = stranding(l.Engine(), req, next, policy.Decision{Exclusive: true, CPUs: rd.CPUs}, l.SharedOthers(id))
+			err = stranding(l.Engine(), req, next, policy.Decision{Exclusive: true, CPUs: rd.CPUs}, func() int { return l.SharedOthers(id) })
 		}
 		if err != nil {
 			cpus := l.RightCPUs(r)
@@ -134,7 +133,7 @@ func (p *plugin) resized(id string) {
 		return nil // logged: PostUpdateContainer goes on
 	})
 	if changed {
-		p.d.Applier().Kick()
+		p.d.Applier.Load().Kick()
 	}
 }
 

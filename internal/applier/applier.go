@@ -77,6 +77,10 @@ type Applier interface {
 	base() *updater
 }
 
+// Ref boxes the current applier for an atomic.Pointer: the daemon swaps
+// it (its seeDriver), the adapter loads it at each use.
+type Ref struct{ Applier }
+
 // Counts is what the applier counts, for the daemon's metrics.
 type Counts interface {
 	// Drifted counts cgroups the reconcile loop found off their assignment.

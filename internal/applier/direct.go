@@ -71,7 +71,10 @@ type direct struct {
 // newDirect is the direct applier over u: every cgroup it writes goes
 // through u's cpusetWriter, the one seam (systemd first on a systemd
 // scope, then the file).
-func newDirect(u *updater) *direct { return &direct{updater: u, written: map[string]string{}} }
+func newDirect(u *updater) *direct {
+	u.wakeDelay.Store(int64(passDelay))
+	return &direct{updater: u, written: map[string]string{}}
+}
 
 func (a *direct) Mode() string { return config.SharedUpdatesDirect }
 
@@ -171,6 +174,19 @@ func (a *direct) SyncReadsCgroups() bool { return true }
 
 func (a *direct) Run(ctx context.Context) { a.loop(ctx, a.pass, a.Reconcile) }
 
+// passDelay is how long after a kick the worker wakes for its pass
+// (updater.Kick arms a timer rather than waking it). The kick comes from
+// inside the event that changed the pool, before its answer is sent: a
+// pass starting at once (hundreds of cgroup writes), or even the worker's
+// wake-up alone, competes with the answer's way back to the runtime for
+// the node's CPUs, and the runtime waits for that answer. The pass has
+// until the new container starts, after the OCI runtime's create (tens
+// of milliseconds), and the start barrier writes the pool itself if the
+// pass has not yet: the delay costs no start and no exclusivity. Kicks
+// that come during the delay (a burst of admissions) are served by one
+// pass.
+const passDelay = time.Millisecond
+
 // StartBarrier is the start barrier: every state committed so far is written
 // before the container starts (a pass runs here if the worker's has not
 // yet), and a shared-pool container's own cgroup is checked, since the OCI
@@ -239,7 +255,7 @@ func (a *direct) pass() {
 				if r.Exclusive || r.CgroupsPath == "" {
 					continue
 				}
-				// never an empty cpuset (the adapter's emptypool.go)
+				// never an empty cpuset (the adapter's strandedError)
 				if cpus := pools.Of(r); cpus != "" && a.written[id] != cpus {
 					todo = append(todo, target{id: id, name: r.Name, pod: r.PodName, path: r.CgroupsPath, cpus: cpus})
 				}
@@ -396,5 +412,18 @@ func (a *direct) restore(found []drifted, _ stub.Stub, _ uint64) {
 	}
 	if len(failed) > 0 {
 		a.log.WithError(errors.Join(failed...)).Warn("reconcile: restoring cpusets failed; retrying next period")
+	}
+}
+
+// Owed is nothing: direct never defers updates (it
+// writes the cgroups itself); inAnswer's defers them to the next answer.
+func (a *direct) Owed(*ledger.Tx, string, []*api.ContainerUpdate) []*api.ContainerUpdate { return nil }
+
+// kickIfShared kicks when some shared-pool container but skip must
+// follow the pool: a kick for nothing would still arm a wake-up and a
+// pass.
+func (u *updater) kickIfShared(tx *ledger.Tx, skip string) {
+	if tx.SharedOthers(skip) > 0 {
+		u.Kick()
 	}
 }

@@ -3,6 +3,7 @@ package applier
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // KickCounter counts the worker's kicks and the ones it has served, so
@@ -72,5 +73,35 @@ func (k *KickCounter) Wait(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+}
+
+// Kick has the worker bring every shared-pool container to the current
+// pool: it wakes it at once, or under direct arms its wake-up passDelay
+// later.
+func (u *updater) Kick() {
+	u.kicks.ask() // before the wake-up, which the worker serves with it
+	d := time.Duration(u.wakeDelay.Load())
+	if d == 0 {
+		u.wake()
+		return
+	}
+	// One armed wake-up serves every kick asked before it fires.
+	if u.wakePending.CompareAndSwap(false, true) {
+		u.after(d, func() {
+			u.wakePending.Store(false)
+			u.wake()
+		})
+	}
+}
+
+// afterFunc runs f after d (time.AfterFunc, its timer dropped).
+func afterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
+
+// wake has the worker pass unless a wake-up is waiting for it already.
+func (u *updater) wake() {
+	select {
+	case u.kickC <- struct{}{}:
+	default:
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/cgroups"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
@@ -100,5 +101,69 @@ func TestLeftoverWakeUpPassesNothing(t *testing.T) {
 	<-done
 	if len(passes) != 0 {
 		t.Fatalf("%d passes more than the kicks asked for", len(passes))
+	}
+}
+
+// TestDelayedWakeServesTheKicksMeanwhile: under a wake delay (direct's
+// passDelay) a kick arms one wake-up; the kicks before it fires are
+// served by the one pass it starts, and a kick after it arms the next.
+func TestDelayedWakeServesTheKicksMeanwhile(t *testing.T) {
+	u := newUpdater(ledger.New(config.Config{}, nil, nil, nil, ledger.Deps{}), nil, nil, cgroups.Root{}, nil)
+	var armed []func()
+	u.after = func(d time.Duration, f func()) {
+		if d != passDelay {
+			t.Errorf("wake-up armed for %v, want passDelay", d)
+		}
+		armed = append(armed, f)
+	}
+	newDirect(u)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	passes := make(chan int, 4)
+	n := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		u.loop(ctx, func() { n++; passes <- n }, func() int { return 0 })
+	}()
+
+	u.Kick()
+	u.Kick()
+	u.Kick()
+	if len(armed) != 1 {
+		t.Fatalf("%d wake-ups armed for three kicks before the first fired, want 1", len(armed))
+	}
+	if u.kicks.Settled() || len(passes) != 0 {
+		t.Fatal("a kick was served before its wake-up fired")
+	}
+	armed[0]()
+	if got := <-passes; got != 1 {
+		t.Fatalf("pass %d, want 1", got)
+	}
+	if err := u.kicks.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u.Kick()
+	if len(armed) != 2 {
+		t.Fatalf("%d wake-ups armed after a kick behind a fired one, want 2", len(armed))
+	}
+	armed[1]()
+	if got := <-passes; got != 2 {
+		t.Fatalf("pass %d, want 2", got)
+	}
+	if err := u.kicks.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if len(passes) != 0 {
+		t.Fatalf("%d passes more than the wake-ups asked for", len(passes))
+	}
+
+	// in-answer wakes at once: a push stands in for an answer.
+	newInAnswer(u)
+	u.Kick()
+	if len(armed) != 2 || len(u.kickC) != 1 {
+		t.Fatalf("in-answer: %d wake-ups armed, %d wake-ups waiting; want 2 and 1", len(armed), len(u.kickC))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -26,13 +27,20 @@ type updater struct {
 	log          *logrus.Logger
 	kickC        chan struct{}
 	kicks        KickCounter
-	quotaRetry   retryRun // pod quota lifts that failed in systemd (quota.go)
+	quotaRetry   retryRun // pod quota lifts that failed in systemd (writer.go)
+	// wakeDelay is how long after a kick the worker wakes (direct's
+	// passDelay; 0: at once), wakePending whether a delayed wake-up is
+	// armed, after how it is armed (time.AfterFunc; tests fire it).
+	wakeDelay   atomic.Int64
+	wakePending atomic.Bool
+	after       func(d time.Duration, f func())
 }
 
 // newUpdater is an updater reading and writing cg; its writes tell
 // systemd first once u.sd is set (New).
 func newUpdater(l *ledger.Ledger, obs Counts, conn *Connection, cg cgroups.Root, log *logrus.Logger) *updater {
-	return &updater{l: l, obs: obs, conn: conn, cpusetWriter: cpusetWriter{cg: cg}, log: log, kickC: make(chan struct{}, 1)}
+	return &updater{l: l, obs: obs, conn: conn, cpusetWriter: cpusetWriter{cg: cg}, log: log, kickC: make(chan struct{}, 1),
+		after: afterFunc}
 }
 
 func (u *updater) Kicks() *KickCounter { return &u.kicks }
@@ -40,28 +48,6 @@ func (u *updater) Kicks() *KickCounter { return &u.kicks }
 func (u *updater) CgroupRoot() cgroups.Root { return u.cg }
 
 func (u *updater) base() *updater { return u }
-
-// Kick wakes the worker to bring every shared-pool container to the
-// current pool.
-func (u *updater) Kick() {
-	u.kicks.ask() // before the wake-up, which the worker serves with it
-	select {
-	case u.kickC <- struct{}{}:
-	default:
-	}
-}
-
-// kickIfShared kicks when some shared-pool container but skip must
-// follow the pool: a kick for nothing costs the answer a goroutine
-// handoff.
-func (u *updater) kickIfShared(tx *ledger.Tx, skip string) {
-	for id, r := range tx.Records() {
-		if id != skip && !r.Exclusive {
-			u.Kick()
-			return
-		}
-	}
-}
 
 // loop is the worker: on a kick, pass; every reconcile_period,
 // reconcile. The runtime's Configure may change the period; it kicks the
@@ -170,7 +156,7 @@ func (u *updater) readDrift(items []wantedCPUs) []drifted {
 	var found []drifted
 	for _, it := range items {
 		if it.rec.CgroupsPath == "" || it.cpus.IsEmpty() {
-			continue // an empty cpuset is never applied (the adapter's emptypool.go)
+			continue // an empty cpuset is never applied (the adapter's strandedError)
 		}
 		cpus, mems, err := u.cg.Read(it.rec.CgroupsPath)
 		if errors.Is(err, cgroups.ErrGone) {
@@ -241,10 +227,6 @@ func (u *updater) logDrift(found []drifted) {
 		}).Warn("cpuset drifted from the assignment; restoring it")
 	}
 }
-
-// Owed is nothing for an applier that never defers updates (direct
-// writes the cgroups itself); inAnswer's is below.
-func (u *updater) Owed(*ledger.Tx, string, []*api.ContainerUpdate) []*api.ContainerUpdate { return nil }
 
 // send pushes updates computed at generation gen, warning with failure when
 // some did not apply. A commit since gen may have made them stale: the

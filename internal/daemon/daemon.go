@@ -148,7 +148,7 @@ type kubeLinks struct {
 	// the worker.
 	nrt *nrtexport.Exporter
 	// podres asks the kubelet's PodResources API for devices
-	// (internal/request podresources.go).
+	// (internal/request request.go).
 	podres request.PodResources
 }
 
@@ -160,6 +160,7 @@ type runState struct {
 	unlockState func() error
 	workerOn    bool
 	cancel      context.CancelFunc // stops the running applier's worker (swapApplier)
+	stopped     chan struct{}      // closed when that worker has returned
 }
 
 // applying is how the shared pool reaches the cgroups: the applier of the
@@ -168,20 +169,17 @@ type runState struct {
 // changes the mode (seeDriver); the way to systemd its writes take on a
 // systemd node; and whether that first path was seen.
 type applying struct {
-	ref        atomic.Pointer[applierRef]
+	ref        atomic.Pointer[applier.Ref]
 	sd         *applier.SysLink
 	driverSeen bool // under the ledger's lock
 }
 
-// applierRef boxes an applier for atomic.Pointer.
-type applierRef struct{ a applier.Applier }
-
 // applier is the way the shared pool is applied.
-func (d *Daemon) applier() applier.Applier { return d.app.ref.Load().a }
+func (d *Daemon) applier() applier.Applier { return d.app.ref.Load().Applier }
 
 // handlers is the NRI adapter over this daemon: what the NRI stub calls.
 func (d *Daemon) handlers() adapter.Handlers {
-	return adapter.New(adapter.Deps{Ledger: d.led, Applier: d.applier, Conn: &d.conn, Log: d.log, Metrics: d.obs.events,
+	return adapter.New(adapter.Deps{Ledger: d.led, Applier: &d.app.ref, Conn: &d.conn, Log: d.log, Metrics: d.obs.events,
 		PodResources: &d.kube.podres, SeeDriver: d.seeDriver, Configure: d.configure, Synced: d.syncedC, Connected: &d.connected})
 }
 
@@ -244,10 +242,10 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if o.wrapStore != nil {
 		store = o.wrapStore(store)
 	}
-	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: store, Obs: d.obs, Log: o.log, Now: o.now, Changed: d.kickExporter})
+	l := ledger.New(cfg, topo, engine, pendingErr, ledger.Deps{Store: store, Obs: d.obs, Log: o.log, Now: o.now})
 	d.led = l
-	d.obs.reg.MustRegister(observe.NewHeldGauge(l.View), observe.NewMemoryCollector(l.View))
-	d.app.ref.Store(&applierRef{applier.New(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
+	d.obs.reg.MustRegister(observe.NewPoolCollector(l.View), observe.NewHeldGauge(l.View), observe.NewMemoryCollector(l.View))
+	d.app.ref.Store(&applier.Ref{Applier: applier.New(cfg.SharedPoolUpdates, l, d.obs, &d.conn, root, d.app.sd, o.log)})
 	if d.kube.nrt, err = observe.NewNRTExporter(cfg, l.View, o.log); err != nil {
 		return nil, err
 	}
@@ -256,15 +254,6 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	warnZeroReservation(engine, cfg, d.log)
 	return d, nil
-}
-
-// kickExporter tells the NodeResourceTopology exporter, if any, that the
-// state changed (the ledger's Deps.Changed; d.kube.nrt is set before the
-// first commit).
-func (d *Daemon) kickExporter() {
-	if d.kube.nrt != nil {
-		d.kube.nrt.Kick()
-	}
 }
 
 // buildEngine checks the daemon's own rule (the static policy takes no
@@ -388,10 +377,16 @@ func (d *Daemon) startLocked(l *ledger.Tx, re *ledger.Reconfigure) error {
 		d.run.workerOn = true
 		d.startWorker(d.applier())
 		if exp := d.kube.nrt; exp != nil {
-			wg.Add(1)
+			wg.Add(2)
 			go func() {
 				defer wg.Done()
 				exp.Run(ctx)
+			}()
+			// The exporter follows the ledger's commits: a signal pending
+			// from the restore just committed kicks it at once.
+			go func() {
+				defer wg.Done()
+				forwardChanged(ctx, d.led.Changed(), exp.Kick)
 			}()
 		}
 	}
@@ -415,8 +410,21 @@ func (d *Daemon) startLocked(l *ledger.Tx, re *ledger.Reconfigure) error {
 	return nil
 }
 
-// restoreLocked reads the state on disk and commits it: the gauges, the pool
-// check, the generation and the exporter follow it as any commit. With
+// forwardChanged kicks for every signal of changed (the ledger's
+// Changed, coalesced as the exporter's kicks are) until ctx ends.
+func forwardChanged(ctx context.Context, changed <-chan struct{}, kick func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			kick()
+		}
+	}
+}
+
+// restoreLocked reads the state on disk and commits it: the pool check,
+// the generation and Changed (the exporter) follow it as any commit. With
 // re (a pre-registered plugin's first Configure) the state is read for
 // re's configuration and engine, and both are one change: one commit.
 // Inside an Update.
@@ -612,7 +620,7 @@ func (d *Daemon) reconfigure(l *ledger.Tx, in config.Config) error {
 		if err := applier.ChooseMode(&next, root, d.app.sd, "", d.log); err != nil {
 			return fmt.Errorf("configuration from the runtime: %w", err)
 		}
-		d.app.ref.Store(&applierRef{applier.New(next.SharedPoolUpdates, d.led, d.obs, &d.conn, root, d.app.sd, d.log)})
+		d.app.ref.Store(&applier.Ref{Applier: applier.New(next.SharedPoolUpdates, d.led, d.obs, &d.conn, root, d.app.sd, d.log)})
 		// Committed with the state restored from disk: one change.
 		re := &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: engine.NewState()}
 		applyLogSettings(d.log, next)
@@ -640,8 +648,9 @@ func (d *Daemon) reconfigure(l *ledger.Tx, in config.Config) error {
 	for _, n := range notes {
 		d.log.WithField("note", n).Warn("state reconciled with the runtime's configuration")
 	}
-	// Through Commit: the gauges, the pool check, the generation and the
-	// NodeResourceTopology exporter follow the new configuration at once.
+	// Through Commit: the pool check, the generation and Changed (the
+	// NodeResourceTopology exporter) follow the new configuration at once,
+	// and the gauges read it at the next scrape.
 	if _, err := l.Commit(ledger.Change{Reconfigure: &ledger.Reconfigure{Cfg: next, Topo: topo, Engine: engine, State: st}}); err != nil {
 		return err
 	}

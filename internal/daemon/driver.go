@@ -56,12 +56,17 @@ func withRetryTimer(after func(d time.Duration, f func())) Option {
 // where it showed systemd. The first path decides, once: a node has one
 // driver. A mode written in the configuration, and cgroup v1 (systemd
 // holds no cpuset there), stay. When the mode changes, the ledger's
-// configuration says so (ledger.SetMode) and the applier is swapped.
-// Inside the event's Update.
-func (d *Daemon) seeDriver(l *ledger.Tx, paths ...string) {
+// configuration says so (ledger.SetMode) and the applier is swapped. It
+// returns true once nothing but a Configure can change the mode: the
+// adapter then stops calling it, so that an event's path does not pass
+// through the daemon. Inside the event's Update.
+func (d *Daemon) seeDriver(l *ledger.Tx, paths ...string) (settled bool) {
 	cfg := l.Settings()
-	if d.app.driverSeen || cfg.Line(config.KeySharedPoolUpdates) > 0 || l.Engine() == nil {
-		return
+	if d.app.driverSeen || cfg.Line(config.KeySharedPoolUpdates) > 0 {
+		return true // decided, or the configuration's word (a Configure may change that)
+	}
+	if l.Engine() == nil {
+		return false
 	}
 	path := ""
 	for _, p := range paths {
@@ -71,21 +76,22 @@ func (d *Daemon) seeDriver(l *ledger.Tx, paths ...string) {
 		}
 	}
 	if path == "" {
-		return
+		return false
 	}
 	d.app.driverSeen = true
 	a := d.applier()
 	root := a.CgroupRoot()
 	if !root.Unified() || systemd.IsSystemdPath(path) == root.SystemdManaged() {
-		return // the start-up decision went by the same sign
+		return true // the start-up decision went by the same sign
 	}
 	// Not in the configuration: the default, decided again.
 	cfg.SharedPoolUpdates = config.SharedUpdatesDirect
 	if err := applier.ChooseMode(&cfg, root, d.app.sd, path, d.log); err != nil || cfg.SharedPoolUpdates == a.Mode() {
-		return // an error only for a mode asked for, which stays
+		return true // an error only for a mode asked for, which stays
 	}
 	l.SetMode(cfg.SharedPoolUpdates)
 	d.swapApplier(applier.For(cfg.SharedPoolUpdates, a))
+	return true
 }
 
 // swapApplier replaces the applier and moves the worker to the new one,
@@ -93,7 +99,7 @@ func (d *Daemon) seeDriver(l *ledger.Tx, paths ...string) {
 // (under in-answer the runtime's record of them is stale). Inside an
 // Update.
 func (d *Daemon) swapApplier(next applier.Applier) {
-	d.app.ref.Store(&applierRef{next})
+	d.app.ref.Store(&applier.Ref{Applier: next})
 	if !d.run.workerOn {
 		return
 	}
@@ -106,10 +112,12 @@ func (d *Daemon) swapApplier(next applier.Applier) {
 // replaced. Inside an Update (d.run).
 func (d *Daemon) startWorker(app applier.Applier) {
 	ctx, cancel := context.WithCancel(d.run.ctx)
-	d.run.cancel = cancel
+	stopped := make(chan struct{})
+	d.run.cancel, d.run.stopped = cancel, stopped
 	d.run.wg.Add(1)
 	go func() {
 		defer d.run.wg.Done()
+		defer close(stopped)
 		app.Run(ctx)
 	}()
 }

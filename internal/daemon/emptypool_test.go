@@ -8,9 +8,9 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
-	logtest "github.com/sirupsen/logrus/hooks/test"
 )
 
 // hookedLogger is testLogger with the entries also kept for inspection.

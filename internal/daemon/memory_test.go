@@ -209,7 +209,7 @@ func gauge(t *testing.T, d *Daemon, name, node, resource string) float64 {
 	return -1
 }
 
-// Memory follows the CPUs' held rule (held.go): a stopped and removed
+// Memory follows the CPUs' held rule (the adapter's withReuse): a stopped and removed
 // container's memory stays assigned to its pod and name while the pod
 // lives (here it keeps another container), its re-creation gets the same
 // nodes without counting it twice, and the pod's end frees it. A pod

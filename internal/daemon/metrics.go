@@ -4,60 +4,39 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"reflect"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/adapter"
 	"github.com/nri-cpualign/nri-cpualign/internal/buildinfo"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
-	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
 
 // metrics are the daemon's Prometheus metrics, on a registry of its own so
 // that several daemons can live in one test process. The ledger's commit
-// sets the gauges, the applier counts into them (applier.Counts), and
-// the handlers into events (the NRI adapter's own).
+// reports a failed save and the shared pool's emptiness (ledger.Observer),
+// the applier counts into them (applier.Counts), and the handlers into
+// events (the NRI adapter's own); the gauges of the state are read from
+// the ledger's view at scrape time (observe's collectors, daemon.New).
 type metrics struct {
 	reg    *prometheus.Registry
 	events *adapter.Metrics
 
-	sharedCPUs       prometheus.Gauge
-	exclusiveCPUs    prometheus.Gauge
-	reservedCPUs     prometheus.Gauge
-	containers       prometheus.Gauge
 	drift            prometheus.Counter
 	updateRepairs    prometheus.Counter
 	deferred         prometheus.Counter
 	checkpointErrors prometheus.Counter
 	poolEmpty        prometheus.Gauge
 	buildInfo        *prometheus.GaugeVec
-	resizedCPUs      prometheus.Gauge
-
-	// exclusiveCount's last assignments map and count, and its bitmap; under
-	// the ledger's lock (Gauges).
-	exclOf      map[string]map[string]cpuset.CPUSet
-	excl        int
-	exclCounted bool
-	exclBits    []uint64
 }
 
 func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
-		sharedCPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_shared_cpus",
-			Help: "CPUs in the shared pool."}),
-		exclusiveCPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_exclusive_cpus",
-			Help: "CPUs assigned exclusively to containers."}),
-		reservedCPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_reserved_cpus",
-			Help: "CPUs reserved for the system."}),
-		containers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_containers",
-			Help: "Containers the plugin tracks."}),
 		drift: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_reconcile_drift_total",
 			Help: "Containers whose cgroup cpuset was found different from their assignment and restored."}),
 		updateRepairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "nri_cpualign_update_repairs_total",
@@ -71,12 +50,8 @@ func newMetrics() *metrics {
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nri_cpualign_build_info",
 			Help: "Always 1; the labels say which build of the plugin runs."}, []string{"version", "revision", "go"}),
 	}
-	m.resizedCPUs = prometheus.NewGauge(prometheus.GaugeOpts{Name: "nri_cpualign_resized_cpus",
-		Help: "Exclusive CPUs containers have beyond their baselines (the CPUs they were admitted with): nri_cpualign_exclusive_cpus minus this is what admissions gave."})
-	m.reg.MustRegister(m.resizedCPUs)
 	m.buildInfo.WithLabelValues(buildinfo.MetricLabels()).Set(1)
-	m.reg.MustRegister(m.sharedCPUs, m.exclusiveCPUs, m.reservedCPUs, m.containers,
-		m.drift, m.updateRepairs, m.deferred, m.checkpointErrors, m.poolEmpty, m.buildInfo)
+	m.reg.MustRegister(m.drift, m.updateRepairs, m.deferred, m.checkpointErrors, m.poolEmpty, m.buildInfo)
 	m.events = adapter.NewMetrics(m.reg)
 	return m
 }
@@ -94,28 +69,6 @@ func (m *metrics) registerConnected(connected *atomic.Bool) {
 		}))
 }
 
-// Gauges sets the pool gauges from a committed state with n
-// containers, from the ledger's Commit.
-func (m *metrics) Gauges(e *policy.Engine, st policy.State, n int) {
-	m.sharedCPUs.Set(float64(e.SharedPool(st).Size()))
-	m.exclusiveCPUs.Set(float64(m.exclusiveCount(st.Alloc.Assignments)))
-	m.resizedCPUs.Set(float64(resizedCPUs(st)))
-	m.reservedCPUs.Set(float64(e.Reserved().Size()))
-	m.containers.Set(float64(n))
-}
-
-// resizedCPUs is how many exclusive CPUs containers hold beyond their
-// baselines.
-func resizedCPUs(st policy.State) int {
-	n := 0
-	for pod, byName := range st.Baseline {
-		for name, base := range byName {
-			n += st.Alloc.Assignments[pod][name].Size() - base.Size()
-		}
-	}
-	return n
-}
-
 // PoolEmpty sets nri_cpualign_shared_pool_empty.
 func (m *metrics) PoolEmpty(empty bool) {
 	if empty {
@@ -123,41 +76,6 @@ func (m *metrics) PoolEmpty(empty bool) {
 	} else {
 		m.poolEmpty.Set(0)
 	}
-}
-
-// sameMap reports whether a and b are the same map (not merely equal).
-func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
-}
-
-// exclusiveCount is how many CPUs the assignments hold. The engine never
-// changes an assignments map in place, so the same map as last time has
-// the same count: events that leave the exclusive CPUs alone (shared-pool
-// containers) count nothing. The others count into a bitmap, one bit per
-// CPU (not a sum of sizes: an app container reusing its init container's
-// CPUs overlaps it).
-func (m *metrics) exclusiveCount(assign map[string]map[string]cpuset.CPUSet) int {
-	if m.exclCounted && sameMap(assign, m.exclOf) {
-		return m.excl
-	}
-	clear(m.exclBits)
-	n := 0
-	for _, byName := range assign {
-		for _, cpus := range byName {
-			for _, cpu := range cpus.UnsortedList() {
-				w := cpu / 64
-				if w >= len(m.exclBits) {
-					m.exclBits = append(m.exclBits, make([]uint64, w+1-len(m.exclBits))...)
-				}
-				if bit := uint64(1) << (cpu % 64); m.exclBits[w]&bit == 0 {
-					m.exclBits[w] |= bit
-					n++
-				}
-			}
-		}
-	}
-	m.exclOf, m.excl, m.exclCounted = assign, n, true
-	return n
 }
 
 // State returns the current assignments as served on /state.

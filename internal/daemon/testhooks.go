@@ -60,6 +60,24 @@ func (d *Daemon) Settle(ctx context.Context) error { return d.applier().Kicks().
 // reading back every cgroup would load the measured process's collector).
 func (d *Daemon) Settled() bool { return d.applier().Kicks().Settled() }
 
+// StopWorker stops the update worker and returns once it has (test hook:
+// test/paths counts the files one event runs statements in, and a pass
+// the event's kick started would run beside it at no fixed moment). Kicks
+// after it are asked and never served.
+func (d *Daemon) StopWorker() {
+	var stopped chan struct{}
+	_ = d.led.Update(func(*ledger.Tx) error {
+		if d.run.cancel != nil {
+			d.run.cancel()
+		}
+		stopped = d.run.stopped
+		return nil
+	})
+	if stopped != nil {
+		<-stopped
+	}
+}
+
 // NRT is the NodeResourceTopology object the exporter would publish now
 // for node (test hook: the exporter itself needs an API server).
 func (d *Daemon) NRT(node string) (nrt.Object, error) { return observe.NRTObject(d.led.View(), node) }

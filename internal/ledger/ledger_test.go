@@ -2,7 +2,9 @@ package ledger
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -23,24 +25,29 @@ func (s *fakeStore) Save(Save) error {
 }
 
 type fakeObs struct {
-	errs, gauges int
-	reserved     int
-	empty        []bool
+	errs  int
+	empty []bool
 }
 
-func (o *fakeObs) CheckpointError() { o.errs++ }
-func (o *fakeObs) Gauges(e *policy.Engine, _ policy.State, _ int) {
-	o.gauges++
-	o.reserved = e.Reserved().Size()
-}
+func (o *fakeObs) CheckpointError()     { o.errs++ }
 func (o *fakeObs) PoolEmpty(empty bool) { o.empty = append(o.empty, empty) }
 
 type fixture struct {
 	l       *Ledger
 	store   *fakeStore
 	obs     *fakeObs
-	changed int
+	changed int // Changed signals taken (changes)
 	cfg     config.Config
+}
+
+// changes counts the Changed signals taken so far, taking the pending one.
+func (f *fixture) changes() int {
+	select {
+	case <-f.l.Changed():
+		f.changed++
+	default:
+	}
+	return f.changed
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -49,7 +56,7 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{store: &fakeStore{}, obs: &fakeObs{}, cfg: cfg}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	f.l = New(cfg, e.Topology(), e, nil, Deps{Store: f.store, Obs: f.obs, Log: log, Changed: func() { f.changed++ }})
+	f.l = New(cfg, e.Topology(), e, nil, Deps{Store: f.store, Obs: f.obs, Log: log})
 	return f
 }
 
@@ -76,7 +83,7 @@ func TestCommitFailedSaveChangesNothing(t *testing.T) {
 	if err == nil || f.obs.errs != 1 {
 		t.Fatalf("commit with a failing store: err %v, checkpoint errors %d", err, f.obs.errs)
 	}
-	if l.Len() != 0 || l.Gen() != 0 || l.AwaitingStart(rec.ID) || f.changed != 0 {
+	if l.Len() != 0 || l.Gen() != 0 || l.AwaitingStart(rec.ID) || f.changes() != 0 {
 		t.Errorf("a failed save changed the ledger: %d records, gen %d, awaiting %v, changed %d", l.Len(), l.Gen(), l.AwaitingStart(rec.ID), f.changed)
 	}
 	f.store.err = nil
@@ -84,8 +91,8 @@ func TestCommitFailedSaveChangesNothing(t *testing.T) {
 	if err != nil || !poolChanged {
 		t.Fatalf("commit: pool changed %v, err %v", poolChanged, err)
 	}
-	if l.Len() != 1 || l.Gen() != 1 || !l.AwaitingStart(rec.ID) || f.changed != 1 || f.obs.gauges != 1 {
-		t.Errorf("after commit: %d records, gen %d, awaiting %v, changed %d, gauges %d", l.Len(), l.Gen(), l.AwaitingStart(rec.ID), f.changed, f.obs.gauges)
+	if v := l.View(); l.Len() != 1 || l.Gen() != 1 || !l.AwaitingStart(rec.ID) || f.changes() != 1 || v.Gen != 1 || len(v.Ctrs) != 1 {
+		t.Errorf("after commit: %d records, gen %d, awaiting %v, changed %d, view's gen %d and %d records (the gauges')", l.Len(), l.Gen(), l.AwaitingStart(rec.ID), f.changed, v.Gen, len(v.Ctrs))
 	}
 }
 
@@ -101,7 +108,7 @@ func TestCommitLifeOnly(t *testing.T) {
 		Sandbox: &PodSandbox{Pod: "p", ID: "s1"}}}); err != nil {
 		t.Fatal(err)
 	}
-	if f.store.saves != 0 || l.Gen() != 0 || f.changed != 0 {
+	if f.store.saves != 0 || l.Gen() != 0 || f.changes() != 0 {
 		t.Errorf("lifecycle facts saved %d times, gen %d, changed %d", f.store.saves, l.Gen(), f.changed)
 	}
 	if !l.AwaitingStart("a") || !l.PodHasContainers("p", "") {
@@ -168,7 +175,7 @@ func TestSetMode(t *testing.T) {
 	if got := l.Settings().SharedPoolUpdates; got != config.SharedUpdatesInAnswer {
 		t.Errorf("shared_pool_updates %q after SetMode, want %q", got, config.SharedUpdatesInAnswer)
 	}
-	if f.store.saves != 0 || l.Gen() != 0 || f.changed != 0 {
+	if f.store.saves != 0 || l.Gen() != 0 || f.changes() != 0 {
 		t.Errorf("SetMode saved %d times, gen %d, changed %d", f.store.saves, l.Gen(), f.changed)
 	}
 	if _, err := l.Commit(Change{}); err != nil || l.Settings().SharedPoolUpdates != config.SharedUpdatesInAnswer {
@@ -177,7 +184,7 @@ func TestSetMode(t *testing.T) {
 }
 
 // Reconfigure and Restore are commits like any other: the generation,
-// the gauges, the pool check and Deps.Changed follow them at once.
+// the view the gauges read, the pool check and Changed follow them at once.
 func TestReconfigureAndRestoreNotify(t *testing.T) {
 	f := newFixture(t)
 	f.l.mu.Lock()
@@ -186,15 +193,15 @@ func TestReconfigureAndRestoreNotify(t *testing.T) {
 	if _, err := l.Commit(Change{Restore: &Restore{State: l.Engine().NewState()}}); err != nil {
 		t.Fatal(err)
 	}
-	if !l.Restored() || l.Gen() != 1 || f.changed != 1 || f.obs.gauges != 1 || f.store.saves != 0 {
-		t.Errorf("restore: restored %v, gen %d, changed %d, gauges %d, saves %d", l.Restored(), l.Gen(), f.changed, f.obs.gauges, f.store.saves)
+	if v := l.View(); !l.Restored() || l.Gen() != 1 || f.changes() != 1 || v.Gen != 1 || f.store.saves != 0 {
+		t.Errorf("restore: restored %v, gen %d, changed %d, view's gen %d (the gauges'), saves %d", l.Restored(), l.Gen(), f.changed, v.Gen, f.store.saves)
 	}
 	cfg, e := policytest.Engine(t, "ht-1s-4c", "cpu_manager_policy = \"static\"\nreserved_cpu_count = 0\n")
 	if _, err := l.Commit(Change{Reconfigure: &Reconfigure{Cfg: cfg, Topo: e.Topology(), Engine: e, State: e.NewState()}}); err != nil {
 		t.Fatal(err)
 	}
-	if l.Engine() != e || l.Gen() != 2 || f.changed != 2 || f.obs.gauges != 2 || f.obs.reserved != 0 {
-		t.Errorf("reconfigure: new engine %v, gen %d, changed %d, gauges %d, reserved gauge %d", l.Engine() == e, l.Gen(), f.changed, f.obs.gauges, f.obs.reserved)
+	if v := l.View(); l.Engine() != e || l.Gen() != 2 || f.changes() != 2 || v.Gen != 2 || v.Engine.Reserved().Size() != 0 {
+		t.Errorf("reconfigure: new engine %v, gen %d, changed %d, view's gen %d and reserved CPUs %d (the gauges')", l.Engine() == e, l.Gen(), f.changed, v.Gen, v.Engine.Reserved().Size())
 	}
 	// Every CPU exclusive with none reserved: the pool check reports it.
 	next, rec := admit(t, l, "p", "c", 8)
@@ -272,5 +279,123 @@ func TestPodPools(t *testing.T) {
 	changed, _ := add("c", 1000, 1000)
 	if !changed || l.Pools().Of(b) != "14" || l.Pools().Node != "0,3-12,15-23" {
 		t.Errorf("c's slice: pool changed %v, b's pool %q, node's %q; want true, 14, 0,3-12,15-23", changed, l.Pools().Of(b), l.Pools().Node)
+	}
+}
+
+// Changed coalesces: commits nobody has read yet leave one signal, and a
+// commit never waits on a reader; a commit that changes no state signals
+// nothing.
+func TestChangedCoalesces(t *testing.T) {
+	f := newFixture(t)
+	for _, name := range []string{"a", "b"} {
+		if err := f.l.Update(func(tx *Tx) error {
+			next, rec := admit(t, tx, "p", name, 1)
+			_, err := tx.Commit(Change{Next: &next, Index: IndexChange{Edit: Edit{Put: []Record{rec}}}})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.changes()
+	if n := f.changes(); n != 1 {
+		t.Errorf("two commits unread: %d signals taken, want 1", n)
+	}
+	if err := f.l.Update(func(tx *Tx) error {
+		_, err := tx.Commit(Change{Life: Life{Started: "p/a"}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.changes(); n != 1 {
+		t.Errorf("a lifecycle-only commit signalled Changed: %d signals taken, want 1", n)
+	}
+}
+
+// The pod index and the shared count (byPod, shared) answer what a walk
+// of the whole index answers, through edits that put, replace (a record
+// turning exclusive), delete and re-put records, and after a whole new
+// index and a restore.
+func TestIndexQueriesMatchAWalk(t *testing.T) {
+	f := newFixture(t)
+	rng := rand.New(rand.NewPCG(42, 7))
+	pods, names := []string{"a", "b", "c"}, []string{"x", "y"}
+	check := func(step int) {
+		t.Helper()
+		f.l.Read(func(l *Tx) {
+			for _, pod := range pods {
+				for _, name := range names {
+					want := false
+					for _, r := range l.Records() {
+						want = want || (r.Pod == pod && r.Name == name)
+					}
+					if got := l.Tracks(pod, name); got != want {
+						t.Fatalf("step %d: Tracks(%s, %s) = %v, a walk says %v", step, pod, name, got, want)
+					}
+				}
+				n := 0
+				for id, r := range l.PodRecords(pod) {
+					if r.Pod != pod || r.ID != id {
+						t.Fatalf("step %d: PodRecords(%s) gave %s: %+v", step, pod, id, r)
+					}
+					n++
+				}
+				want := 0
+				for _, r := range l.Records() {
+					if r.Pod == pod {
+						want++
+					}
+				}
+				if n != want || l.PodHasContainers(pod, "") != (want > 0) {
+					t.Fatalf("step %d: pod %s: %d records by the index, %d by a walk", step, pod, n, want)
+				}
+			}
+			for _, skip := range []string{"", "a/x#0", "b/y#1", "c/x#2"} {
+				want := 0
+				for id, r := range l.Records() {
+					if id != skip && !r.Exclusive {
+						want++
+					}
+				}
+				if got := l.SharedOthers(skip); got != want {
+					t.Fatalf("step %d: SharedOthers(%q) = %d, a walk says %d", step, skip, got, want)
+				}
+			}
+		})
+	}
+	rec := func() Record {
+		pod, name := pods[rng.IntN(len(pods))], names[rng.IntN(len(names))]
+		return Record{ID: fmt.Sprintf("%s/%s#%d", pod, name, rng.IntN(3)), Pod: pod, Name: name, Exclusive: rng.IntN(2) == 0}
+	}
+	for step := range 400 {
+		var c Change
+		switch k := rng.IntN(20); {
+		case k == 0:
+			all := map[string]Record{}
+			for range rng.IntN(6) {
+				r := rec()
+				all[r.ID] = r
+			}
+			c.Index = IndexChange{All: all}
+		case k == 1:
+			idx := map[string]Record{}
+			for range rng.IntN(6) {
+				r := rec()
+				idx[r.ID] = r
+			}
+			c.Restore = &Restore{State: f.l.View().St, Index: idx}
+		default:
+			var e Edit
+			for range rng.IntN(3) {
+				e.Del = append(e.Del, rec().ID)
+			}
+			for range rng.IntN(3) {
+				e.Put = append(e.Put, rec())
+			}
+			c.Index = IndexChange{Edit: e}
+		}
+		if err := f.l.Update(func(l *Tx) error { _, err := l.Commit(c); return err }); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		check(step)
 	}
 }

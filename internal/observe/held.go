@@ -12,7 +12,7 @@ import (
 )
 
 // "Held" CPUs are an exclusive assignment kept for a pod's stopped
-// containers (internal/adapter held.go), which no tracked container holds.
+// containers (internal/adapter withReuse), which no tracked container holds.
 
 // heldAssignment is one assignment no tracked container holds.
 type heldAssignment struct {

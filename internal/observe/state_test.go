@@ -17,9 +17,8 @@ func (nopStore) Save(ledger.Save) error { return nil }
 
 type nopObserver struct{}
 
-func (nopObserver) CheckpointError()                         {}
-func (nopObserver) Gauges(*policy.Engine, policy.State, int) {}
-func (nopObserver) PoolEmpty(bool)                           {}
+func (nopObserver) CheckpointError() {}
+func (nopObserver) PoolEmpty(bool)   {}
 
 // /state shows a container's right cpuset as the ledger answers it: its
 // assignment, narrowed by a downsize answered and not committed; the
@@ -29,28 +28,9 @@ func TestStateOfView(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	l := ledger.New(cfg, e.Topology(), e, nil, ledger.Deps{Store: nopStore{}, Obs: nopObserver{}, Log: log})
-	req := func(pod string, cpus int64) policy.Request {
-		return policy.Request{Pod: pod, Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 1000 * cpus, CPULimitMilli: 1000 * cpus}
-	}
 	// Queries and commits in an Update, as a handler makes them; View
 	// reads in its own.
-	rec := ledger.Record{ID: "a-c", Pod: "a", PodName: "ns/a", Name: "c", Exclusive: true}
-	if err := l.Update(func(tx *ledger.Tx) error {
-		st, _, err := e.Add(tx.State(), req("a", 2)) // 1,5
-		if err == nil {
-			st, _, err = e.Resize(st, req("a", 4)) // 1-2,5-6
-		}
-		if err == nil {
-			st, _, err = e.Add(st, req("gone", 2)) // 3,7: no record, held
-		}
-		if err != nil {
-			return err
-		}
-		_, err = tx.Commit(ledger.Change{Next: &st, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	rec := commitResizedAndHeld(t, l, e)
 	check := func(when, cpus string) {
 		t.Helper()
 		v := State(l.View(), true)
@@ -64,8 +44,8 @@ func TestStateOfView(t *testing.T) {
 	err := l.Update(func(tx *ledger.Tx) error {
 		from, _ := e.Assignment(tx.State(), "a", "c")
 		var err error
-		if _, rd, err = e.Resize(tx.State(), req("a", 2)); err == nil && rd.Kind == policy.ResizeDown {
-			_, err = tx.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]ledger.Shrink{rec.ID: {From: from, Req: req("a", 2), To: rd.CPUs}}}})
+		if _, rd, err = e.Resize(tx.State(), guaranteed("a", 2)); err == nil && rd.Kind == policy.ResizeDown {
+			_, err = tx.Commit(ledger.Change{Life: ledger.Life{Shrink: map[string]ledger.Shrink{rec.ID: {From: from, Req: guaranteed("a", 2), To: rd.CPUs}}}})
 		}
 		return err
 	})
@@ -73,4 +53,35 @@ func TestStateOfView(t *testing.T) {
 		t.Fatalf("downsize: %+v, %v", rd, err)
 	}
 	check("downsize pending", rd.CPUs.String())
+}
+
+// commitResizedAndHeld commits, on ht-1s-4c with 0,4 reserved, pod a's
+// container c (record a-c) with 2 exclusive CPUs (1,5) resized to 4
+// (1-2,5-6), and 2 CPUs (3,7) assigned to pod gone with no record: held.
+// It returns a-c's record.
+func commitResizedAndHeld(t *testing.T, l *ledger.Ledger, e *policy.Engine) ledger.Record {
+	t.Helper()
+	rec := ledger.Record{ID: "a-c", Pod: "a", PodName: "ns/a", Name: "c", Exclusive: true}
+	if err := l.Update(func(tx *ledger.Tx) error {
+		st, _, err := e.Add(tx.State(), guaranteed("a", 2)) // 1,5
+		if err == nil {
+			st, _, err = e.Resize(st, guaranteed("a", 4)) // 1-2,5-6
+		}
+		if err == nil {
+			st, _, err = e.Add(st, guaranteed("gone", 2)) // 3,7: no record, held
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.Commit(ledger.Change{Next: &st, Index: ledger.IndexChange{Edit: ledger.Edit{Put: []ledger.Record{rec}}}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// guaranteed is a Guaranteed request of container c of pod for cpus CPUs.
+func guaranteed(pod string, cpus int64) policy.Request {
+	return policy.Request{Pod: pod, Container: "c", QoS: policy.Guaranteed, CPURequestMilli: 1000 * cpus, CPULimitMilli: 1000 * cpus}
 }

@@ -20,15 +20,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
-	"github.com/sirupsen/logrus"
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/jsonstr"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
@@ -93,7 +92,6 @@ type journalStore struct {
 // content. ctrs is the store's copy.
 type onDisk struct {
 	engine   *policy.Engine
-	fp       string
 	head     journalHead
 	pool     cpumask.Mask  // head.shared's set
 	reusable cpuset.CPUSet // head.reusable's set
@@ -142,6 +140,17 @@ func (s *journalStore) headFor(e *policy.Engine, st policy.State) (journalHead, 
 	return h, pool
 }
 
+// Save makes v's next state and index durable; the ledger commits them
+// only when it succeeds (ledger.Commit). It lives here, with everything
+// a journal append runs, so that one decision's save is read (and runs)
+// in this file alone; the snapshot store's path is snapshot.go's.
+func (s *Store) Save(v ledger.Save) error {
+	if s.jnl.mode == Snapshot {
+		return s.saveSnapshot(v)
+	}
+	return s.persistJournal(v)
+}
+
 // persistJournal makes st and the index of c durable through the
 // journal. The record is what differs from the state on disk; finding it
 // costs a lookup per container changed (per container for a whole new
@@ -149,8 +158,10 @@ func (s *journalStore) headFor(e *policy.Engine, st policy.State) (journalHead, 
 func (sto *Store) persistJournal(v ledger.Save) error {
 	s := &sto.jnl
 	st, c := v.Next, v.Change
-	fp := sto.fingerprint(v.Cfg, v.Engine, v.Topo)
-	if s.j == nil || s.engine != v.Engine || s.fp != fp {
+	// The same engine is the same fingerprint (Store.fingerprint is kept
+	// per engine, and compact wrote the snapshot under it): an append
+	// does not compute one.
+	if s.j == nil || s.engine != v.Engine {
 		return sto.compact(v, c.Index(v.Index))
 	}
 	head, pool := s.deltaFor(v.Engine, st, c)
@@ -351,160 +362,145 @@ func sortDelta[V any](d []keyDelta[V]) {
 	}
 }
 
-// compact writes the snapshot of (st, ctrs), naming the journal and its
-// last record, and starts the journal again at its first slot. A journal
-// file is created first when there is none to reuse.
-func (sto *Store) compact(v ledger.Save, ctrs map[string]ledger.Record) error {
-	s := &sto.jnl
-	st := v.Next
-	s.engine = nil // until the snapshot is known to be on disk
-	fp := sto.fingerprint(v.Cfg, v.Engine, v.Topo)
-	if s.j == nil {
-		// A journal file there may hold records the snapshot on disk
-		// needs (after a failed append): the committed state goes into a
-		// snapshot of its own before the new journal replaces that file.
-		if _, err := os.Lstat(checkpoint.JournalPath(sto.ckpt.Dir(), CheckpointName)); err == nil {
-			data, err := sto.enc.encode(fp, v.Engine, v.State, v.Index)
-			if err == nil {
-				err = sto.ckpt.SaveCompact(data)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		size := s.size
-		if size == 0 {
-			size = checkpoint.DefaultJournalSize
-		}
-		j, err := checkpoint.CreateJournal(sto.ckpt.Dir(), CheckpointName, size, 1)
-		if err != nil {
-			return err
-		}
-		s.j = j
+// appendTo appends the record as json.Marshal would write the
+// journalRecord it stands for (TestRecordDeltaMatchesJSON), without
+// reflection or maps: every decision encodes one, under the lock.
+func (r *recordDelta) appendTo(b []byte) []byte {
+	h := r.head
+	b = append(b, `{"shared":`...)
+	b = jsonstr.Append(b, h.shared)
+	b = append(b, `,"reserved":`...)
+	b = jsonstr.Append(b, h.reserved)
+	if h.reusablePod != "" {
+		b = append(b, `,"reusable_pod":`...)
+		b = jsonstr.Append(b, h.reusablePod)
 	}
-	data, err := sto.enc.encode(fp, v.Engine, st, ctrs)
-	if err != nil {
-		return err
+	if h.reusable != "" {
+		b = append(b, `,"reusable":`...)
+		b = jsonstr.Append(b, h.reusable)
 	}
-	mark, err := json.Marshal(journalMark{ID: s.j.ID(), Seq: s.j.Next() - 1})
-	if err != nil {
-		return err
+	b = appendDelta(b, `,"assign":{`, r.assign, appendAssignment)
+	b = appendDelta(b, `,"affinity":{`, r.aff, appendHint)
+	b = appendDelta(b, `,"containers":{`, r.ctrs, appendRecord)
+	b = appendDelta(b, `,"baseline":{`, r.base, appendAssignment)
+	if len(r.mem) > 0 {
+		b = append(b, `,"memory":`...)
+		b = append(b, r.mem...)
 	}
-	// data ends with the payload's closing brace; the mark goes before it.
-	data = append(append(append(data[:len(data)-1], `,"journal":`...), mark...), '}')
-	sto.enc.buf = data
-	if err := sto.ckpt.SaveCompactVersion(data, checkpoint.VersionJournal); err != nil {
-		return err
-	}
-	s.j.Rewind()
-	s.head, s.pool = s.headFor(v.Engine, st) // s.engine is nil: every text printed
-	s.engine, s.fp, s.reusable = v.Engine, fp, st.Alloc.Reusable
-	s.assign, s.aff, s.base, s.podPool = st.Alloc.Assignments, st.PodAffinity, st.Baseline, st.PodShared
-	s.mem, s.memText = st.Memory, v.Engine.MemorySnapshot(st)
-	s.ctrs = ledger.CloneRecords(ctrs)
-	return nil
+	b = appendDelta(b, `,"pod_shared":{`, r.podPool, appendNames)
+	return append(b, '}')
 }
 
-// replayJournal applies the journal's records after p's mark to p. A
-// journal that cannot be trusted (missing, another id, a damaged record
-// before the tail, a record that does not parse) is a
-// *checkpoint.CorruptError: the caller sets it aside with the snapshot.
-// Under Journal the journal stays open for the next records.
-func (s *Store) replayJournal(p *payload) error {
-	j, n, torn, err := replay(s.ckpt.Dir(), p)
-	if err != nil {
-		return err
+// appendDelta appends one of the record's maps (sorted keys, null for a
+// key gone), or nothing when it is empty (omitempty).
+func appendDelta[V any](b []byte, open string, d []keyDelta[V], enc func([]byte, V) []byte) []byte {
+	if len(d) == 0 {
+		return b
 	}
-	fields := logrus.Fields{"file": j.Path(), "records": n}
-	if torn != nil {
-		s.log.WithFields(fields).WithFields(logrus.Fields{"offset": torn.Offset, "record": torn.Seq}).
-			Warn("journal ends with a torn record (an append cut short, never answered); dropped")
-	} else if n > 0 {
-		s.log.WithFields(fields).Info("journal replayed")
-	}
-	if s.jnl.mode == Snapshot {
-		return j.Close()
-	}
-	s.jnl.j = j
-	return nil
-}
-
-// replay applies the records of the journal in dir after p's mark to p
-// and returns the open journal and how many records it applied.
-func replay(dir string, p *payload) (*checkpoint.Journal, int, *checkpoint.TornTail, error) {
-	j, recs, torn, err := checkpoint.OpenJournal(dir, CheckpointName, p.Journal.ID, p.Journal.Seq)
-	if errors.Is(err, checkpoint.ErrNotFound) {
-		return nil, 0, nil, &checkpoint.CorruptError{Path: checkpoint.JournalPath(dir, CheckpointName),
-			Reason: fmt.Sprintf("the snapshot names journal %s up to record %d, and there is no journal file", p.Journal.ID, p.Journal.Seq)}
-	}
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	for _, rec := range recs {
-		var r journalRecord
-		if err := json.Unmarshal(rec.Payload, &r); err != nil {
-			j.Close()
-			return nil, 0, nil, &checkpoint.CorruptError{Path: j.Path(), Reason: fmt.Sprintf("record %d: %v", rec.Seq, err)}
+	b = append(b, open...)
+	for i, kd := range d {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		applyRecord(p, &r)
-	}
-	return j, len(recs), torn, nil
-}
-
-// ReadState reads the engine state in stateDir as a restart does
-// (snapshot, then the journal's records), before any reconciling (test
-// hook: test/churn compares it with the state in memory).
-func ReadState(stateDir string) (policy.Snapshot, error) {
-	var p payload
-	if err := checkpoint.New(stateDir, CheckpointName).Load(&p); err != nil {
-		return policy.Snapshot{}, err
-	}
-	if p.Journal != nil {
-		j, _, _, err := replay(stateDir, &p)
-		if err != nil {
-			return policy.Snapshot{}, err
-		}
-		j.Close()
-	}
-	return p.Engine, nil
-}
-
-func applyRecord(p *payload, r *journalRecord) {
-	e := &p.Engine
-	e.Shared, e.Reserved, e.ReusablePod, e.Reusable = r.Shared, r.Reserved, r.ReusablePod, r.Reusable
-	e.Assignments = apply(e.Assignments, r.Assign)
-	e.PodAffinity = apply(e.PodAffinity, r.Affinity)
-	e.Baseline = apply(e.Baseline, r.Baseline)
-	e.PodShared = apply(e.PodShared, r.PodShared)
-	if r.Memory != nil {
-		e.Memory = r.Memory
-	}
-	p.Containers = apply(p.Containers, r.Ctrs)
-}
-
-func apply[V any](m map[string]V, delta map[string]*V) map[string]V {
-	if m == nil && len(delta) > 0 {
-		m = map[string]V{}
-	}
-	for k, v := range delta {
-		if v == nil {
-			delete(m, k)
+		b = jsonstr.Append(b, kd.key)
+		b = append(b, ':')
+		if kd.gone {
+			b = append(b, "null"...)
 		} else {
-			m[k] = *v
+			b = enc(b, kd.v)
 		}
 	}
-	return m
+	return append(b, '}')
 }
 
-// setAsideJournal moves an untrusted or orphaned journal out of the way
-// (with its snapshot), for an operator to inspect.
-func (s *Store) setAsideJournal(entry *logrus.Entry) *logrus.Entry {
-	aside, err := checkpoint.SetAsideJournal(s.ckpt.Dir(), CheckpointName)
-	switch {
-	case errors.Is(err, checkpoint.ErrNotFound):
-		return entry
-	case err != nil:
-		return entry.WithField("journal_set_aside_error", err.Error())
+// appendAssignment is policy.AssignmentTexts(sets) as JSON.
+func appendAssignment(b []byte, sets map[string]cpuset.CPUSet) []byte {
+	names := make([]string, 0, len(sets))
+	for name := range sets {
+		names = append(names, name)
 	}
-	return entry.WithField("journal_set_aside_as", aside)
+	slices.Sort(names)
+	b = append(b, '{')
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonstr.Append(b, name)
+		b = append(b, ':')
+		b = jsonstr.Append(b, sets[name].String())
+	}
+	return append(b, '}')
+}
+
+// appendNames is a list of container names as JSON.
+func appendNames(b []byte, names []string) []byte {
+	b = append(b, '[')
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonstr.Append(b, n)
+	}
+	return append(b, ']')
+}
+
+// appendHint is policy.HintOf(h) as JSON.
+func appendHint(b []byte, h hints.Hint) []byte {
+	sh := policy.HintOf(h)
+	b = append(b, `{"numa":`...)
+	if sh.NUMA == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, n := range sh.NUMA {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(n), 10)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"preferred":`...)
+	b = strconv.AppendBool(b, sh.Preferred)
+	return append(b, '}')
+}
+
+// appendRecord is a ledger.Record as JSON, its struct tags' rules included.
+func appendRecord(b []byte, r ledger.Record) []byte {
+	b = append(b, `{"id":`...)
+	b = jsonstr.Append(b, r.ID)
+	b = append(b, `,"pod":`...)
+	b = jsonstr.Append(b, r.Pod)
+	b = append(b, `,"pod_name":`...)
+	b = jsonstr.Append(b, r.PodName)
+	b = append(b, `,"name":`...)
+	b = jsonstr.Append(b, r.Name)
+	if r.CgroupsPath != "" {
+		b = append(b, `,"cgroups_path":`...)
+		b = jsonstr.Append(b, r.CgroupsPath)
+	}
+	b = append(b, `,"exclusive":`...)
+	b = strconv.AppendBool(b, r.Exclusive)
+	if r.Mems != "" {
+		b = append(b, `,"mems":`...)
+		b = jsonstr.Append(b, r.Mems)
+	}
+	if r.Since != "" {
+		b = append(b, `,"since":`...)
+		b = jsonstr.Append(b, r.Since)
+	}
+	return append(b, '}')
+}
+
+func sameSets(a, b map[string]cpuset.CPUSet) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || !v.Equals(w) {
+			return false
+		}
+	}
+	return true
 }

@@ -3,6 +3,7 @@ package persist
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand"
@@ -16,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator"
 	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy/policytest"
@@ -428,4 +430,164 @@ func BenchmarkPersist(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestRecordDeltaMatchesJSON: through random admissions, removals and
+// record changes, under the container and the pod scope (pod affinities),
+// a journal record written by recordDelta.appendTo is the bytes
+// encoding/json writes for the journalRecord it stands for, so replay
+// (json.Unmarshal) reads it as before, names JSON must escape included.
+func TestRecordDeltaMatchesJSON(t *testing.T) {
+	for _, doc := range []string{
+		fuzzConfig,
+		"cpu_manager_policy = \"static\"\nreserved_cpu_count = 2\ntopology_manager_policy = \"restricted\"\ntopology_manager_scope = \"pod\"\n",
+		memoryStaticConfig,
+		podLevelTOML,
+	} {
+		e := policytest.EngineOf(t, "ht-2s-6c", doc)
+		rng := rand.New(rand.NewSource(11))
+		names := []string{"app", "side<car>", "init&1", "quote\"d", "ünï", "bad\xffutf8", "tab\there", "back\\slash"}
+		var s journalStore
+		st, ctrs := e.NewState(), map[string]ledger.Record{}
+		var seen [5]int                   // deltas of each map
+		s.head, s.pool = s.headFor(e, st) // before s.engine is set: every text printed
+		s.engine, s.assign, s.aff, s.base, s.ctrs = e, st.Alloc.Assignments, st.PodAffinity, st.Baseline, ledger.CloneRecords(ctrs)
+		s.podPool = st.PodShared
+		s.mem, s.memText = st.Memory, e.MemorySnapshot(st)
+		memChanges := 0
+		for step := 0; step < 800; step++ {
+			next := ledger.CloneRecords(ctrs)
+			for range 1 + rng.Intn(3) {
+				pod := fmt.Sprintf("uid-%d", rng.Intn(6))
+				name := names[rng.Intn(len(names))]
+				st = randomEvent(rng, e, st, next, pod, name, func(id string) string { return []string{"", "/kubepods/" + id}[rng.Intn(2)] })
+			}
+			ctrs = next
+
+			head, pool := s.deltaFor(e, st, ledger.IndexChange{All: ctrs})
+			r := &s.delta
+			got := string(r.appendTo(nil))
+			seen[0] += len(r.assign)
+			seen[1] += len(r.aff)
+			seen[2] += len(r.ctrs)
+			seen[3] += len(r.base)
+			seen[4] += len(r.podPool)
+
+			snap := e.Snapshot(st)
+			want := journalRecord{Shared: snap.Shared, Reserved: snap.Reserved, ReusablePod: snap.ReusablePod, Reusable: snap.Reusable}
+			for _, kd := range r.assign {
+				want.Assign = putKey(want.Assign, kd.key, (*map[string]string)(nil))
+				if !kd.gone {
+					texts := snap.Assignments[kd.key]
+					want.Assign[kd.key] = &texts
+				}
+			}
+			for _, kd := range r.aff {
+				want.Affinity = putKey(want.Affinity, kd.key, (*policy.SnapshotHint)(nil))
+				if !kd.gone {
+					sh := snap.PodAffinity[kd.key]
+					want.Affinity[kd.key] = &sh
+				}
+			}
+			for _, kd := range r.ctrs {
+				want.Ctrs = putKey(want.Ctrs, kd.key, (*ledger.Record)(nil))
+				if !kd.gone {
+					c := ctrs[kd.key]
+					want.Ctrs[kd.key] = &c
+				}
+			}
+			for _, kd := range r.base {
+				want.Baseline = putKey(want.Baseline, kd.key, (*map[string]string)(nil))
+				if !kd.gone {
+					texts := snap.Baseline[kd.key]
+					want.Baseline[kd.key] = &texts
+				}
+			}
+			for _, kd := range r.podPool {
+				want.PodShared = putKey(want.PodShared, kd.key, (*[]string)(nil))
+				if !kd.gone {
+					names := snap.PodShared[kd.key]
+					want.PodShared[kd.key] = &names
+				}
+			}
+			if !bytes.Equal(snap.Memory, s.memText) {
+				want.Memory = snap.Memory
+				memChanges++
+			}
+			wantJSON, err := json.Marshal(&want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(wantJSON) {
+				t.Fatalf("step %d: appendTo wrote\n%s\nencoding/json wrote\n%s", step, got, wantJSON)
+			}
+			// Applied to the state on disk, the record gives st (both
+			// through JSON, which replaces invalid UTF-8).
+			p := roundTrip(t, payload{Engine: e.Snapshot(policy.State{Alloc: allocator.State{Assignments: s.assign}, PodAffinity: s.aff, Baseline: s.base, Memory: s.mem,
+				PodShared: s.podPool}),
+				Containers: s.ctrs})
+			var dec journalRecord
+			if err := json.Unmarshal([]byte(got), &dec); err != nil {
+				t.Fatal(err)
+			}
+			applyRecord(&p, &dec)
+			w := roundTrip(t, payload{Engine: snap, Containers: ctrs})
+			if len(p.Engine.Assignments) == 0 {
+				p.Engine.Assignments = nil
+			}
+			if len(w.Engine.Assignments) == 0 {
+				w.Engine.Assignments = nil
+			}
+			if len(p.Engine.Baseline) == 0 {
+				p.Engine.Baseline = nil // a record removing the last baseline leaves an empty map
+			}
+			if len(p.Engine.PodShared) == 0 {
+				p.Engine.PodShared = nil // likewise the last pod-level pod's pool
+			}
+			if !reflect.DeepEqual(p.Engine, w.Engine) || !reflect.DeepEqual(p.Containers, w.Containers) {
+				t.Fatalf("step %d: the record applied gives\n%+v %v\nwant\n%+v %v", step, p.Engine, p.Containers, w.Engine, w.Containers)
+			}
+			s.head, s.pool, s.reusable = head, pool, st.Alloc.Reusable
+			s.assign, s.aff, s.base, s.ctrs = st.Alloc.Assignments, st.PodAffinity, st.Baseline, ledger.CloneRecords(ctrs)
+			s.podPool = st.PodShared
+			s.mem, s.memText = st.Memory, snap.Memory
+		}
+		if doc == memoryStaticConfig && memChanges == 0 {
+			t.Errorf("no record changed the memory manager's state: the test missed it")
+		}
+		if doc == podLevelTOML && seen[4] == 0 {
+			t.Errorf("no record changed the pod pools' containers: the test missed them")
+		}
+		// A slice is not resized (RulePodLevelSlice): no baselines there.
+		if seen[0] == 0 || seen[2] == 0 || (seen[3] == 0 && doc != podLevelTOML) || (strings.Contains(doc, "pod") && seen[1] == 0) {
+			t.Errorf("%s: records with %d assignments, %d affinities, %d containers, %d baselines: the test missed a kind", doc, seen[0], seen[1], seen[2], seen[3])
+		}
+	}
+}
+
+// TestRecordFieldsKnown guards the hand-written field lists of
+// recordDelta.appendTo: a new field of a journal record or a container
+// record must be written there too.
+func TestRecordFieldsKnown(t *testing.T) {
+	for typ, want := range map[reflect.Type]string{
+		reflect.TypeOf(journalRecord{}):       "shared reserved reusable_pod,omitempty reusable,omitempty assign,omitempty affinity,omitempty containers,omitempty baseline,omitempty memory,omitempty pod_shared,omitempty",
+		reflect.TypeOf(ledger.Record{}):       "id pod pod_name name cgroups_path,omitempty exclusive mems,omitempty since,omitempty",
+		reflect.TypeOf(policy.SnapshotHint{}): "numa preferred",
+	} {
+		var tags []string
+		for i := 0; i < typ.NumField(); i++ {
+			tags = append(tags, typ.Field(i).Tag.Get("json"))
+		}
+		if got := strings.Join(tags, " "); got != want {
+			t.Errorf("%s has JSON fields %q; recordDelta.appendTo writes %q: update it", typ, got, want)
+		}
+	}
+}
+
+func putKey[V any](m map[string]*V, k string, v *V) map[string]*V {
+	if m == nil {
+		m = map[string]*V{}
+	}
+	m[k] = v
+	return m
 }

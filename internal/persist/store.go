@@ -2,6 +2,12 @@
 // snapshot, the journal after it, their encodings, and the import of the
 // kubelet's state on a first start. It implements ledger.Store and knows
 // nothing of the daemon: it takes values and returns them.
+//
+// Its files follow the flows: journal.go is everything one journal
+// append runs (Save, the record's delta and its encoding), replay.go
+// reads the journal back, snapshot.go writes the snapshot (the snapshot
+// store's save and the journal's compaction), and store.go is the store
+// itself, its options and Load.
 package persist
 
 import (
@@ -22,19 +28,6 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
-
-// payload is the checkpoint's data.
-type payload struct {
-	// Fingerprint identifies the configuration and machine the state was
-	// written under; a different one means the engine must reconcile.
-	Fingerprint string                   `json:"fingerprint"`
-	Engine      policy.Snapshot          `json:"engine"`
-	Containers  map[string]ledger.Record `json:"containers"`
-	// Journal names the journal whose later records complete the
-	// snapshot (Journal mode); absent, there are none. Older versions
-	// ignore it and read the snapshot alone.
-	Journal *journalMark `json:"journal,omitempty"`
-}
 
 // fingerprint hashes what makes a state valid: the CPUs of the machine,
 // the resolved reserved set, and the policy settings.
@@ -76,9 +69,10 @@ type Options struct {
 }
 
 // Store owns the state on disk (docs/architecture.md): the checkpoint
-// snapshot, the journal after it (journal.go) and, on a first start, the
-// kubelet's state to import. It takes and returns values; the ledger
-// calls Save under its lock, and the daemon calls Load under it.
+// snapshot (snapshot.go), the journal after it (journal.go, read back by
+// replay.go) and, on a first start, the kubelet's state to import
+// (kubelet.go). It takes and returns values; the ledger calls Save under
+// its lock, and the daemon calls Load under it.
 type Store struct {
 	ckpt        *checkpoint.File
 	kubeletFile string
@@ -87,8 +81,8 @@ type Store struct {
 	log         *logrus.Logger
 	corrupt     func()
 	// fp is fingerprint() of fpEngine, kept per engine (configuration
-	// and topology change only together with it) since every record
-	// carries it.
+	// and topology change only together with it) since every snapshot
+	// carries it; a journal append needs none (persistJournal).
 	fp       string
 	fpEngine *policy.Engine
 }
@@ -121,19 +115,6 @@ func (s *Store) fingerprint(cfg config.Config, engine *policy.Engine, topo *topo
 		s.fp, s.fpEngine = fingerprint(cfg, engine, topo.CPUs()), engine
 	}
 	return s.fp
-}
-
-// Save makes v's next state and index durable; the ledger commits them
-// only when it succeeds (ledger.Commit).
-func (s *Store) Save(v ledger.Save) error {
-	if s.jnl.mode == Snapshot {
-		data, err := s.enc.encode(s.fingerprint(v.Cfg, v.Engine, v.Topo), v.Engine, v.Next, v.Change.Index(v.Index))
-		if err != nil {
-			return err
-		}
-		return s.ckpt.SaveCompact(data)
-	}
-	return s.persistJournal(v)
 }
 
 // Load reads the state before the first connection: from the checkpoint

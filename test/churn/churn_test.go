@@ -62,21 +62,23 @@ type setup struct {
 	// falls back to "in-answer"); "devices", PCI devices on both NUMA
 	// nodes that containers are given (devices_test.go); "containerd-2.3",
 	// a runtime whose NRI takes no unsolicited update (deferral_test.go);
+	// "memory", a /sys root with the machine's NUMA memory for the static
+	// memory manager (memory_test.go);
 	// "kubelet-import", a first start that imports the kubelet's state
 	// (import_test.go).
 	node string
 }
 
-// setups: seven machines, thirteen option sets, covering both CPU policies,
+// setups: seven machines, fourteen option sets, covering both CPU policies,
 // every topology manager policy but none-with-pod-scope, both scopes, the
 // static options that change placement or admission (strict uncore too),
 // pod-level resources (pod_level_resource_managers, in both update modes)
 // and the systemd cgroup driver (with systemd reachable: "direct" through
 // its D-Bus API; and unreachable: the fallback to "in-answer") and device
-// hints, a first start that imports the kubelet's state, and a runtime
-// that takes no unsolicited update (containerd
-// 2.3: "in-answer" defers to the next answer). Seven run "direct" (four
-// of them by not setting it), six "in-answer".
+// hints, the static memory manager, a first start that imports the
+// kubelet's state, and a runtime that takes no unsolicited update
+// (containerd 2.3: "in-answer" defers to the next answer). Eight run
+// "direct" (four of them by not setting it), six "in-answer".
 var setups = []setup{
 	{"ht-2s-6c_kubelet-import_direct", "ht-2s-6c", `shared_pool_updates = "direct"
 cpu_manager_policy = "static"
@@ -152,6 +154,18 @@ cpu_manager_policy = "static"
 reserved_cpu_count = 2
 topology_manager_policy = "best-effort"
 `, "containerd-2.3"},
+	{"ht-2s-6c_memory-static_single-numa_direct", "ht-2s-6c", `shared_pool_updates = "direct"
+cpu_manager_policy = "static"
+reserved_system_cpus = "0,12"
+topology_manager_policy = "single-numa-node"
+memory_manager_policy = "Static"
+[[reserved_memory]]
+numa_node = 0
+limits = { memory = "1Gi" }
+[[reserved_memory]]
+numa_node = 1
+limits = { memory = "1Gi" }
+`, "memory"},
 }
 
 func envInt(name string) int64 {
@@ -306,6 +320,9 @@ type churn struct {
 	// owed: an event no answer follows (a removal, a downsize, a repair)
 	// has left updates for the next answer (deferral_test.go).
 	owed bool
+	// memFresh are the pods and names whose next container may take its
+	// memory afresh beside the CPUs it keeps (memory_test.go).
+	memFresh map[invariant.Key]bool
 }
 
 // dial is the plugin's dialer: it keeps the connection so that a runtime
@@ -340,7 +357,7 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 		logs: newRing(400), admitted: map[string]cpuset.CPUSet{}, held: map[invariant.Key]cpuset.CPUSet{}, names: map[string]int{},
 		res: map[string]framework.Resources{}, nameRes: map[invariant.Key]framework.Resources{}, qos: map[string]framework.QOS{},
 		stats: stats{ops: map[string]int{}, faults: map[string]int{}}, budget: map[string]int{}, rebuilt: map[string]bool{},
-		devs: map[invariant.Key]device{},
+		devs: map[invariant.Key]device{}, memFresh: map[invariant.Key]bool{},
 	}
 	// The runtime keeps a fake cgroup v1 tree under cgroup_root, which is
 	// what the checker reads: under shared_pool_updates = "direct" (the
@@ -376,8 +393,11 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	if !strings.Contains(s.toml, "metrics_address") {
 		doc += "metrics_address = \"\"\n"
 	}
-	if s.node == "devices" {
+	switch s.node {
+	case "devices":
 		doc += c.deviceTree(dir)
+	case "memory":
+		doc += c.memoryTree(dir)
 	}
 	doc += s.toml
 	c.cfg, err = config.Load([]byte(doc))
@@ -651,7 +671,11 @@ func (c *churn) step() {
 	if c.quotaOn() {
 		choices = append(choices, choice{8, c.opQuotaRewrite})
 	}
-	choices = append(choices, choice{4, c.opScrape}, choice{3, c.opConfigure})
+	scrape := 4
+	if c.memoryStatic() {
+		scrape = 20 // /state's and /metrics' memory (memory_test.go)
+	}
+	choices = append(choices, choice{scrape, c.opScrape}, choice{3, c.opConfigure})
 	if c.reconnects < maxReconnects {
 		choices = append(choices, choice{1, c.opRuntimeReconnect}, choice{1, c.opAnswerLost})
 	}
@@ -715,7 +739,7 @@ func (c *churn) pickResources(q framework.QOS) framework.Resources {
 	default:
 		milli = int64(100 + c.rng.Intn(900))
 	}
-	return framework.GuaranteedMilli(milli)
+	return c.withMemory(framework.GuaranteedMilli(milli))
 }
 
 // newPod makes a pod as the kubelet runs it, with a fresh UID: its cgroup
@@ -818,6 +842,7 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 		// reason word and hold what it was given.
 		why = c.mustFail(p.Uid, name, n)
 	}
+	memWhy := c.memoryMustFail(p.Uid, name, q, r)
 	key := invariant.Key{Pod: p.Uid, Container: name}
 	heldCPUs, wasHeld := c.held[key]
 	devNode := c.deviceNode(p, name)
@@ -826,33 +851,43 @@ func (c *churn) create(p *api.PodSandbox, name string, r framework.Resources) *a
 	c.record("create %s/%s qos=%s req=%d lim=%d exclusive=%d -> %s", p.Uid, name, q, r.CPURequestMilli, r.CPULimitMilli, n, errOr(ct, err))
 	if err != nil {
 		reason, ok := reasonOf(err)
-		if !ok {
+		// Under the static memory manager a Guaranteed container, of the
+		// shared pool too, may be refused for its memory.
+		memRefused := c.memoryRefusal(reason, q)
+		if !ok && !memRefused {
 			c.fail("CreateContainer %s/%s rejected without a reason word first: %q", p.Uid, name, reason)
 		}
-		if n == 0 && c.budget[p.Id] == 0 {
+		if n == 0 && c.budget[p.Id] == 0 && !memRefused {
 			c.fail("CreateContainer %s/%s of the shared pool rejected: %v", p.Uid, name, err)
+		}
+		if memWhy != "" && !memRefused {
+			c.fail("CreateContainer %s/%s refused (%s) with %q, want the memory manager's reason", p.Uid, name, memWhy, reason)
 		}
 		// The next container of an exited one's pod and name gets the
 		// CPUs held for that name: kubelet v1.37 returns them before the
 		// full-pcpus-only checks (v1.36, kubelet-rules §6, could refuse
 		// it there), so no option refuses it.
-		if wasHeld {
+		if wasHeld && !(memRefused && c.memFresh[key]) {
 			c.fail("CreateContainer %s/%s refused; the pod holds %s for that name: %v", p.Uid, name, heldCPUs, err)
 		}
 		c.ops["create-rejected"]++
-		if why != "" {
+		if why != "" || memWhy != "" {
 			c.faults["must-fail-request"]++
+		}
+		if memRefused && !ok {
+			c.faults["memory-manager-refusal"]++
 		}
 		return nil
 	}
-	if why != "" {
-		c.fail("CreateContainer %s/%s admitted although it must fail (%s)", p.Uid, name, why)
+	if why != "" || memWhy != "" {
+		c.fail("CreateContainer %s/%s admitted although it must fail (%s%s)", p.Uid, name, why, memWhy)
 	}
 	c.res[ct.Id] = r
 	c.nameRes[c.keyOf(ct)] = r
 	// The new container takes the place of any other of its pod and name
 	// (a restart, or the retry of an attempt that never started).
 	delete(c.held, key)
+	c.tookOver(p.Uid)
 	e, st := c.d.EngineState()
 	cpus, ok := e.Assignment(st, p.Uid, name)
 	switch {
@@ -1106,6 +1141,11 @@ func (c *churn) forgetPod(p *api.PodSandbox) {
 			delete(c.held, k)
 		}
 	}
+	for k := range c.memFresh {
+		if k.Pod == p.Uid {
+			delete(c.memFresh, k)
+		}
+	}
 	for _, ct := range c.rt.Containers() {
 		if ct.PodSandboxId == p.Id {
 			c.forgetCtr(ct.Id)
@@ -1217,6 +1257,7 @@ func (c *churn) opCorruptRestart() {
 	kind := c.corrupt()
 	c.faults["corrupt-checkpoint:"+kind]++
 	c.record("checkpoint corrupted: %s", kind)
+	c.loseMemory()
 	c.awayOps(true)
 	// A rebuild from the runtime knows only the live containers: what
 	// exited containers held may be lost (and given to others).
@@ -1536,6 +1577,7 @@ func (c *churn) verify() error {
 		}
 	}
 	probs = append(probs, c.checkSystemd(applied)...)
+	probs = append(probs, c.checkMems()...)
 	if len(probs) == 0 {
 		return nil
 	}

@@ -115,6 +115,11 @@ func (c *churn) opResize() {
 	if next.CPULimitMilli == 0 && next.CPURequestMilli == 0 {
 		next = old
 	}
+	if c.memoryStatic() {
+		// An in-place resize does not change a container's memory
+		// assignment (docs/topology-manager.md): resize the CPUs only.
+		next.MemRequest, next.MemLimit = old.MemRequest, old.MemLimit
+	}
 	if have, want := c.admitted[ct.Id].Size(), c.exclusiveCPUs(q, next); have > 0 && want > 0 && want != have {
 		next = old
 	}

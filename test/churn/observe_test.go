@@ -61,9 +61,11 @@ func (c *churn) opScrape() {
 		}
 	}
 	c.checkNRT()
-	if m := get("/metrics").Body.String(); !strings.Contains(m, "nri_cpualign_shared_cpus ") || !strings.Contains(m, "nri_cpualign_connected 1") {
+	m := get("/metrics").Body.String()
+	if !strings.Contains(m, "nri_cpualign_shared_cpus ") || !strings.Contains(m, "nri_cpualign_connected 1") {
 		c.fail("/metrics lacks the pool gauges or nri_cpualign_connected 1")
 	}
+	c.checkMemoryView(sv, m)
 }
 
 // sameList compares a CPU list as /state writes it with a set.

@@ -1,18 +1,35 @@
 package persist
 
+// The snapshot: the checkpoint payload (cpualign_state.json), its
+// encoding, the snapshot store's save (Snapshot mode) and the journal's
+// compaction, which writes a snapshot naming the journal.
+
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
-	"strconv"
 
 	"k8s.io/utils/cpuset"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/jsonstr"
 	"github.com/nri-cpualign/nri-cpualign/internal/ledger"
-	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
 )
+
+// payload is the checkpoint's data.
+type payload struct {
+	// Fingerprint identifies the configuration and machine the state was
+	// written under; a different one means the engine must reconcile.
+	Fingerprint string                   `json:"fingerprint"`
+	Engine      policy.Snapshot          `json:"engine"`
+	Containers  map[string]ledger.Record `json:"containers"`
+	// Journal names the journal whose later records complete the
+	// snapshot (Journal mode); absent, there are none. Older versions
+	// ignore it and read the snapshot alone.
+	Journal *journalMark `json:"journal,omitempty"`
+}
 
 // payloadEncoder writes the checkpoint payload byte for byte as
 // json.Marshal(payload{fp, engine.Snapshot(st), ctrs}) would, but keeps
@@ -100,147 +117,67 @@ func (e *payloadEncoder) encode(fingerprint string, engine *policy.Engine, st po
 	return b, nil
 }
 
-// appendTo appends the record as json.Marshal would write the
-// journalRecord it stands for (TestRecordDeltaMatchesJSON), without
-// reflection or maps: every decision encodes one, under the lock.
-func (r *recordDelta) appendTo(b []byte) []byte {
-	h := r.head
-	b = append(b, `{"shared":`...)
-	b = jsonstr.Append(b, h.shared)
-	b = append(b, `,"reserved":`...)
-	b = jsonstr.Append(b, h.reserved)
-	if h.reusablePod != "" {
-		b = append(b, `,"reusable_pod":`...)
-		b = jsonstr.Append(b, h.reusablePod)
+// saveSnapshot is Save under Snapshot: the whole payload, rewritten.
+func (s *Store) saveSnapshot(v ledger.Save) error {
+	data, err := s.enc.encode(s.fingerprint(v.Cfg, v.Engine, v.Topo), v.Engine, v.Next, v.Change.Index(v.Index))
+	if err != nil {
+		return err
 	}
-	if h.reusable != "" {
-		b = append(b, `,"reusable":`...)
-		b = jsonstr.Append(b, h.reusable)
-	}
-	b = appendDelta(b, `,"assign":{`, r.assign, appendAssignment)
-	b = appendDelta(b, `,"affinity":{`, r.aff, appendHint)
-	b = appendDelta(b, `,"containers":{`, r.ctrs, appendRecord)
-	b = appendDelta(b, `,"baseline":{`, r.base, appendAssignment)
-	if len(r.mem) > 0 {
-		b = append(b, `,"memory":`...)
-		b = append(b, r.mem...)
-	}
-	b = appendDelta(b, `,"pod_shared":{`, r.podPool, appendNames)
-	return append(b, '}')
+	return s.ckpt.SaveCompact(data)
 }
 
-// appendDelta appends one of the record's maps (sorted keys, null for a
-// key gone), or nothing when it is empty (omitempty).
-func appendDelta[V any](b []byte, open string, d []keyDelta[V], enc func([]byte, V) []byte) []byte {
-	if len(d) == 0 {
-		return b
-	}
-	b = append(b, open...)
-	for i, kd := range d {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonstr.Append(b, kd.key)
-		b = append(b, ':')
-		if kd.gone {
-			b = append(b, "null"...)
-		} else {
-			b = enc(b, kd.v)
-		}
-	}
-	return append(b, '}')
-}
-
-// appendAssignment is policy.AssignmentTexts(sets) as JSON.
-func appendAssignment(b []byte, sets map[string]cpuset.CPUSet) []byte {
-	names := make([]string, 0, len(sets))
-	for name := range sets {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	b = append(b, '{')
-	for i, name := range names {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonstr.Append(b, name)
-		b = append(b, ':')
-		b = jsonstr.Append(b, sets[name].String())
-	}
-	return append(b, '}')
-}
-
-// appendNames is a list of container names as JSON.
-func appendNames(b []byte, names []string) []byte {
-	b = append(b, '[')
-	for i, n := range names {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = jsonstr.Append(b, n)
-	}
-	return append(b, ']')
-}
-
-// appendHint is policy.HintOf(h) as JSON.
-func appendHint(b []byte, h hints.Hint) []byte {
-	sh := policy.HintOf(h)
-	b = append(b, `{"numa":`...)
-	if sh.NUMA == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, n := range sh.NUMA {
-			if i > 0 {
-				b = append(b, ',')
+// compact writes the snapshot of (st, ctrs), naming the journal and its
+// last record, and starts the journal again at its first slot. A journal
+// file is created first when there is none to reuse.
+func (sto *Store) compact(v ledger.Save, ctrs map[string]ledger.Record) error {
+	s := &sto.jnl
+	st := v.Next
+	s.engine = nil // until the snapshot is known to be on disk
+	fp := sto.fingerprint(v.Cfg, v.Engine, v.Topo)
+	if s.j == nil {
+		// A journal file there may hold records the snapshot on disk
+		// needs (after a failed append): the committed state goes into a
+		// snapshot of its own before the new journal replaces that file.
+		if _, err := os.Lstat(checkpoint.JournalPath(sto.ckpt.Dir(), CheckpointName)); err == nil {
+			data, err := sto.enc.encode(fp, v.Engine, v.State, v.Index)
+			if err == nil {
+				err = sto.ckpt.SaveCompact(data)
 			}
-			b = strconv.AppendInt(b, int64(n), 10)
+			if err != nil {
+				return err
+			}
 		}
-		b = append(b, ']')
-	}
-	b = append(b, `,"preferred":`...)
-	b = strconv.AppendBool(b, sh.Preferred)
-	return append(b, '}')
-}
-
-// appendRecord is a ledger.Record as JSON, its struct tags' rules included.
-func appendRecord(b []byte, r ledger.Record) []byte {
-	b = append(b, `{"id":`...)
-	b = jsonstr.Append(b, r.ID)
-	b = append(b, `,"pod":`...)
-	b = jsonstr.Append(b, r.Pod)
-	b = append(b, `,"pod_name":`...)
-	b = jsonstr.Append(b, r.PodName)
-	b = append(b, `,"name":`...)
-	b = jsonstr.Append(b, r.Name)
-	if r.CgroupsPath != "" {
-		b = append(b, `,"cgroups_path":`...)
-		b = jsonstr.Append(b, r.CgroupsPath)
-	}
-	b = append(b, `,"exclusive":`...)
-	b = strconv.AppendBool(b, r.Exclusive)
-	if r.Mems != "" {
-		b = append(b, `,"mems":`...)
-		b = jsonstr.Append(b, r.Mems)
-	}
-	if r.Since != "" {
-		b = append(b, `,"since":`...)
-		b = jsonstr.Append(b, r.Since)
-	}
-	return append(b, '}')
-}
-
-func sameSets(a, b map[string]cpuset.CPUSet) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		w, ok := b[k]
-		if !ok || !v.Equals(w) {
-			return false
+		size := s.size
+		if size == 0 {
+			size = checkpoint.DefaultJournalSize
 		}
+		j, err := checkpoint.CreateJournal(sto.ckpt.Dir(), CheckpointName, size, 1)
+		if err != nil {
+			return err
+		}
+		s.j = j
 	}
-	return true
+	data, err := sto.enc.encode(fp, v.Engine, st, ctrs)
+	if err != nil {
+		return err
+	}
+	mark, err := json.Marshal(journalMark{ID: s.j.ID(), Seq: s.j.Next() - 1})
+	if err != nil {
+		return err
+	}
+	// data ends with the payload's closing brace; the mark goes before it.
+	data = append(append(append(data[:len(data)-1], `,"journal":`...), mark...), '}')
+	sto.enc.buf = data
+	if err := sto.ckpt.SaveCompactVersion(data, checkpoint.VersionJournal); err != nil {
+		return err
+	}
+	s.j.Rewind()
+	s.head, s.pool = s.headFor(v.Engine, st) // s.engine is nil: every text printed
+	s.engine, s.reusable = v.Engine, st.Alloc.Reusable
+	s.assign, s.aff, s.base, s.podPool = st.Alloc.Assignments, st.PodAffinity, st.Baseline, st.PodShared
+	s.mem, s.memText = st.Memory, v.Engine.MemorySnapshot(st)
+	s.ctrs = ledger.CloneRecords(ctrs)
+	return nil
 }
 
 // keyedJSON renders a map[string]V as encoding/json does (keys in byte
