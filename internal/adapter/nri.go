@@ -170,8 +170,8 @@ func (p *plugin) synchronize(l *ledger.Tx, pods []*api.PodSandbox, ctrs []*api.C
 // syncInput is what Synchronize decides from, read from the runtime's
 // pods and containers without the ledger's lock: their requests, the
 // NUMA nodes of their devices (planSync uses them for those it admits),
-// and, when the applier says so, the cpuset in a running container's
-// cgroup.
+// and, when the applier says so, the cpuset.cpus and cpuset.mems in a
+// running container's cgroup.
 func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncInput {
 	d := p.d
 	in := syncInput{Pods: make([]syncPod, 0, len(pods)), Ctrs: make([]syncCtr, 0, len(ctrs))}
@@ -188,8 +188,11 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		sc := syncCtr{ID: c.GetId(), SandboxID: c.GetPodSandboxId(), Name: c.GetName(), Phase: phaseOf(c),
 			CreatedAt: c.GetCreatedAt(), CPUs: cpu.GetCpus(), Mems: cpu.GetMems(), CgroupsPath: c.GetLinux().GetCgroupsPath()}
 		if readCgroups && sc.Phase != phaseStopped {
-			if cpus, _, err := cg.Read(sc.CgroupsPath); err == nil {
+			if cpus, mems, err := cg.Read(sc.CgroupsPath); err == nil {
 				sc.CPUs = cpus.String()
+				if !mems.IsEmpty() { // cgroup v2's empty file: the parent's
+					sc.Mems = mems.String()
+				}
 			}
 		}
 		if pod := podByID[sc.SandboxID]; pod != nil && sc.Phase != phaseStopped {
@@ -221,6 +224,9 @@ func (p *plugin) logSyncEvents(l *ledger.Tx, events []syncEvent) {
 		case evKept:
 			entry.WithField("cpus", ev.CPUs.String()).
 				Warn("state had no assignment for a running exclusive container; kept the CPUs it runs on")
+		case evKeptMemory:
+			entry.WithField("mems", ev.CPUs.String()).
+				Warn("state had no memory assignment for a running exclusive container; kept the memory nodes it runs on")
 		case evNoDeviceHint:
 			entry.WithError(ev.Err).Warn(request.NoDeviceHintMsg)
 		case evRefused:

@@ -85,6 +85,7 @@ type syncEventKind int
 
 const (
 	evKept         syncEventKind = iota // warn: kept the CPUs a container runs on
+	evKeptMemory                        // warn: kept the memory nodes it runs on
 	evNoDeviceHint                      // warn: device NUMA nodes unreadable
 	evRefused                           // warn: cannot be admitted, stays shared
 	evPlaced                            // info: the decision of an admission
@@ -110,7 +111,8 @@ type syncPlan struct {
 	Released    []ledger.PodContainer // every release, in order (one may repeat)
 	RemovedPods []string              // pods whose affinity or memory is forgotten
 	Kept        []keptCPUs
-	Adopted     []string // IDs of containers given an assignment they hold
+	KeptMemory  map[string]cpuset.CPUSet // by ID: memory kept on the nodes it runs on
+	Adopted     []string                 // IDs of containers given an assignment they hold
 	Admissions  []admission
 	Placed      int      // adopted and admitted
 	AwaitStart  []string // created, not started yet
@@ -147,6 +149,7 @@ func planSync(e *policy.Engine, in syncInput) syncPlan {
 	// admitted in the order they were created.
 	sort.SliceStable(p.plan.Live, func(i, j int) bool { return p.plan.Live[i].CreatedAt < p.plan.Live[j].CreatedAt })
 	p.keepLostCPUs()
+	p.keepLostMemory()
 	p.placeUnknown()
 	p.finish()
 	return p.plan
@@ -248,6 +251,50 @@ func (p *planner) keepLostCPUs() {
 	}
 }
 
+// keepLostMemory is keepLostCPUs' memory half, under the static memory
+// manager: a running container that holds exclusive CPUs but whose memory
+// assignment the state lost keeps the NUMA nodes it runs on (its
+// cpuset.mems) when their free memory holds its request
+// (policy.Engine.KeepMemory). Left unaccounted, that memory would be given
+// to the next admission on those nodes while the container uses it, and
+// its own next start would take memory afresh, perhaps on another node
+// than its CPUs. Oldest first, before any admission, like the CPUs.
+func (p *planner) keepLostMemory() {
+	if !p.e.MemoryStatic() {
+		return
+	}
+	for _, c := range p.plan.Live {
+		pod := p.pods[c.SandboxID]
+		if _, ok := p.e.Assignment(p.plan.State, pod.Key, c.Name); !ok {
+			continue
+		}
+		r, known := p.plan.Records[c.ID]
+		if known && !r.Exclusive {
+			continue
+		}
+		mems, err := cpuset.Parse(c.Mems)
+		if err != nil {
+			continue
+		}
+		req := c.Request
+		req.Pod, req.Container = pod.Key, c.Name
+		next, ok := p.e.KeepMemory(p.plan.State, req, mems)
+		if !ok {
+			continue
+		}
+		p.plan.State = next
+		if p.plan.KeptMemory == nil {
+			p.plan.KeptMemory = map[string]cpuset.CPUSet{}
+		}
+		p.plan.KeptMemory[c.ID] = mems
+		if known {
+			r.Mems = mems.String()
+			p.plan.Records[c.ID] = r
+		}
+		p.event(syncEvent{Kind: evKeptMemory, CPUs: mems}, pod, c)
+	}
+}
+
 // alone reports whether no set of sets but the i-th meets have.
 func alone(sets []cpuset.CPUSet, i int, have cpuset.CPUSet) bool {
 	for j, other := range sets {
@@ -289,6 +336,9 @@ func (p *planner) placeUnknown() {
 				r.Since = ledger.StampOf(time.Unix(0, c.CreatedAt))
 			}
 			r.Exclusive = true
+			if mems, ok := p.plan.KeptMemory[r.ID]; ok {
+				r.Mems = mems.String()
+			}
 			p.plan.Records[r.ID] = r
 			p.plan.Adopted = append(p.plan.Adopted, r.ID)
 			p.plan.Placed++

@@ -314,3 +314,66 @@ func TestMemoryInitContainerReuse(t *testing.T) {
 		t.Errorf("node 0 free %d, want 2 GiB", got)
 	}
 }
+
+// A damaged checkpoint: the state is rebuilt from the runtime, and the
+// running Guaranteed containers keep their memory assignments on the
+// nodes they run on along with their CPUs, so node 0's memory that a
+// holds is not given again (c's 10 GiB is refused as before the damage)
+// and a's re-creation gets node 0 back beside its CPUs.
+func TestRebuildKeepsMemory(t *testing.T) {
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	cfg := testConfig(t, rt, stateDir, memoryConfig(t, "single-numa-node"))
+	topo := loadFixture(t, "ht-2s-6c")
+	r := startDaemon(t, rt, cfg, topo)
+	a := rt.addPod(podSpec{uid: "a", name: "a", qos: "guaranteed"})
+	ca, err := rt.createMem(a, "app", 2000, 4*gib, 512*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rt.addPod(podSpec{uid: "b", name: "b", qos: "guaranteed"})
+	cb, err := rt.createMem(b, "app", 2000, 10*gib, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.cpus(ca) != "1,13" || rt.mems(ca) != "0" || rt.cpus(cb) != "6,18" || rt.mems(cb) != "1" {
+		t.Fatalf("a %s/%s, b %s/%s; want 1,13/0 and 6,18/1", rt.cpus(ca), rt.mems(ca), rt.cpus(cb), rt.mems(cb))
+	}
+	r.stop(t)
+	path := filepath.Join(stateDir, CheckpointName)
+	if err := os.WriteFile(path, []byte(`{"version":1,"checksum":"sha256:00","data":{"trunc`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	r = startDaemon(t, rt, cfg, topo)
+	if ups := rt.SyncUpdates(); len(ups) != 0 {
+		t.Errorf("rebuild updated %s", rt.describe(ups))
+	}
+	v := r.d.State()
+	// Node 0: 13 GiB allocatable less a's 4; 1 GiB of 2 MiB pages less
+	// a's 512 MiB. Node 1: 13 GiB less b's 10.
+	if memFree(v, 0, "memory") != 9*gib || memFree(v, 0, "hugepages-2Mi") != 512*mib || memFree(v, 1, "memory") != 3*gib {
+		t.Errorf("/state memory after the rebuild: %+v", v.Memory)
+	}
+	for _, cv := range v.Containers {
+		if want := map[string]string{"a": "0", "b": "1"}[cv.PodUID]; cv.Mems != want {
+			t.Errorf("/state %s mems %q, want %q", cv.PodUID, cv.Mems, want)
+		}
+	}
+	c := rt.addPod(podSpec{uid: "c", name: "c", qos: "guaranteed"})
+	if _, err := rt.createMem(c, "app", 1000, 10*gib, 0); err == nil || !strings.Contains(err.Error(), "UnexpectedAdmissionError") {
+		t.Errorf("c after the rebuild: %v, want the memory manager's refusal", err)
+	}
+	rt.stop(ca)
+	rt.remove(ca)
+	again, err := rt.createMem(a, "app", 2000, 4*gib, 512*mib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.cpus(again) != "1,13" || rt.mems(again) != "0" {
+		t.Errorf("a re-created: %s/%s, want 1,13/0", rt.cpus(again), rt.mems(again))
+	}
+	if got := memFree(r.d.State(), 0, "memory"); got != 9*gib {
+		t.Errorf("node 0 free after a's re-creation %d, want 9 GiB", got)
+	}
+}

@@ -135,6 +135,41 @@ func (e *Engine) allocMemory(st State, req Request, h hints.Hint) (State, cpuset
 	return st, cpuset.New(a.Mems.Nodes()...), true, nil
 }
 
+// KeepMemory restores the memory assignment a running container lost
+// (a rebuild from the runtime after a damaged checkpoint) on the NUMA
+// nodes mems it runs on: one block per resource over those nodes, taken
+// from their free memory as Allocate takes it, so the nodes' accounting
+// holds the memory the container uses and no later admission is given it
+// again. It is the memory half of keeping a running container's CPUs and
+// runs no admission. It reports false, st unchanged, when the memory
+// manager does not account the container (None, not Guaranteed, no
+// memory limit), it already holds memory, mems is empty or names a node
+// without memory, single-numa-node is the policy and mems is more than
+// one node, or those nodes' free memory cannot hold the request (Allocate
+// would widen it) or breaks the group rule: the container then runs on
+// as it is, unaccounted, and its memory is allocated afresh when a
+// container of its pod and name is next created.
+func (e *Engine) KeepMemory(st State, req Request, mems cpuset.CPUSet) (State, bool) {
+	if !e.memStatic || mems.IsEmpty() || !mems.IsSubsetOf(e.allMems()) || e.MemoryPinned(st, req.Pod, req.Container) {
+		return st, false
+	}
+	if e.cfg.TopologyPolicy == hints.PolicySingleNUMANode && mems.Size() != 1 {
+		return st, false
+	}
+	req.MemoryReuse = nil
+	pod := memPod(req, req.Memory)
+	if !pod.Guaranteed {
+		return st, false
+	}
+	want := hints.NewMask(mems.List()...)
+	mem, a, err := memorymanager.Allocate(st.Memory, pod, req.Container, hints.Hint{Affinity: want, Preferred: true})
+	if err != nil || a.Mems != want {
+		return st, false
+	}
+	st.Memory = mem
+	return st, true
+}
+
 // MemsOf is a container's cpuset.mems now: the nodes of its memory
 // manager assignment, else every memory node.
 func (e *Engine) MemsOf(st State, pod, container string) cpuset.CPUSet {

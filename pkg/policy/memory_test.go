@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/utils/cpuset"
+
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/policy"
@@ -391,5 +393,46 @@ func TestMemoryReuseOfExitedContainers(t *testing.T) {
 	}
 	if got := free(e.RemovePod(next, "p"), 0, "memory"); got != 6*gi {
 		t.Errorf("node 0 free after the pod %d, want 6 GiB", got)
+	}
+}
+
+// KeepMemory: a running container's lost memory is put back on the nodes
+// it runs on, as one block per resource, when their free memory holds it;
+// otherwise nothing changes (worked on twoNodes: 13 GiB of memory and
+// 1 GiB of 2 MiB pages allocatable per node).
+func TestKeepMemory(t *testing.T) {
+	e := twoNodes(t, hints.PolicySingleNUMANode)
+	st := e.NewState()
+	req := withMemory(guaranteed("a", "c", 2), map[memorymanager.Resource]uint64{"memory": 4 * gi, "hugepages-2Mi": 512 * mi})
+	next, ok := e.KeepMemory(st, req, cpuset.New(1))
+	if !ok || !e.MemoryPinned(next, "a", "c") || e.MemsOf(next, "a", "c").String() != "1" ||
+		free(next, 1, "memory") != 9*gi || free(next, 1, "hugepages-2Mi") != 512*mi || free(next, 0, "memory") != 13*gi {
+		t.Fatalf("kept on node 1: ok %v, mems %s, node 1 memory %d hugepages %d, node 0 memory %d", ok, e.MemsOf(next, "a", "c"),
+			free(next, 1, "memory"), free(next, 1, "hugepages-2Mi"), free(next, 0, "memory"))
+	}
+	// Already held: unchanged.
+	if again, ok := e.KeepMemory(next, req, cpuset.New(0)); ok || !reflect.DeepEqual(again, next) {
+		t.Errorf("kept twice: %v", ok)
+	}
+	for _, tc := range []struct {
+		name string
+		req  policy.Request
+		mems cpuset.CPUSet
+	}{
+		{"10 GiB on node 1 with 9 free", withMemory(guaranteed("b", "c", 2), map[memorymanager.Resource]uint64{"memory": 10 * gi}), cpuset.New(1)},
+		{"two nodes under single-numa-node", withMemory(guaranteed("b", "c", 2), map[memorymanager.Resource]uint64{"memory": gi}), cpuset.New(0, 1)},
+		{"no such node", withMemory(guaranteed("b", "c", 2), map[memorymanager.Resource]uint64{"memory": gi}), cpuset.New(2)},
+		{"no mems", withMemory(guaranteed("b", "c", 2), map[memorymanager.Resource]uint64{"memory": gi}), cpuset.New()},
+		{"Burstable", withMemory(policy.Request{Pod: "b", Container: "c", QoS: policy.Burstable, CPURequestMilli: 500, CPULimitMilli: 1000}, map[memorymanager.Resource]uint64{"memory": gi}), cpuset.New(0)},
+	} {
+		if got, ok := e.KeepMemory(next, tc.req, tc.mems); ok || !reflect.DeepEqual(got, next) {
+			t.Errorf("%s: kept (%v) or changed the state", tc.name, ok)
+		}
+	}
+	// best-effort may keep a container's memory on both nodes.
+	be := twoNodes(t, hints.PolicyBestEffort)
+	both, ok := be.KeepMemory(be.NewState(), withMemory(guaranteed("b", "c", 2), map[memorymanager.Resource]uint64{"memory": gi}), cpuset.New(0, 1))
+	if !ok || be.MemsOf(both, "b", "c").String() != "0-1" {
+		t.Errorf("best-effort, nodes 0-1: ok %v, mems %s", ok, be.MemsOf(both, "b", "c"))
 	}
 }

@@ -1257,7 +1257,7 @@ func (c *churn) opCorruptRestart() {
 	kind := c.corrupt()
 	c.faults["corrupt-checkpoint:"+kind]++
 	c.record("checkpoint corrupted: %s", kind)
-	c.loseMemory()
+	noted := c.loseMemory()
 	c.awayOps(true)
 	// A rebuild from the runtime knows only the live containers: what
 	// exited containers held may be lost (and given to others).
@@ -1267,6 +1267,7 @@ func (c *churn) opCorruptRestart() {
 	c.record("plugin restarted")
 	c.startDaemon()
 	c.afterSync()
+	c.keptMemory(noted)
 	c.check(false)
 }
 

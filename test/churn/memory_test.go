@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/internal/invariant"
 	"github.com/nri-cpualign/nri-cpualign/internal/observe"
 	"github.com/nri-cpualign/nri-cpualign/pkg/memorymanager"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
@@ -111,21 +112,42 @@ func (c *churn) memoryRefusal(msg string, q framework.QOS) bool {
 // exempt from these two checks until their pod goes:
 //
 //   - a rebuild from the runtime (a damaged checkpoint) keeps the live
-//     containers' CPUs (what they run on) but not their memory
-//     assignments (NRI shows no memory placement): loseMemory;
+//     containers' CPUs (what they run on), and their memory on the nodes
+//     they run on only where those nodes' free memory still holds it
+//     (policy.Engine.KeepMemory): loseMemory, then keptMemory for those
+//     that got it back;
 //   - a later container of the pod takes over the memory the pod holds
 //     for its exited ones, as the kubelet lets app containers take over
 //     init containers' memory; the exited one's block shrinks by what was
 //     taken (docs/topology-manager.md, "Init containers"): tookOver.
 
 // loseMemory notes, when the checkpoint is damaged (the state may then be
-// rebuilt from the runtime), the pods and names of the live containers.
-func (c *churn) loseMemory() {
+// rebuilt from the runtime), the pods and names of the live containers; it
+// returns those it newly noted.
+func (c *churn) loseMemory() []invariant.Key {
 	if !c.memoryStatic() {
-		return
+		return nil
 	}
+	var noted []invariant.Key
 	for _, ct := range c.live() {
-		c.memFresh[c.keyOf(ct)] = true
+		if k := c.keyOf(ct); !c.memFresh[k] {
+			c.memFresh[k] = true
+			noted = append(noted, k)
+		}
+	}
+	return noted
+}
+
+// keptMemory, after the restart that followed loseMemory, takes back the
+// names whose memory assignment the rebuild kept (or the checkpoint
+// kept): it lies on the nodes the container ran on, those of its CPUs.
+func (c *churn) keptMemory(noted []invariant.Key) {
+	e, st := c.d.EngineState()
+	for _, k := range noted {
+		if e.MemoryPinned(st, k.Pod, k.Container) {
+			delete(c.memFresh, k)
+			c.faults["memory-kept-at-restart"]++
+		}
 	}
 }
 
@@ -147,8 +169,8 @@ func (c *churn) tookOver(pod string) {
 // assignment's nodes, one node under single-numa-node, which holds its
 // exclusive CPUs; a Burstable or BestEffort one on every memory node. A
 // Guaranteed container without an assignment (refused at Synchronize, or
-// rebuilt from the runtime after a damaged checkpoint) is left to the
-// runtime (docs/metrics.md: its mems are "left to the runtime").
+// rebuilt from the runtime after a damaged checkpoint where its nodes no
+// longer held its memory) is left to the runtime (docs/metrics.md).
 func (c *churn) checkMems() []string {
 	if !c.memoryStatic() {
 		return nil
