@@ -111,8 +111,7 @@ type syncPlan struct {
 	Released    []ledger.PodContainer // every release, in order (one may repeat)
 	RemovedPods []string              // pods whose affinity or memory is forgotten
 	Kept        []keptCPUs
-	KeptMemory  map[string]cpuset.CPUSet // by ID: memory kept on the nodes it runs on
-	Adopted     []string                 // IDs of containers given an assignment they hold
+	Adopted     []string // IDs of containers given an assignment they hold
 	Admissions  []admission
 	Placed      int      // adopted and admitted
 	AwaitStart  []string // created, not started yet
@@ -127,12 +126,15 @@ type planner struct {
 	pods    map[string]syncPod // by sandbox ID
 	plan    syncPlan
 	liveKey map[ledger.PodContainer]bool
+	// memKept is by ID the nodes keepLostMemory kept a container's
+	// memory on: its record's mems.
+	memKept map[string]cpuset.CPUSet
 }
 
 // planSync reconciles in with the engine e. It is pure: e is only
 // consulted, in is not modified.
 func planSync(e *policy.Engine, in syncInput) syncPlan {
-	p := &planner{e: e, in: in, pods: make(map[string]syncPod, len(in.Pods)), liveKey: map[ledger.PodContainer]bool{}}
+	p := &planner{e: e, in: in, pods: make(map[string]syncPod, len(in.Pods)), liveKey: map[ledger.PodContainer]bool{}, memKept: map[string]cpuset.CPUSet{}}
 	p.plan.State = in.State
 	p.plan.Records = map[string]ledger.Record{}
 	for _, pod := range in.Pods {
@@ -283,10 +285,7 @@ func (p *planner) keepLostMemory() {
 			continue
 		}
 		p.plan.State = next
-		if p.plan.KeptMemory == nil {
-			p.plan.KeptMemory = map[string]cpuset.CPUSet{}
-		}
-		p.plan.KeptMemory[c.ID] = mems
+		p.memKept[c.ID] = mems
 		if known {
 			r.Mems = mems.String()
 			p.plan.Records[c.ID] = r
@@ -336,7 +335,7 @@ func (p *planner) placeUnknown() {
 				r.Since = ledger.StampOf(time.Unix(0, c.CreatedAt))
 			}
 			r.Exclusive = true
-			if mems, ok := p.plan.KeptMemory[r.ID]; ok {
+			if mems, ok := p.memKept[r.ID]; ok {
 				r.Mems = mems.String()
 			}
 			p.plan.Records[r.ID] = r
