@@ -377,3 +377,42 @@ func TestRebuildKeepsMemory(t *testing.T) {
 		t.Errorf("node 0 free after a's re-creation %d, want 9 GiB", got)
 	}
 }
+
+// A restart whose reserved_memory changed drops the checkpoint's memory
+// manager state (it no longer matches, as the kubelet checks at start);
+// the running container's CPUs are still assigned, and the next
+// Synchronize keeps its memory on the node it runs on, counted against
+// the new allocatable: node 0 then has 16 - 2 (reserved) - 2 (the pools)
+// - 4 (a) = 8 GiB free.
+func TestDroppedMemoryStateKept(t *testing.T) {
+	rt := startRuntime(t)
+	stateDir := t.TempDir()
+	topo := loadFixture(t, "ht-2s-6c")
+	doc := memoryConfig(t, "single-numa-node")
+	r := startDaemon(t, rt, testConfig(t, rt, stateDir, doc), topo)
+	a := rt.addPod(podSpec{uid: "a", name: "a", qos: "guaranteed"})
+	ca, err := rt.createMem(a, "app", 2000, 4*gib, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.cpus(ca) != "1,13" || rt.mems(ca) != "0" {
+		t.Fatalf("a %s/%s, want 1,13/0", rt.cpus(ca), rt.mems(ca))
+	}
+	r.stop(t)
+
+	more := strings.Replace(doc, "numa_node = 0\nlimits = { memory = \"1Gi\" }", "numa_node = 0\nlimits = { memory = \"2Gi\" }", 1)
+	if more == doc {
+		t.Fatal("memoryConfig's reservation for node 0 not found")
+	}
+	r = startDaemon(t, rt, testConfig(t, rt, stateDir, more), topo)
+	if ups := rt.SyncUpdates(); len(ups) != 0 {
+		t.Errorf("restart updated %s", rt.describe(ups))
+	}
+	v := r.d.State()
+	if got := memFree(v, 0, "memory"); got != 8*gib {
+		t.Errorf("node 0 memory free %d, want 8 GiB", got)
+	}
+	if len(v.Containers) != 1 || v.Containers[0].Mems != "0" {
+		t.Errorf("/state containers %+v, want a on mems 0", v.Containers)
+	}
+}
