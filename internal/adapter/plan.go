@@ -127,7 +127,7 @@ type planner struct {
 	plan    syncPlan
 	liveKey map[ledger.PodContainer]bool
 	// memKept is by ID the nodes keepLostMemory kept a container's
-	// memory on: its record's mems.
+	// memory on.
 	memKept map[string]cpuset.CPUSet
 }
 
@@ -153,6 +153,14 @@ func planSync(e *policy.Engine, in syncInput) syncPlan {
 	p.keepLostCPUs()
 	p.keepLostMemory()
 	p.placeUnknown()
+	// A kept container's record (known, or adopted just now) holds the
+	// mems its memory was kept on.
+	for id, mems := range p.memKept {
+		if r, ok := p.plan.Records[id]; ok {
+			r.Mems = mems.String()
+			p.plan.Records[id] = r
+		}
+	}
 	p.finish()
 	return p.plan
 }
@@ -270,26 +278,19 @@ func (p *planner) keepLostMemory() {
 		if _, ok := p.e.Assignment(p.plan.State, pod.Key, c.Name); !ok {
 			continue
 		}
-		r, known := p.plan.Records[c.ID]
-		if known && !r.Exclusive {
+		if r, known := p.plan.Records[c.ID]; known && !r.Exclusive {
 			continue
 		}
 		mems, err := cpuset.Parse(c.Mems)
 		if err != nil {
 			continue
 		}
-		req := c.Request
-		req.Pod, req.Container = pod.Key, c.Name
-		next, ok := p.e.KeepMemory(p.plan.State, req, mems)
+		next, ok := p.e.KeepMemory(p.plan.State, c.Request, mems)
 		if !ok {
 			continue
 		}
 		p.plan.State = next
 		p.memKept[c.ID] = mems
-		if known {
-			r.Mems = mems.String()
-			p.plan.Records[c.ID] = r
-		}
 		p.event(syncEvent{Kind: evKeptMemory, CPUs: mems}, pod, c)
 	}
 }
@@ -335,9 +336,6 @@ func (p *planner) placeUnknown() {
 				r.Since = ledger.StampOf(time.Unix(0, c.CreatedAt))
 			}
 			r.Exclusive = true
-			if mems, ok := p.memKept[r.ID]; ok {
-				r.Mems = mems.String()
-			}
 			p.plan.Records[r.ID] = r
 			p.plan.Adopted = append(p.plan.Adopted, r.ID)
 			p.plan.Placed++

@@ -315,6 +315,20 @@ func TestMemoryInitContainerReuse(t *testing.T) {
 	}
 }
 
+// createMemOn creates pod's container "app" with createMem's limits and
+// stops the test unless it was placed on cpus and mems.
+func (rt *fakeRuntime) createMemOn(t *testing.T, pod *api.PodSandbox, milli, mem, huge2M int64, cpus, mems string) *api.Container {
+	t.Helper()
+	c, err := rt.createMem(pod, "app", milli, mem, huge2M)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.cpus(c) != cpus || rt.mems(c) != mems {
+		t.Fatalf("%s: cpus %s mems %s, want %s and %s", pod.Uid, rt.cpus(c), rt.mems(c), cpus, mems)
+	}
+	return c
+}
+
 // A damaged checkpoint: the state is rebuilt from the runtime, and the
 // running Guaranteed containers keep their memory assignments on the
 // nodes they run on along with their CPUs, so node 0's memory that a
@@ -327,18 +341,9 @@ func TestRebuildKeepsMemory(t *testing.T) {
 	topo := loadFixture(t, "ht-2s-6c")
 	r := startDaemon(t, rt, cfg, topo)
 	a := rt.addPod(podSpec{uid: "a", name: "a", qos: "guaranteed"})
-	ca, err := rt.createMem(a, "app", 2000, 4*gib, 512*mib)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := rt.createMemOn(t, a, 2000, 4*gib, 512*mib, "1,13", "0")
 	b := rt.addPod(podSpec{uid: "b", name: "b", qos: "guaranteed"})
-	cb, err := rt.createMem(b, "app", 2000, 10*gib, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rt.cpus(ca) != "1,13" || rt.mems(ca) != "0" || rt.cpus(cb) != "6,18" || rt.mems(cb) != "1" {
-		t.Fatalf("a %s/%s, b %s/%s; want 1,13/0 and 6,18/1", rt.cpus(ca), rt.mems(ca), rt.cpus(cb), rt.mems(cb))
-	}
+	rt.createMemOn(t, b, 2000, 10*gib, 0, "6,18", "1")
 	r.stop(t)
 	path := filepath.Join(stateDir, CheckpointName)
 	if err := os.WriteFile(path, []byte(`{"version":1,"checksum":"sha256:00","data":{"trunc`), 0o600); err != nil {
@@ -366,13 +371,7 @@ func TestRebuildKeepsMemory(t *testing.T) {
 	}
 	rt.stop(ca)
 	rt.remove(ca)
-	again, err := rt.createMem(a, "app", 2000, 4*gib, 512*mib)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rt.cpus(again) != "1,13" || rt.mems(again) != "0" {
-		t.Errorf("a re-created: %s/%s, want 1,13/0", rt.cpus(again), rt.mems(again))
-	}
+	rt.createMemOn(t, a, 2000, 4*gib, 512*mib, "1,13", "0")
 	if got := memFree(r.d.State(), 0, "memory"); got != 9*gib {
 		t.Errorf("node 0 free after a's re-creation %d, want 9 GiB", got)
 	}
@@ -390,14 +389,7 @@ func TestDroppedMemoryStateKept(t *testing.T) {
 	topo := loadFixture(t, "ht-2s-6c")
 	doc := memoryConfig(t, "single-numa-node")
 	r := startDaemon(t, rt, testConfig(t, rt, stateDir, doc), topo)
-	a := rt.addPod(podSpec{uid: "a", name: "a", qos: "guaranteed"})
-	ca, err := rt.createMem(a, "app", 2000, 4*gib, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rt.cpus(ca) != "1,13" || rt.mems(ca) != "0" {
-		t.Fatalf("a %s/%s, want 1,13/0", rt.cpus(ca), rt.mems(ca))
-	}
+	rt.createMemOn(t, rt.addPod(podSpec{uid: "a", name: "a", qos: "guaranteed"}), 2000, 4*gib, 0, "1,13", "0")
 	r.stop(t)
 
 	more := strings.Replace(doc, "numa_node = 0\nlimits = { memory = \"1Gi\" }", "numa_node = 0\nlimits = { memory = \"2Gi\" }", 1)
