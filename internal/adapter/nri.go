@@ -181,8 +181,8 @@ func (p *plugin) syncInput(pods []*api.PodSandbox, ctrs []*api.Container) syncIn
 		in.Pods = append(in.Pods, syncPod{ID: pod.GetId(), Key: request.PodKey(pod), Name: request.PodName(pod)})
 	}
 	devs := request.DeviceReaderOf(d.Ledger.Config())
-	readCgroups := d.Applier.Load().SyncReadsCgroups()
-	cg := d.Applier.Load().CgroupRoot()
+	a := d.Applier.Load()
+	readCgroups, cg := a.SyncReadsCgroups(), a.CgroupRoot()
 	for _, c := range ctrs {
 		cpu := c.GetLinux().GetResources().GetCpu()
 		sc := syncCtr{ID: c.GetId(), SandboxID: c.GetPodSandboxId(), Name: c.GetName(), Phase: phaseOf(c),
