@@ -433,15 +433,13 @@ func logHeld(entry *logrus.Entry, r ledger.Record, held cpuset.CPUSet, why strin
 // pod's end or the slice given back are one change: one commit.
 func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	defer p.d.Metrics.timeEvent("RemoveContainer")()
-	var changed bool
-	err := p.d.Ledger.Update(func(l *ledger.Tx) (err error) {
-		changed, err = p.remove(l, ctr)
+	return p.d.Ledger.Update(func(l *ledger.Tx) error {
+		changed, err := p.remove(l, ctr)
+		if changed {
+			p.d.Applier.Load().Freed(l)
+		}
 		return err
 	})
-	if changed {
-		p.d.Applier.Load().Kick()
-	}
-	return err
 }
 
 // remove is RemoveContainer inside its Update; it reports whether the
@@ -548,15 +546,13 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 // commit; neither event can answer with updates, so the applier's worker
 // brings the shared-pool containers to the grown pool.
 func (p *plugin) releasePod(pod *api.PodSandbox, why string) error {
-	var changed bool
-	err := p.d.Ledger.Update(func(l *ledger.Tx) (err error) {
-		changed, err = p.endPod(l, pod, why)
+	return p.d.Ledger.Update(func(l *ledger.Tx) error {
+		changed, err := p.endPod(l, pod, why)
+		if changed {
+			p.d.Applier.Load().Freed(l)
+		}
 		return err
 	})
-	if changed {
-		p.d.Applier.Load().Kick()
-	}
-	return err
 }
 
 // endPod is releasePod inside its Update; it reports whether the shared

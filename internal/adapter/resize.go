@@ -127,14 +127,12 @@ func (p *plugin) resize(id string, req policy.Request) ([]*api.ContainerUpdate, 
 // since) is dropped. A failed commit keeps the CPUs assigned to the
 // container and the shrink pending, for a later update to finish.
 func (p *plugin) resized(id string) {
-	var changed bool
 	_ = p.d.Ledger.Update(func(l *ledger.Tx) error {
-		changed = p.shrink(l, id)
+		if p.shrink(l, id) {
+			p.d.Applier.Load().Freed(l)
+		}
 		return nil // logged: PostUpdateContainer goes on
 	})
-	if changed {
-		p.d.Applier.Load().Kick()
-	}
 }
 
 // shrink is resized inside its Update; it reports whether the shared pool

@@ -57,6 +57,10 @@ type Applier interface {
 	Owed(tx *ledger.Tx, skip string, answer []*api.ContainerUpdate) []*api.ContainerUpdate
 	// Kick wakes the worker after a change no answer carries.
 	Kick()
+	// Freed is the applier's part of an event that grew the shared pool
+	// and answers nothing (a removal, a pod's end, a shrink), inside the
+	// event's Update: the worker is woken for the shared-pool containers.
+	Freed(tx *ledger.Tx)
 	// Run is the worker; it returns when ctx ends.
 	Run(ctx context.Context)
 	// Reconcile restores every cgroup that drifted from its assignment

@@ -419,6 +419,11 @@ func (a *direct) restore(found []drifted, _ stub.Stub, _ uint64) {
 // writes the cgroups itself); inAnswer's defers them to the next answer.
 func (a *direct) Owed(*ledger.Tx, string, []*api.ContainerUpdate) []*api.ContainerUpdate { return nil }
 
+// Freed kicks only when a shared-pool container must follow the grown
+// pool: direct's pass writes nothing else, and its start barrier catches
+// up with every generation anyway.
+func (a *direct) Freed(tx *ledger.Tx) { a.kickIfShared(tx, "") }
+
 // kickIfShared kicks when some shared-pool container but skip must
 // follow the pool: a kick for nothing would still arm a wake-up and a
 // pass.

@@ -89,6 +89,10 @@ func (a *inAnswer) Updated(id string) {
 	a.Kick()
 }
 
+// Freed always kicks: besides the grown pool, the pass delivers the
+// updates and repairs owed, which no answer may come to carry.
+func (a *inAnswer) Freed(*ledger.Tx) { a.Kick() }
+
 // push sends the shared pool to every shared-pool container, and their
 // assignment to the exclusive containers queued by updated; on a runtime
 // that takes no unsolicited update it defers them to the next answer.

@@ -398,3 +398,70 @@ func TestDirectRestartRestores(t *testing.T) {
 		}
 	}
 }
+
+// TestFreedKicksOnlyWhenSomeoneFollows: under direct, an exclusive
+// container's removal or its pod's end grows the pool, but with no
+// shared-pool container on the node there is no cgroup to write, and the
+// worker is not woken for nothing (its wake-up would compete with the
+// next event's answer). With one, it is. Under in-answer the worker is
+// always woken: its pass also delivers what is owed.
+func TestFreedKicksOnlyWhenSomeoneFollows(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "cpuset"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{config.SharedUpdatesDirect, config.SharedUpdatesInAnswer} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHandlerDaemon(t, t.TempDir(), "shared_pool_updates = \""+mode+"\"\ncgroup_root = \""+root+"\"\n")
+			if got := h.d.Config().SharedPoolUpdates; got != mode {
+				t.Fatalf("mode %q, want %q", got, mode)
+			}
+			ctx := context.Background()
+			if _, err := h.p.Synchronize(ctx, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			always := mode == config.SharedUpdatesInAnswer
+
+			g1Pod := testPod("g1")
+			g1 := testCtr("g1-1", "app", 2000)
+			if cpus, _ := h.create(t, g1Pod, g1); cpus != "1,5" {
+				t.Fatalf("g1 on %q, want 1,5", cpus)
+			}
+			h.kicked()
+			h.remove(t, g1Pod, g1)
+			if h.shared() != "0-7" {
+				t.Fatalf("pool %q after g1's removal, want 0-7", h.shared())
+			}
+			if got := h.kicked(); got != always {
+				t.Errorf("removal with no shared-pool container: kicked %v, want %v", got, always)
+			}
+
+			g2Pod := testPod("g2")
+			g2 := testCtr("g2-1", "app", 2000)
+			h.create(t, g2Pod, g2)
+			h.kicked()
+			h.removePod(t, g2Pod)
+			if got := h.kicked(); got != always {
+				t.Errorf("pod end with no shared-pool container: kicked %v, want %v", got, always)
+			}
+
+			bePod := testPod("be")
+			h.create(t, bePod, testCtr("be-1", "be", 0))
+			g3Pod := testPod("g3")
+			g3 := testCtr("g3-1", "app", 2000)
+			h.create(t, g3Pod, g3)
+			h.kicked()
+			h.remove(t, g3Pod, g3)
+			if !h.kicked() {
+				t.Error("removal with a shared-pool container on the node: no kick")
+			}
+			g4Pod := testPod("g4")
+			h.create(t, g4Pod, testCtr("g4-1", "app", 2000))
+			h.kicked()
+			h.removePod(t, g4Pod)
+			if !h.kicked() {
+				t.Error("pod end with a shared-pool container on the node: no kick")
+			}
+		})
+	}
+}
