@@ -49,6 +49,11 @@ type Handlers interface {
 // of NRI's runtime side, to show the daemon's own locking suffices).
 func (d *Daemon) Handlers() Handlers { return d.handlers() }
 
+// ReconcileQuotaNow runs the reconcile loop's quota pass, which the loop
+// runs after its cpuset pass every reconcile_period (test hook: the churn
+// runs no clock).
+func (d *Daemon) ReconcileQuotaNow() { d.applier().ReconcileQuota() }
+
 // Settle waits until the update worker has pushed the shared pool for
 // every kick so far, the re-pushes of stale pushes included, and the
 // runtime has answered each push (test hook: the runtime's cpusets equal

@@ -669,7 +669,7 @@ func (c *churn) step() {
 		{7, c.opCorruptRestart},
 	}
 	if c.quotaOn() {
-		choices = append(choices, choice{8, c.opQuotaRewrite})
+		choices = append(choices, choice{8, c.opQuotaRewrite}, choice{4, c.opQuotaCameBack})
 	}
 	scrape := 4
 	if c.memoryStatic() {

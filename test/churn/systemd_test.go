@@ -233,12 +233,28 @@ func (c *churn) checkSystemd(applied map[invariant.Key]cpuset.CPUSet) []string {
 	return probs
 }
 
-// opQuotaRewrite plays the kubelet's in-place resize of a pod with an
-// exclusive container: it writes the pod's quota again (systemd re-applied
-// the slice's too) before it updates the container, here with the same
-// CPUs and more memory. The container's UpdateContainer must lift the
-// pod's quota again.
-func (c *churn) opQuotaRewrite() {
+// opQuotaCameBack plays a pod quota written back while no event follows
+// (systemd re-applied the pod's slice, or the kubelet wrote the pod's
+// cgroup again): the reconcile loop's quota pass, run here as its period
+// would, must lift it again, with no event.
+func (c *churn) opQuotaCameBack() {
+	ct := c.quotaCandidate()
+	if ct == nil {
+		c.opCreate()
+		return
+	}
+	p := c.rt.PodOf(ct)
+	c.record("quota of pod %s written again, then the reconcile loop's quota pass", p.Uid)
+	c.writePodQuota(p)
+	c.faults["pod-quota-came-back"]++
+	c.d.ReconcileQuotaNow()
+	c.ops["reconcile-quota"]++
+	c.check(false)
+}
+
+// quotaCandidate picks a running exclusive container whose pod cgroup
+// has a quota file (nil: none).
+func (c *churn) quotaCandidate() *api.Container {
 	var cands []*api.Container
 	for _, ct := range c.inState(api.ContainerState_CONTAINER_RUNNING) {
 		if _, ok := c.admitted[ct.Id]; ok {
@@ -247,7 +263,16 @@ func (c *churn) opQuotaRewrite() {
 			}
 		}
 	}
-	ct := c.pick(cands)
+	return c.pick(cands)
+}
+
+// opQuotaRewrite plays the kubelet's in-place resize of a pod with an
+// exclusive container: it writes the pod's quota again (systemd re-applied
+// the slice's too) before it updates the container, here with the same
+// CPUs and more memory. The container's UpdateContainer must lift the
+// pod's quota again.
+func (c *churn) opQuotaRewrite() {
+	ct := c.quotaCandidate()
 	if ct == nil {
 		c.opCreate()
 		return
