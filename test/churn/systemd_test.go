@@ -238,23 +238,19 @@ func (c *churn) checkSystemd(applied map[invariant.Key]cpuset.CPUSet) []string {
 // cgroup again): the reconcile loop's quota pass, run here as its period
 // would, must lift it again, with no event.
 func (c *churn) opQuotaCameBack() {
-	ct := c.quotaCandidate()
-	if ct == nil {
-		c.opCreate()
+	if c.quotaWrittenBack("pod-quota-came-back", "the reconcile loop's quota pass") == nil {
 		return
 	}
-	p := c.rt.PodOf(ct)
-	c.record("quota of pod %s written again, then the reconcile loop's quota pass", p.Uid)
-	c.writePodQuota(p)
-	c.faults["pod-quota-came-back"]++
 	c.d.ReconcileQuotaNow()
 	c.ops["reconcile-quota"]++
 	c.check(false)
 }
 
-// quotaCandidate picks a running exclusive container whose pod cgroup
-// has a quota file (nil: none).
-func (c *churn) quotaCandidate() *api.Container {
+// quotaWrittenBack picks a running exclusive container whose pod cgroup
+// has a quota file, writes the pod's quota again and counts fault; what
+// follows (then) is logged. With no such container it creates one and
+// returns nil.
+func (c *churn) quotaWrittenBack(fault, then string) *api.Container {
 	var cands []*api.Container
 	for _, ct := range c.inState(api.ContainerState_CONTAINER_RUNNING) {
 		if _, ok := c.admitted[ct.Id]; ok {
@@ -263,7 +259,16 @@ func (c *churn) quotaCandidate() *api.Container {
 			}
 		}
 	}
-	return c.pick(cands)
+	ct := c.pick(cands)
+	if ct == nil {
+		c.opCreate()
+		return nil
+	}
+	p := c.rt.PodOf(ct)
+	c.record("quota of pod %s written again, then %s", p.Uid, then)
+	c.writePodQuota(p)
+	c.faults[fault]++
+	return ct
 }
 
 // opQuotaRewrite plays the kubelet's in-place resize of a pod with an
@@ -272,15 +277,10 @@ func (c *churn) quotaCandidate() *api.Container {
 // CPUs and more memory. The container's UpdateContainer must lift the
 // pod's quota again.
 func (c *churn) opQuotaRewrite() {
-	ct := c.quotaCandidate()
+	ct := c.quotaWrittenBack("pod-quota-rewritten", "its container resized (memory)")
 	if ct == nil {
-		c.opCreate()
 		return
 	}
-	p := c.rt.PodOf(ct)
-	c.record("quota of pod %s written again, then %s resized (memory)", p.Uid, ct.Id)
-	c.writePodQuota(p)
-	c.faults["pod-quota-rewritten"]++
 	res := nritest.ContainerResources(c.res[ct.Id])
 	res.Memory.Limit = api.Int64(res.GetMemory().GetLimit().GetValue() + 1<<20)
 	if _, err := c.rt.UpdateContainer(context.Background(), ct, res); err != nil {
