@@ -63,6 +63,13 @@ type direct struct {
 	// done is the generation (ledger.gen) of the newest state a pass
 	// wrote to every shared-pool cgroup there was.
 	done uint64
+	// files, todo and wrote are the passes' own (writeMu), kept from one
+	// to the next: each shared-pool container's cpuset.cpus path
+	// (resolving it at every write was most of a pass's garbage, and the
+	// collector it set off ran beside the next answers) and the two
+	// lists' backing arrays.
+	files       map[string]cgroupFile
+	todo, wrote []target
 	// retry is the run of prompt retries after transient systemd
 	// failures (settleRetries).
 	retry retryRun
@@ -73,7 +80,25 @@ type direct struct {
 // scope, then the file).
 func newDirect(u *updater) *direct {
 	u.wakeDelay.Store(int64(passDelay))
-	return &direct{updater: u, written: map[string]string{}}
+	return &direct{updater: u, written: map[string]string{}, files: map[string]cgroupFile{}}
+}
+
+// cgroupFile is a container's cpuset.cpus path and the cgroups path it
+// was resolved from.
+type cgroupFile struct{ cgroupsPath, file string }
+
+// fileOf is the cpuset.cpus path of t's cgroup, resolved once; writeMu
+// is held.
+func (a *direct) fileOf(t target) (string, error) {
+	if f, ok := a.files[t.id]; ok && f.cgroupsPath == t.path {
+		return f.file, nil
+	}
+	file, err := a.cg.CPUsFile(t.path)
+	if err != nil {
+		return "", err
+	}
+	a.files[t.id] = cgroupFile{cgroupsPath: t.path, file: file}
+	return file, nil
 }
 
 func (a *direct) Mode() string { return config.SharedUpdatesDirect }
@@ -234,7 +259,7 @@ func (a *direct) pass() {
 		var (
 			gen    uint64
 			shared string
-			todo   []target
+			todo   = a.todo[:0]
 			ready  bool
 		)
 		a.l.Read(func(tx *ledger.Tx) {
@@ -244,6 +269,11 @@ func (a *direct) pass() {
 			gen = tx.Gen()
 			pools := tx.Pools()
 			shared = pools.Node
+			for id := range a.files {
+				if _, ok := tx.Record(id); !ok {
+					delete(a.files, id)
+				}
+			}
 			a.mu.Lock()
 			defer a.mu.Unlock()
 			for id := range a.written {
@@ -265,12 +295,15 @@ func (a *direct) pass() {
 			return
 		}
 
-		var wrote []target
+		wrote := a.wrote[:0]
 		var unknown []string
 		var failed []error
 		transient := false
 		for _, t := range todo {
-			err := a.writeCPUSet(t.path, t.cpus, "")
+			file, err := a.fileOf(t)
+			if err == nil {
+				err = a.writeCPUsAt(t.path, file, t.cpus)
+			}
 			switch {
 			case err == nil:
 				wrote = append(wrote, t)
@@ -307,6 +340,10 @@ func (a *direct) pass() {
 		if len(wrote) > 0 {
 			a.log.WithFields(logrus.Fields{"cpus": shared, "containers": len(wrote)}).Debug("shared pool written into cgroups")
 		}
+		// emptied: kept, they would hold on to records that are gone
+		clear(todo)
+		clear(wrote)
+		a.todo, a.wrote = todo[:0], wrote[:0]
 		if caughtUp {
 			return
 		}

@@ -121,17 +121,7 @@ type cpusetWriter struct {
 // cannot be reached at all the mode decision said so (ChooseMode), and
 // the files are all there is.
 func (w cpusetWriter) writeCPUSet(cgroupsPath, cpus, mems string) error {
-	var sdErr error
-	if unit, ok := systemd.ScopeUnit(cgroupsPath); ok && w.cg.Unified() {
-		if m, err := w.sd.get(); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), sdTimeout)
-			err = m.SetCPUSet(ctx, unit, cpus, mems)
-			cancel()
-			if err != nil && !errors.Is(err, systemd.ErrNoUnit) {
-				sdErr = fmt.Errorf("systemd unit %s: %w", unit, err)
-			}
-		}
-	}
+	sdErr := w.tellSystemd(cgroupsPath, cpus, mems)
 	err := w.cg.WriteCPUs(cgroupsPath, cpus)
 	if err == nil && mems != "" {
 		err = w.cg.WriteMems(cgroupsPath, mems)
@@ -140,6 +130,36 @@ func (w cpusetWriter) writeCPUSet(cgroupsPath, cpus, mems string) error {
 		return err
 	}
 	return sdErr
+}
+
+// writeCPUsAt is writeCPUSet of cpus alone, into file: the container's
+// cpuset.cpus as cgroups.Root.CPUsFile resolved it (a pass's writes).
+func (w cpusetWriter) writeCPUsAt(cgroupsPath, file, cpus string) error {
+	sdErr := w.tellSystemd(cgroupsPath, cpus, "")
+	if err := w.cg.WriteCPUsFile(file, cpus); err != nil {
+		return err
+	}
+	return sdErr
+}
+
+// tellSystemd gives a systemd scope on cgroup v2 cpus and, when not "",
+// mems in systemd's record; nothing for any other cgroup, or a unit
+// systemd does not know.
+func (w cpusetWriter) tellSystemd(cgroupsPath, cpus, mems string) error {
+	unit, ok := systemd.ScopeUnit(cgroupsPath)
+	if !ok || !w.cg.Unified() {
+		return nil
+	}
+	m, err := w.sd.get()
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sdTimeout)
+	defer cancel()
+	if err := m.SetCPUSet(ctx, unit, cpus, mems); err != nil && !errors.Is(err, systemd.ErrNoUnit) {
+		return fmt.Errorf("systemd unit %s: %w", unit, err)
+	}
+	return nil
 }
 
 // liftPodQuota removes the CFS quota of the pod holding the container
