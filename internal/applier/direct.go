@@ -64,11 +64,11 @@ type direct struct {
 	// wrote to every shared-pool cgroup there was.
 	done uint64
 	// files, todo and wrote are the passes' own (writeMu), kept from one
-	// to the next: each shared-pool container's cpuset.cpus path
-	// (resolving it at every write was most of a pass's garbage, and the
-	// collector it set off ran beside the next answers) and the two
-	// lists' backing arrays.
+	// to the next: each shared-pool container's cpuset.cpus, resolved
+	// once and held open (cgroups.CPUsFile says why; at most maxOpenFiles
+	// of them), and the two lists' backing arrays.
 	files       map[string]cgroupFile
+	open        int
 	todo, wrote []target
 	// retry is the run of prompt retries after transient systemd
 	// failures (settleRetries).
@@ -83,22 +83,62 @@ func newDirect(u *updater) *direct {
 	return &direct{updater: u, written: map[string]string{}, files: map[string]cgroupFile{}}
 }
 
-// cgroupFile is a container's cpuset.cpus path and the cgroups path it
-// was resolved from.
-type cgroupFile struct{ cgroupsPath, file string }
+// cgroupFile is a container's cpuset.cpus and the cgroups path it was
+// resolved from.
+type cgroupFile struct {
+	cgroupsPath string
+	f           *cgroups.CPUsFile
+}
 
-// fileOf is the cpuset.cpus path of t's cgroup, resolved once; writeMu
-// is held.
-func (a *direct) fileOf(t target) (string, error) {
-	if f, ok := a.files[t.id]; ok && f.cgroupsPath == t.path {
-		return f.file, nil
+// maxOpenFiles bounds the cpuset.cpus files the passes hold open, well
+// under any file limit a runtime gives a DaemonSet's container (Go raises
+// the soft limit to the hard one, 524288 or more under containerd and
+// CRI-O); the containers past it are written by path.
+const maxOpenFiles = 4096
+
+// writeTarget writes t's cpus into its cgroup's cpuset.cpus, resolved
+// once and kept; writeMu is held.
+func (a *direct) writeTarget(t target) error {
+	cf, ok := a.files[t.id]
+	if !ok || cf.cgroupsPath != t.path {
+		a.dropFile(t.id)
+		f, err := a.cg.CPUsFile(t.path)
+		if err != nil {
+			return err
+		}
+		cf = cgroupFile{cgroupsPath: t.path, f: f}
+		a.files[t.id] = cf
 	}
-	file, err := a.cg.CPUsFile(t.path)
-	if err != nil {
-		return "", err
+	wasOpen := cf.f.Open()
+	err := a.writeCPUsAt(t.path, cf.f, t.cpus, a.open < maxOpenFiles)
+	switch open := cf.f.Open(); {
+	case open && !wasOpen:
+		a.open++
+	case !open && wasOpen:
+		a.open--
 	}
-	a.files[t.id] = cgroupFile{cgroupsPath: t.path, file: file}
-	return file, nil
+	return err
+}
+
+// dropFile forgets a container's cpuset.cpus, closing it; writeMu is
+// held.
+func (a *direct) dropFile(id string) {
+	if cf, ok := a.files[id]; ok {
+		if cf.f.Open() {
+			cf.f.Close()
+			a.open--
+		}
+		delete(a.files, id)
+	}
+}
+
+// closeFiles closes every cpuset.cpus the passes hold (the worker's end).
+func (a *direct) closeFiles() {
+	a.writeMu.Lock()
+	defer a.writeMu.Unlock()
+	for id := range a.files {
+		a.dropFile(id)
+	}
 }
 
 func (a *direct) Mode() string { return config.SharedUpdatesDirect }
@@ -197,7 +237,10 @@ func (a *direct) Synchronized(tx *ledger.Tx, planned []CPUUpdate) []*api.Contain
 // the cpuset it was created with; what it runs on is in its cgroup.
 func (a *direct) SyncReadsCgroups() bool { return true }
 
-func (a *direct) Run(ctx context.Context) { a.loop(ctx, a.pass, a.Reconcile) }
+func (a *direct) Run(ctx context.Context) {
+	defer a.closeFiles()
+	a.loop(ctx, a.pass, a.Reconcile)
+}
 
 // passDelay is how long after a kick the worker wakes for its pass
 // (updater.Kick arms a timer rather than waking it). The kick comes from
@@ -271,7 +314,7 @@ func (a *direct) pass() {
 			shared = pools.Node
 			for id := range a.files {
 				if _, ok := tx.Record(id); !ok {
-					delete(a.files, id)
+					a.dropFile(id)
 				}
 			}
 			a.mu.Lock()
@@ -300,10 +343,7 @@ func (a *direct) pass() {
 		var failed []error
 		transient := false
 		for _, t := range todo {
-			file, err := a.fileOf(t)
-			if err == nil {
-				err = a.writeCPUsAt(t.path, file, t.cpus)
-			}
+			err := a.writeTarget(t)
 			switch {
 			case err == nil:
 				wrote = append(wrote, t)

@@ -132,11 +132,12 @@ func (w cpusetWriter) writeCPUSet(cgroupsPath, cpus, mems string) error {
 	return sdErr
 }
 
-// writeCPUsAt is writeCPUSet of cpus alone, into file: the container's
-// cpuset.cpus as cgroups.Root.CPUsFile resolved it (a pass's writes).
-func (w cpusetWriter) writeCPUsAt(cgroupsPath, file, cpus string) error {
+// writeCPUsAt is writeCPUSet of cpus alone, into f: the container's
+// cpuset.cpus as the passes keep it (cgroups.CPUsFile; keep: it may stay
+// open).
+func (w cpusetWriter) writeCPUsAt(cgroupsPath string, f *cgroups.CPUsFile, cpus string, keep bool) error {
 	sdErr := w.tellSystemd(cgroupsPath, cpus, "")
-	if err := w.cg.WriteCPUsFile(file, cpus); err != nil {
+	if err := f.Write(cpus, keep); err != nil {
 		return err
 	}
 	return sdErr

@@ -133,10 +133,10 @@ func TestWriteThroughSystemd(t *testing.T) {
 	}
 }
 
-// TestWriteCPUsAt: a pass's write, into the cpuset.cpus path resolved
-// once (cgroups.Root.CPUsFile), goes the way writeCPUSet goes: systemd
-// first for a scope on cgroup v2, then the file; ErrGone for a cgroup
-// that is not there.
+// TestWriteCPUsAt: a pass's write, into the container's cpuset.cpus as
+// the passes keep it (cgroups.CPUsFile), goes the way writeCPUSet goes:
+// systemd first for a scope on cgroup v2, then the file; ErrGone for a
+// cgroup that is not there.
 func TestWriteCPUsAt(t *testing.T) {
 	root, path, scopeDir, _ := scopeRoot(t)
 	fake := systemdtest.New(252)
@@ -144,17 +144,18 @@ func TestWriteCPUsAt(t *testing.T) {
 	u := newUpdater(nil, nil, nil, cgroups.New(root), logrus.New())
 	u.sd = NewSysLink(func(context.Context) (systemd.Manager, error) { return fake, nil }, nil)
 
-	file, err := u.cg.CPUsFile(path)
+	f, err := u.cg.CPUsFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(root, scopeDir, "cpuset.cpus"); file != want {
-		t.Fatalf("CPUsFile(%q) = %q, want %q", path, file, want)
+	if want := filepath.Join(root, scopeDir, "cpuset.cpus"); f.Path() != want {
+		t.Fatalf("CPUsFile(%q) = %q, want %q", path, f.Path(), want)
 	}
-	if err := u.writeCPUsAt(path, file, "2-3"); err != nil {
+	if err := u.writeCPUsAt(path, f, "2-3", true); err != nil {
 		t.Fatal(err)
 	}
-	if got := readFile(t, file); got != "2-3" {
+	defer f.Close()
+	if got := readFile(t, f.Path()); got != "2-3" {
 		t.Errorf("cpuset.cpus %q, want 2-3", got)
 	}
 	want := []string{"SetCPUSet cri-containerd-abc.scope cpus=2-3 mems= file=0-7"}
@@ -162,10 +163,10 @@ func TestWriteCPUsAt(t *testing.T) {
 		t.Errorf("systemd calls %q, want %q", got, want)
 	}
 	fake.FailSets(errors.New("Access denied"))
-	if err := u.writeCPUsAt(path, file, "5"); err == nil || !strings.Contains(err.Error(), "cri-containerd-abc.scope") {
+	if err := u.writeCPUsAt(path, f, "5", true); err == nil || !strings.Contains(err.Error(), "cri-containerd-abc.scope") {
 		t.Errorf("systemd's failure not reported with the unit: %v", err)
 	}
-	if got := readFile(t, file); got != "5" {
+	if got := readFile(t, f.Path()); got != "5" {
 		t.Errorf("cpuset.cpus %q after systemd failed, want 5 (the file is written anyway)", got)
 	}
 
@@ -174,7 +175,7 @@ func TestWriteCPUsAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := u.writeCPUsAt(gone, goneFile, "1"); !errors.Is(err, cgroups.ErrGone) {
+	if err := u.writeCPUsAt(gone, goneFile, "1", true); !errors.Is(err, cgroups.ErrGone) {
 		t.Errorf("a scope without cgroup: %v, want ErrGone", err)
 	}
 	if _, err := u.cg.CPUsFile(""); err == nil {

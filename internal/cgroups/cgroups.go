@@ -170,21 +170,6 @@ func (r Root) WriteMems(cgroupsPath, mems string) error {
 	return r.writeFile(cgroupsPath, "cpuset.mems", mems)
 }
 
-// CPUsFile is the path of the cgroup's cpuset.cpus, for a caller that
-// writes it again and again: direct's passes keep it, since resolving
-// the path on every write made most of a pass's garbage.
-func (r Root) CPUsFile(cgroupsPath string) (string, error) {
-	dir, err := r.Dir(cgroupsPath)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "cpuset.cpus"), nil
-}
-
-// WriteCPUsFile writes cpus into file, a path CPUsFile gave; ErrGone when
-// the cgroup does not exist.
-func (r Root) WriteCPUsFile(file, cpus string) error { return r.writeAt(file, cpus) }
-
 func (r Root) writeFile(cgroupsPath, name, value string) error {
 	dir, err := r.Dir(cgroupsPath)
 	if err != nil {

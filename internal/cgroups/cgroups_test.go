@@ -150,3 +150,75 @@ func TestSystemdManaged(t *testing.T) {
 		t.Error("files named kubepods.slice and init.scope detected as systemd's cgroups")
 	}
 }
+
+// TestCPUsFile: a cpuset.cpus kept open takes one value after another
+// (a plain file is truncated, as cgroupfs replaces the value); a cgroup
+// removed while its file is open is ErrGone, and one made again at the
+// same path is written through a fresh open; without keep nothing stays
+// open.
+func TestCPUsFile(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpuset\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "kubepods/pod1/abc")
+	mk := func() {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cpuset.cpus"), []byte("0-63\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, "cpuset.cpus"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	r := New(root)
+	f, err := r.CPUsFile("/kubepods/pod1/abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Write("1", true); !errors.Is(err, ErrGone) {
+		t.Fatalf("write before the cgroup exists: %v, want ErrGone", err)
+	}
+	mk()
+	for _, v := range []string{"0-31", "3", "4-5"} {
+		if err := f.Write(v, true); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(); got != v {
+			t.Errorf("after writing %q the file holds %q", v, got)
+		}
+	}
+	if !f.Open() {
+		t.Error("not kept open")
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Write("6", true); !errors.Is(err, ErrGone) {
+		t.Errorf("write into a removed cgroup: %v, want ErrGone", err)
+	}
+	if f.Open() {
+		t.Error("still open after ErrGone")
+	}
+	mk()
+	if err := f.Write("7", true); err != nil || read() != "7" {
+		t.Errorf("the cgroup made again: %v, file %q, want 7", err, read())
+	}
+
+	g, err := r.CPUsFile("/kubepods/pod1/abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Write("2", false); err != nil || read() != "2" || g.Open() {
+		t.Errorf("write without keep: %v, file %q, open %v; want 2, not open", err, read(), g.Open())
+	}
+}
