@@ -68,7 +68,7 @@ type direct struct {
 	// once and held open (cgroups.CPUsFile says why; at most maxOpenFiles
 	// of them), and the two lists' backing arrays.
 	files       map[string]cgroupFile
-	open        int
+	open, limit int // files held open; at most limit (maxOpenFiles)
 	todo, wrote []target
 	// retry is the run of prompt retries after transient systemd
 	// failures (settleRetries).
@@ -80,7 +80,7 @@ type direct struct {
 // scope, then the file).
 func newDirect(u *updater) *direct {
 	u.wakeDelay.Store(int64(passDelay))
-	return &direct{updater: u, written: map[string]string{}, files: map[string]cgroupFile{}}
+	return &direct{updater: u, written: map[string]string{}, files: map[string]cgroupFile{}, limit: maxOpenFiles}
 }
 
 // cgroupFile is a container's cpuset.cpus and the cgroups path it was
@@ -110,7 +110,7 @@ func (a *direct) writeTarget(t target) error {
 		a.files[t.id] = cf
 	}
 	wasOpen := cf.f.Open()
-	err := a.writeCPUsAt(t.path, cf.f, t.cpus, a.open < maxOpenFiles)
+	err := a.writeCPUsAt(t.path, cf.f, t.cpus, a.open < a.limit)
 	switch open := cf.f.Open(); {
 	case open && !wasOpen:
 		a.open++
