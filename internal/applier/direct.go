@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -80,7 +81,19 @@ type direct struct {
 // scope, then the file).
 func newDirect(u *updater) *direct {
 	u.wakeDelay.Store(int64(passDelay))
-	return &direct{updater: u, written: map[string]string{}, files: map[string]cgroupFile{}, limit: maxOpenFiles}
+	return &direct{updater: u, written: map[string]string{}, files: map[string]cgroupFile{}, limit: openLimit()}
+}
+
+// openLimit is how many cpuset.cpus files the passes may hold open:
+// maxOpenFiles, or a quarter of the process's file limit where that is
+// lower, so the held files never starve the daemon's sockets and
+// journal.
+func openLimit() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	return int(min(uint64(maxOpenFiles), rl.Cur/4))
 }
 
 // cgroupFile is a container's cpuset.cpus and the cgroups path it was
@@ -90,10 +103,10 @@ type cgroupFile struct {
 	f           *cgroups.CPUsFile
 }
 
-// maxOpenFiles bounds the cpuset.cpus files the passes hold open, well
-// under any file limit a runtime gives a DaemonSet's container (Go raises
-// the soft limit to the hard one, 524288 or more under containerd and
-// CRI-O); the containers past it are written by path.
+// maxOpenFiles bounds the cpuset.cpus files the passes hold open (a
+// runtime's containers usually get a file limit of 524288 or more, to
+// which Go raises the soft limit; openLimit takes a lower one into
+// account); the containers past it are written by path.
 const maxOpenFiles = 4096
 
 // writeTarget writes t's cpus into its cgroup's cpuset.cpus, resolved

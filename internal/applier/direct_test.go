@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -89,5 +90,13 @@ func TestPassFiles(t *testing.T) {
 	a.closeFiles()
 	if a.open != 0 || held() != 0 || len(a.files) != 0 {
 		t.Fatalf("after the worker's end: count %d, %d held, %d files; want none", a.open, held(), len(a.files))
+	}
+
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := openLimit(), int(min(uint64(maxOpenFiles), rl.Cur/4)); got != want || got > maxOpenFiles {
+		t.Errorf("openLimit() = %d with a file limit of %d, want %d", got, rl.Cur, want)
 	}
 }
