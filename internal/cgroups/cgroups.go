@@ -175,12 +175,12 @@ func (r Root) writeFile(cgroupsPath, name, value string) error {
 	if err != nil {
 		return err
 	}
-	return r.writeAt(filepath.Join(dir, name), value)
+	return writeAt(filepath.Join(dir, name), value)
 }
 
 // writeAt writes value into the cgroup file at path; ErrGone when it does
 // not exist.
-func (Root) writeAt(path, value string) error {
+func writeAt(path, value string) error {
 	// No O_CREATE: a cgroup file that is not there is a cgroup that is
 	// gone. O_TRUNC as a shell redirection does (cgroupfs ignores it; a
 	// plain file, as in tests, needs it). Plain system calls rather than

@@ -52,7 +52,7 @@ func (c *CPUsFile) Open() bool { return c.f != nil }
 // closed: a cgroup made again at the same path is opened afresh.
 func (c *CPUsFile) Write(cpus string, keep bool) error {
 	if c.f == nil && !keep {
-		return Root{}.writeAt(c.path, cpus)
+		return writeAt(c.path, cpus)
 	}
 	if c.f == nil {
 		if err := c.open(); err != nil {

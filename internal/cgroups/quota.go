@@ -101,7 +101,7 @@ func (r Root) QuotaUnlimited(cgroupsPath string) (bool, error) {
 // path); ErrGone when it does not exist.
 func (r Root) RemoveQuota(cgroupsPath string) error {
 	if r.unified {
-		return r.writeAt(filepath.Join(r.cpuDir(cgroupsPath), quotaFileV2), unlimitedMax)
+		return writeAt(filepath.Join(r.cpuDir(cgroupsPath), quotaFileV2), unlimitedMax)
 	}
-	return r.writeAt(filepath.Join(r.cpuDir(cgroupsPath), quotaFileV1), unlimitedV1)
+	return writeAt(filepath.Join(r.cpuDir(cgroupsPath), quotaFileV1), unlimitedV1)
 }
