@@ -189,7 +189,7 @@ func TestCPUsFile(t *testing.T) {
 		t.Fatalf("write before the cgroup exists: %v, want ErrGone", err)
 	}
 	mk()
-	for _, v := range []string{"0-31", "3", "4-5"} {
+	for _, v := range []string{"0-31", "3", "4-5", "6-7", "8-15", "9"} { // shorter, longer, as long
 		if err := f.Write(v, true); err != nil {
 			t.Fatal(err)
 		}

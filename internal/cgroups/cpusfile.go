@@ -97,14 +97,16 @@ const (
 )
 
 func (c *CPUsFile) write(cpus string) error {
+	size := int64(-1) // a plain file's length before the write
 	if c.plain {
-		fi, err := c.f.Stat()
-		if err != nil {
-			return err
+		var st syscall.Stat_t
+		if _, err := eintr.Retry(func() (int, error) { return 0, syscall.Fstat(int(c.f.Fd()), &st) }); err != nil {
+			return &fs.PathError{Op: "stat", Path: c.path, Err: err}
 		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
+		if st.Nlink == 0 {
 			return ErrGone
 		}
+		size = st.Size
 	}
 	n, err := c.f.WriteAt([]byte(cpus), 0)
 	switch {
@@ -119,7 +121,9 @@ func (c *CPUsFile) write(cpus string) error {
 	case n != len(cpus):
 		return fmt.Errorf("write %q to %s: %w", cpus, c.path, io.ErrShortWrite)
 	}
-	if c.plain {
+	// Only a shorter value leaves bytes of the old one to cut: the
+	// truncate was a third system call per file of every pass.
+	if c.plain && int64(len(cpus)) < size {
 		return c.f.Truncate(int64(len(cpus)))
 	}
 	return nil
