@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator/take"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 )
@@ -92,12 +93,12 @@ func BenchmarkCPUHints(b *testing.B) {
 // pool into a bitset and building the next shared pool (255 CPUs).
 func BenchmarkCPUSetBoundary(b *testing.B) {
 	topo := sysfstest.Load(b, "epyc-9754")
-	m := newMachine(topo)
+	m := take.NewMachine(topo)
 	def := topo.CPUs()
 	b.ReportAllocs()
 	for b.Loop() {
-		bits := m.toBits(def)
-		bits.clear(0)
-		_ = m.toSet(bits)
+		bits := m.ToBits(def)
+		bits.Clear(0)
+		_ = m.ToSet(bits)
 	}
 }

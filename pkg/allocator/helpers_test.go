@@ -134,11 +134,3 @@ func mustTopo(t testing.TB, cpus []topology.CPUInfo) *topology.Topology {
 	}
 	return topo
 }
-
-// versionName names a subtest's kubelet rules.
-func versionName(v137 bool) string {
-	if v137 {
-		return "/v1.37"
-	}
-	return "/v1.38"
-}

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator/take"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
@@ -29,7 +30,7 @@ func (s *Static) CPUHints(st State, req Request) []hints.Hint {
 		if cur.Size() != req.CPUs {
 			return []hints.Hint{}
 		}
-		return s.generateHints(s.m.toBits(cur), newBitset(s.m.n), s.free(st), req.CPUs)
+		return s.generateHints(s.m.ToBits(cur), take.NewBits(s.m.N()), s.free(st), req.CPUs)
 	}
 	free := s.free(st)
 	out := s.generateHints(free, s.reusable(st, req.Pod), free, req.CPUs)
@@ -68,22 +69,22 @@ func (s *Static) PodCPUHintsFor(st State, pod string, cpus int, containers map[s
 	}
 	free := s.free(st)
 	if assigned.Size() == cpus {
-		return s.generateHints(s.m.toBits(assigned), newBitset(s.m.n), free, cpus)
+		return s.generateHints(s.m.ToBits(assigned), take.NewBits(s.m.N()), free, cpus)
 	}
-	return s.generateHints(free, s.reusable(st, pod).or(s.m.toBits(assigned)), free, cpus)
+	return s.generateHints(free, s.reusable(st, pod).Or(s.m.ToBits(assigned)), free, cpus)
 }
 
 // free is the shared pool less the reserved CPUs: what hints can take,
 // and what a hint's Score counts as not assigned.
-func (s *Static) free(st State) bitset {
-	return s.m.maskBits(st.Default).andNot(s.reservedBits)
+func (s *Static) free(st State) take.Bits {
+	return s.m.MaskBits(st.Default).AndNot(s.reservedBits)
 }
 
 func (s *Static) reusableSet(st State, pod string) cpuset.CPUSet {
 	if st.ReusablePod != pod || st.Reusable.IsEmpty() {
 		return cpuset.New()
 	}
-	return s.m.toSet(s.reusable(st, pod))
+	return s.m.ToSet(s.reusable(st, pod))
 }
 
 // maxHintNodes bounds the NUMA nodes hint generation enumerates masks for
@@ -96,9 +97,10 @@ const maxHintNodes = 16
 // not free (free: the shared pool less the reserved CPUs, on every path,
 // so a container's own and its pod's reusable CPUs count as assigned),
 // the nodes of a mask taken as one pool.
-func (s *Static) generateHints(available, reusable, free bitset, request int) []hints.Hint {
+func (s *Static) generateHints(available, reusable, free take.Bits, request int) []hints.Hint {
 	m := s.m
-	nNodes := len(m.numas.ids)
+	numas := m.NUMAs()
+	nNodes := len(numas.IDs())
 	if nNodes > maxHintNodes {
 		// 2^nodes masks would take forever; the topology manager refuses
 		// such machines unless max-allowable-numa-nodes is raised, and
@@ -116,10 +118,10 @@ func (s *Static) generateHints(available, reusable, free bitset, request int) []
 	} else {
 		avail = make([]int32, 1<<nNodes)
 	}
-	for g := range m.numas.ids {
-		avail[1<<g] = int32(available.andCount(m.numas.mask[g]))
-		if reusable.intersects(m.numas.mask[g]) {
-			reusableNodes |= hints.NewMask(m.numas.ids[g])
+	for g, id := range numas.IDs() {
+		avail[1<<g] = int32(available.AndCount(numas.Mask(g)))
+		if reusable.Intersects(numas.Mask(g)) {
+			reusableNodes |= hints.NewMask(id)
 		}
 	}
 	sumCombinations(avail)
@@ -127,14 +129,14 @@ func (s *Static) generateHints(available, reusable, free bitset, request int) []
 	var unreserved, unused []int32
 	if s.opts.KubeletVersion != kubever.V137 {
 		unreserved, unused = make([]int32, 1<<nNodes), make([]int32, 1<<nNodes)
-		for g := range m.numas.ids {
-			unreserved[1<<g] = int32(m.numas.mask[g].andNotCount(s.reservedBits))
-			unused[1<<g] = int32(free.andCount(m.numas.mask[g]))
+		for g := range numas.IDs() {
+			unreserved[1<<g] = int32(numas.Mask(g).AndNotCount(s.reservedBits))
+			unused[1<<g] = int32(free.AndCount(numas.Mask(g)))
 		}
 		sumCombinations(unreserved)
 		sumCombinations(unused)
 	}
-	nReusable := int32(reusable.count())
+	nReusable := int32(reusable.Count())
 	if t == nil {
 		t = newHintTable(m)
 	}
@@ -192,8 +194,9 @@ type hintTable struct {
 	total    []int32      // c -> its CPUs
 }
 
-func newHintTable(m *machine) *hintTable {
-	n := len(m.numas.ids)
+func newHintTable(m *take.Machine) *hintTable {
+	numas := m.NUMAs()
+	n := len(numas.IDs())
 	t := &hintTable{
 		order:    make([]uint16, 0, 1<<n-1),
 		affinity: make([]hints.Mask, 1<<n),
@@ -201,15 +204,15 @@ func newHintTable(m *machine) *hintTable {
 	}
 	for c := 1; c < 1<<n; c++ {
 		low := bits.TrailingZeros(uint(c))
-		t.affinity[c] = t.affinity[c&(c-1)] | hints.NewMask(m.numas.ids[low])
-		t.total[c] = t.total[c&(c-1)] + int32(m.numas.size(low))
+		t.affinity[c] = t.affinity[c&(c-1)] | hints.NewMask(numas.IDs()[low])
+		t.total[c] = t.total[c&(c-1)] + int32(numas.Size(low))
 	}
 	idx := make([]int, n)
 	for i := range idx {
 		idx[i] = i
 	}
 	for k := 1; k <= n; k++ {
-		iterateCombinations(idx, k, func(combo []int) bool {
+		take.IterateCombinations(idx, k, func(combo []int) bool {
 			var c uint16
 			for _, g := range combo {
 				c |= 1 << uint(g)
@@ -225,19 +228,20 @@ func newHintTable(m *machine) *hintTable {
 // narrowest NUMA combination needs.
 func (s *Static) socketAligned(mask hints.Mask, minSize int) bool {
 	m := s.m
-	perSocket := len(m.numas.ids) / len(m.socks.ids)
+	numas := m.NUMAs()
+	perSocket := len(numas.IDs()) / len(m.Sockets().IDs())
 	if perSocket == 0 {
 		return false
 	}
 	minSockets := (minSize + perSocket - 1) / perSocket
-	seen := make([]bool, len(m.socks.ids))
+	seen := make([]bool, len(m.Sockets().IDs()))
 	n := 0
-	for g, id := range m.numas.ids {
+	for g, id := range numas.IDs() {
 		if !mask.IsSet(id) {
 			continue
 		}
-		for _, p := range m.numas.cpus[g] {
-			if sk := m.sockOf[p]; !seen[sk] {
+		for _, p := range numas.CPUs(g) {
+			if sk := m.SocketOf(p); !seen[sk] {
 				seen[sk] = true
 				n++
 			}

@@ -66,25 +66,6 @@ func TestDistributeAcrossNUMA(t *testing.T) {
 	}
 }
 
-func TestStandardDeviationRounding(t *testing.T) {
-	tests := []struct {
-		xs   []int
-		want float64
-	}{
-		{[]int{6, 6, 20, 20}, 7},
-		{[]int{4, 8, 20, 20}, 7.141},
-		{[]int{18, 8, 8, 20}, 5.545},
-		// mean 1.6667 rounds to 1.667 before the deviations are taken.
-		{[]int{1, 2, 2}, 0.471},
-		{[]int{5, 5}, 0},
-	}
-	for _, tc := range tests {
-		if got := standardDeviation(tc.xs); got != tc.want {
-			t.Errorf("stddev(%v) = %v, want %v", tc.xs, got, tc.want)
-		}
-	}
-}
-
 // prefer-align-cpus-by-uncorecache on the EPYC 7702P (SMT on): 16 L3 of 4
 // cores; L3 g = cores 4g..4g+3 = CPUs 4g..4g+3, 64+4g..64+4g+3. Reserved
 // 0,64 (core 0).
@@ -566,14 +547,10 @@ func TestCPUHintsTooManyNodes(t *testing.T) {
 	}
 }
 
-func TestBinomial(t *testing.T) {
-	for _, c := range []struct{ n, k, want int }{{4, 2, 6}, {16, 8, 12870}, {8, 0, 1}, {3, 4, 0}, {40, 20, maxCombinations + 1}} {
-		if got := binomial(c.n, c.k); got != c.want {
-			t.Errorf("binomial(%d,%d) = %d, want %d", c.n, c.k, got, c.want)
-		}
-	}
-	// 40 NUMA nodes of 2 CPUs: 40 CPUs over 20 nodes would need C(40,20)
-	// combinations; the packed fallback answers at once.
+// TestDistributeTooManyCombinations: 40 NUMA nodes of 2 CPUs, 40 CPUs
+// over 20 nodes would need C(40,20) combinations; the packed fallback
+// answers at once (take's TestBinomial has the bound).
+func TestDistributeTooManyCombinations(t *testing.T) {
 	topo := kubeletTopo(t, 80, func(i int) (int, int, int, int) { return i / 2, i, i / 2, i / 2 })
 	s := newStatic(t, topo, Options{DistributeCPUsAcrossNUMA: true}, "")
 	_, got, err := alloc(t, s, s.NewState(), "p", "c", 40, 0)

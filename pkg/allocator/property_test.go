@@ -212,7 +212,7 @@ func checkRefusal(t *testing.T, s *Static, st State, req Request, allocatable cp
 		if !s.opts.FullPCPUsOnly {
 			t.Fatalf("%+v: SMTAlignmentError without full-pcpus-only: %v", req, err)
 		}
-		if req.CPUs%s.m.cpusPerCore != 0 {
+		if req.CPUs%s.m.CPUsPerCore() != 0 {
 			return
 		}
 		if !smt.CausedByPhysicalCPUs || req.CPUs <= smt.AvailablePhysicalCPUs {
@@ -242,57 +242,52 @@ func checkRefusal(t *testing.T, s *Static, st State, req Request, allocatable cp
 // With whole-core occupancy (full-pcpus-only, uniform SMT) the exact match
 // reduces to "the cache has at least n free CPUs".
 func fitsOneL3(s *Static, allocatable cpuset.CPUSet, n int, wholeCores bool) (bool, string) {
-	m := s.m
-	for g := range m.numas.ids {
-		if n >= m.numas.size(g) {
+	topo := s.Topology()
+	for _, nd := range topo.NUMANodes() {
+		if n >= topo.CPUsInNUMANodes(nd).Size() {
 			return false, ""
 		}
 	}
-	for g := range m.socks.ids {
-		if n >= m.socks.size(g) {
+	for _, sk := range topo.Sockets() {
+		if n >= topo.CPUsInSockets(sk).Size() {
 			return false, ""
 		}
 	}
-	if n > m.cpusPerL3 {
+	perL3, perCore := topo.CPUsPerL3(), topo.CPUsPerCore()
+	if n > perL3 {
 		return false, ""
 	}
-	free := m.toBits(allocatable)
-	for u := range m.l3s.ids {
-		cnt := free.and(m.l3s.mask[u]).count()
-		if n == m.cpusPerL3 {
-			if cnt == m.l3s.size(u) && cnt >= n {
-				return true, fmt.Sprintf("L3 %d entirely free", m.l3s.ids[u])
+	for _, id := range topo.L3Groups() {
+		l3 := topo.CPUsInL3Groups(id)
+		cnt := l3.Intersection(allocatable).Size()
+		if n == perL3 {
+			if cnt == l3.Size() && cnt >= n {
+				return true, fmt.Sprintf("L3 %d entirely free", id)
 			}
 			continue
 		}
 		if wholeCores {
 			if cnt >= n {
-				return true, fmt.Sprintf("L3 %d has %d free", m.l3s.ids[u], cnt)
+				return true, fmt.Sprintf("L3 %d has %d free", id, cnt)
 			}
 			continue
 		}
-		coresNeeded := (n + m.cpusPerCore - 1) / m.cpusPerCore
+		coresNeeded := (n + perCore - 1) / perCore
 		var cpus []int
-		for _, c := range m.l3Cores[u] {
+		for _, c := range topo.CoresOf(l3) {
 			if coresNeeded == 0 {
 				break
 			}
-			var f []int
-			for _, p := range m.cores.cpus[c] {
-				if free.has(p) {
-					f = append(f, p)
-				}
-			}
-			if len(f) > 0 {
+			if f := topo.CPUsInCores(c).Intersection(allocatable).List(); len(f) > 0 {
 				coresNeeded--
 				cpus = append(cpus, f...)
 			}
 		}
-		if n%2 != 0 && m.cpusPerCore > 1 && len(cpus) > n {
+		if n%2 != 0 && perCore > 1 && len(cpus) > n {
 			cpus = cpus[:len(cpus)-1]
 		}
 		if len(cpus) == n {
-			return true, fmt.Sprintf("L3 %d partial match", m.l3s.ids[u])
+			return true, fmt.Sprintf("L3 %d partial match", id)
 		}
 	}
 	return false, ""

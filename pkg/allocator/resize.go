@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator/take"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 )
 
@@ -31,20 +32,21 @@ import (
 // growAvail is the CPUs a grow of the container may add: assignable shared
 // CPUs, under full-pcpus-only only those of wholly assignable cores, under
 // the strict uncore option only those of the caches cur lies in.
-func (s *Static) growAvail(st State, cur bitset) bitset {
+func (s *Static) growAvail(st State, cur take.Bits) take.Bits {
 	m := s.m
-	avail := m.maskBits(st.Default).andNot(s.reservedBits)
+	avail := m.MaskBits(st.Default).AndNot(s.reservedBits)
 	if s.opts.FullPCPUsOnly {
-		avail = m.wholeCores(avail)
+		avail = m.WholeCores(avail)
 	}
 	if s.strict() {
-		own := newBitset(m.n)
-		for g := range m.l3s.ids {
-			if cur.intersects(m.l3s.mask[g]) {
-				own = own.or(m.l3s.mask[g])
+		own := take.NewBits(m.N())
+		l3s := m.L3s()
+		for g := range l3s.IDs() {
+			if cur.Intersects(l3s.Mask(g)) {
+				own = own.Or(l3s.Mask(g))
 			}
 		}
-		avail = avail.and(own)
+		avail = avail.And(own)
 	}
 	return avail
 }
@@ -53,8 +55,8 @@ func (s *Static) growAvail(st State, cur bitset) bitset {
 // count that is not whole cores is an *SMTAlignmentError (checked before
 // the topology manager's admission, as for a new container).
 func (s *Static) CheckResizeCount(n int) error {
-	if s.opts.FullPCPUsOnly && n%s.m.cpusPerCore != 0 {
-		return &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: s.m.cpusPerCore}
+	if s.opts.FullPCPUsOnly && n%s.m.CPUsPerCore() != 0 {
+		return &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: s.m.CPUsPerCore()}
 	}
 	return nil
 }
@@ -66,11 +68,11 @@ func (s *Static) GrowRoom(st State, pod, container string, aff hints.Mask) int {
 	if !ok {
 		return 0
 	}
-	avail := s.growAvail(st, s.m.toBits(cur))
+	avail := s.growAvail(st, s.m.ToBits(cur))
 	if aff != 0 {
-		avail = avail.and(s.alignedMask(aff))
+		avail = avail.And(s.alignedMask(aff))
 	}
-	return avail.count()
+	return avail.Count()
 }
 
 // ResizeHints is the CPU hint generation for a container growing to n
@@ -83,7 +85,7 @@ func (s *Static) ResizeHints(st State, pod, container string, n int) []hints.Hin
 	if !ok || n < 1 {
 		return nil
 	}
-	own := s.m.toBits(cur)
+	own := s.m.ToBits(cur)
 	return s.generateHints(s.growAvail(st, own), own, s.free(st), n)
 }
 
@@ -101,25 +103,25 @@ func (s *Static) Grow(st State, pod, container string, n int, aff hints.Mask) (S
 		return st, cpuset.New(), &InvalidStateError{Pod: pod, Container: container,
 			Msg: fmt.Sprintf("grow to %d CPUs: the container holds %d exclusive CPUs (%s)", n, cur.Size(), cur)}
 	}
-	if s.opts.FullPCPUsOnly && n%m.cpusPerCore != 0 {
-		return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore}
+	if s.opts.FullPCPUsOnly && n%m.CPUsPerCore() != 0 {
+		return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.CPUsPerCore()}
 	}
-	own := m.toBits(cur)
+	own := m.ToBits(cur)
 	avail := s.growAvail(st, own)
 	add := n - cur.Size()
-	if have := avail.count(); add > have {
+	if have := avail.Count(); add > have {
 		switch {
 		case s.opts.FullPCPUsOnly:
-			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore,
+			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.CPUsPerCore(),
 				AvailablePhysicalCPUs: have + cur.Size(), CausedByPhysicalCPUs: true}
 		case s.strict():
-			return st, cpuset.New(), &UncoreCacheAlignmentError{RequestedCPUs: n, CacheCPUs: m.largestL3(),
+			return st, cpuset.New(), &UncoreCacheAlignmentError{RequestedCPUs: n, CacheCPUs: m.LargestL3(),
 				Exclusive: s.opts.StrictUncoreCache == UncoreStrictExclusive, Largest: have + cur.Size()}
 		default:
 			return st, cpuset.New(), &InsufficientCPUsError{Requested: add, Available: have}
 		}
 	}
-	var got bitset
+	var got take.Bits
 	if s.opts.DistributeCPUsAcrossNUMA {
 		got = s.growDistributed(avail, own, add, aff)
 	}
@@ -127,11 +129,11 @@ func (s *Static) Grow(st State, pod, container string, n int, aff hints.Mask) (S
 		got = s.place(avail, add, aff)
 	}
 	if got == nil {
-		return st, cpuset.New(), &InsufficientCPUsError{Requested: add, Available: avail.count()}
+		return st, cpuset.New(), &InsufficientCPUsError{Requested: add, Available: avail.Count()}
 	}
-	added := m.toSet(got)
+	added := m.ToSet(got)
 	next := withAssignment(st, pod, container, cur.Union(added))
-	next.Default = m.bitsMask(m.maskBits(st.Default).andNot(got))
+	next.Default = m.BitsMask(m.MaskBits(st.Default).AndNot(got))
 	if next.ReusablePod != pod && !next.Reusable.IsEmpty() {
 		next.Reusable = next.Reusable.Difference(added)
 	}
@@ -158,26 +160,26 @@ func (s *Static) Shrink(st State, pod, container string, n int, keep cpuset.CPUS
 	case n < keep.Size() || n >= cur.Size():
 		return bad("shrink to %d CPUs: want between the baseline's %d and the %d held", n, keep.Size(), cur.Size())
 	}
-	if s.opts.FullPCPUsOnly && n%m.cpusPerCore != 0 {
-		return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore}
+	if s.opts.FullPCPUsOnly && n%m.CPUsPerCore() != 0 {
+		return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.CPUsPerCore()}
 	}
-	extra := m.toBits(cur.Difference(keep))
+	extra := m.ToBits(cur.Difference(keep))
 	if s.opts.FullPCPUsOnly {
 		// The gained CPUs are whole cores when they came from Grow; a
 		// restored state may hold a split one, which is given back first.
-		extra = m.wholeCores(extra)
+		extra = m.WholeCores(extra)
 	}
 	var keepNodes hints.Mask
 	for _, cpu := range keep.UnsortedList() {
-		keepNodes |= hints.NewMask(m.numas.ids[m.numaOf[m.posOf[cpu]]])
+		keepNodes |= hints.NewMask(m.NUMAs().IDs()[m.NUMAOf(m.Pos(cpu))])
 	}
-	kept := newBitset(m.n)
+	kept := take.NewBits(m.N())
 	if k := n - keep.Size(); k > 0 {
 		if kept = s.place(extra, k, keepNodes); kept == nil {
-			return bad("shrink to %d CPUs: cannot keep %d of the gained CPUs %s", n, k, m.toSet(extra))
+			return bad("shrink to %d CPUs: cannot keep %d of the gained CPUs %s", n, k, m.ToSet(extra))
 		}
 	}
-	retained := keep.Union(m.toSet(kept))
+	retained := keep.Union(m.ToSet(kept))
 	released := cur.Difference(retained)
 	inUse := cpuset.New()
 	for c, set := range st.Assignments[pod] {
@@ -186,7 +188,7 @@ func (s *Static) Shrink(st State, pod, container string, n int, keep cpuset.CPUS
 		}
 	}
 	next := withAssignment(st, pod, container, retained)
-	next.Default = st.Default.Union(m.setMask(released.Difference(inUse)))
+	next.Default = st.Default.Union(m.SetMask(released.Difference(inUse)))
 	return next, released, nil
 }
 
@@ -196,11 +198,12 @@ func (s *Static) Shrink(st State, pod, container string, n int, keep cpuset.CPUS
 // the node holding the fewest of the container's CPUs that still has a
 // unit free, and are taken there packed. nil when the affinity is one node
 // or the nodes cannot hold all of them (Grow then places as Allocate does).
-func (s *Static) growDistributed(avail, own bitset, add int, aff hints.Mask) bitset {
+func (s *Static) growDistributed(avail, own take.Bits, add int, aff hints.Mask) take.Bits {
 	m := s.m
+	numas := m.NUMAs()
 	var nodes []int
-	for g, id := range m.numas.ids {
-		if (aff != 0 && aff.IsSet(id)) || (aff == 0 && own.intersects(m.numas.mask[g])) {
+	for g, id := range numas.IDs() {
+		if (aff != 0 && aff.IsSet(id)) || (aff == 0 && own.Intersects(numas.Mask(g))) {
 			nodes = append(nodes, g)
 		}
 	}
@@ -209,14 +212,14 @@ func (s *Static) growDistributed(avail, own bitset, add int, aff hints.Mask) bit
 	}
 	unit := 1
 	if s.opts.FullPCPUsOnly {
-		unit = m.cpusPerCore
+		unit = m.CPUsPerCore()
 	}
 	held := make([]int, len(nodes))
 	free := make([]int, len(nodes))
 	per := make([]int, len(nodes))
 	for i, g := range nodes {
-		held[i] = own.andCount(m.numas.mask[g])
-		free[i] = avail.andCount(m.numas.mask[g])
+		held[i] = own.AndCount(numas.Mask(g))
+		free[i] = avail.AndCount(numas.Mask(g))
 	}
 	for left := add; left > 0; left -= unit {
 		best := -1
@@ -233,16 +236,16 @@ func (s *Static) growDistributed(avail, own bitset, add int, aff hints.Mask) bit
 		}
 		per[best] += unit
 	}
-	out := newBitset(m.n)
+	out := take.NewBits(m.N())
 	for i, g := range nodes {
 		if per[i] == 0 {
 			continue
 		}
-		got := m.takePacked(avail.and(m.numas.mask[g]), per[i], fitOf(s.opts))
+		got := m.Packed(avail.And(numas.Mask(g)), per[i], fitOf(s.opts))
 		if got == nil {
 			return nil
 		}
-		out = out.or(got)
+		out = out.Or(got)
 	}
 	return out
 }

@@ -8,8 +8,10 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator/take"
 	"github.com/nri-cpualign/nri-cpualign/pkg/cpumask"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
+	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
 
@@ -17,14 +19,14 @@ import (
 // and safe for concurrent use; all mutable data travels in State values.
 type Static struct {
 	topo         *topology.Topology
-	m            *machine
+	m            *take.Machine
 	opts         Options
 	reserved     cpuset.CPUSet
 	reservedMask cpumask.Mask
-	reservedBits bitset
+	reservedBits take.Bits
 	// reservedPhys is the reserved CPUs plus all their thread siblings:
 	// full-pcpus-only counts them as unavailable.
-	reservedPhysBits bitset
+	reservedPhysBits take.Bits
 	// hintTable serves hint generation; nil above maxTableNodes NUMA nodes.
 	hintTable *hintTable
 }
@@ -44,32 +46,42 @@ func ReservedByCount(topo *topology.Topology, o Options, n int) (cpuset.CPUSet, 
 	if n == 0 {
 		return cpuset.New(), nil
 	}
-	m := newMachine(topo)
-	if n > m.n {
-		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: m.n}
+	m := take.NewMachine(topo)
+	if n > m.N() {
+		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: m.N()}
 	}
-	got := takeByTopology(m, o, m.all(), n, 0)
-	if got == nil || got.count() != n {
+	got := takeByTopology(m, o, m.All(), n, 0)
+	if got == nil || got.Count() != n {
 		return cpuset.New(), fmt.Errorf("reserved CPUs: unable to reserve %d CPUs", n)
 	}
-	return m.toSet(got), nil
+	return m.ToSet(got), nil
 }
 
 // takeByTopology dispatches to the packed or the NUMA-distributed best fit
 // with the options, as the kubelet's static policy does. hintNUMAs is the
 // NUMA node count of the topology manager hint the CPUs are taken for (0:
 // none), which the distributed fit spreads over under kubelet v1.38.
-func takeByTopology(m *machine, o Options, avail bitset, n, hintNUMAs int) bitset {
+func takeByTopology(m *take.Machine, o Options, avail take.Bits, n, hintNUMAs int) take.Bits {
 	f := fitOf(o)
 	if o.DistributeCPUsAcrossNUMA {
 		group := 1
 		if o.FullPCPUsOnly {
-			group = m.cpusPerCore
+			group = m.CPUsPerCore()
 		}
-		f.hintNUMAs = hintNUMAs
-		return m.takeDistributed(avail, n, group, f)
+		f.HintNUMAs = hintNUMAs
+		return m.Distributed(avail, n, group, f)
 	}
-	return m.takePacked(avail, n, f)
+	return m.Packed(avail, n, f)
+}
+
+// fitOf is the fit of the static-policy options, without a hint.
+func fitOf(o Options) take.Fit {
+	return take.Fit{
+		Spread:   o.DistributeCPUsAcrossCores,
+		Uncore:   o.PreferAlignByUncoreCache,
+		BySocket: o.AlignBySocket,
+		V137:     o.KubeletVersion == kubever.V137,
+	}
 }
 
 // NewStatic validates the options against topo and the reserved CPUs (all
@@ -85,17 +97,17 @@ func NewStatic(topo *topology.Topology, o Options, reserved cpuset.CPUSet) (*Sta
 	if off := reserved.Difference(topo.CPUs()); !off.IsEmpty() {
 		return nil, fmt.Errorf("static policy: reserved CPUs %s are not online (online: %s)", off, topo.CPUs())
 	}
-	m := newMachine(topo)
-	s := &Static{topo: topo, m: m, opts: o, reserved: reserved.Clone(), reservedBits: m.toBits(reserved)}
-	phys := newBitset(m.n)
-	s.reservedBits.forEach(func(p int) {
-		for _, q := range m.cores.cpus[m.coreOf[p]] {
-			phys.set(q)
+	m := take.NewMachine(topo)
+	s := &Static{topo: topo, m: m, opts: o, reserved: reserved.Clone(), reservedBits: m.ToBits(reserved)}
+	phys := take.NewBits(m.N())
+	s.reservedBits.ForEach(func(p int) {
+		for _, q := range m.Cores().CPUs(m.CoreOf(p)) {
+			phys.Set(q)
 		}
 	})
 	s.reservedPhysBits = phys
-	s.reservedMask = m.bitsMask(s.reservedBits)
-	if len(m.numas.ids) <= maxTableNodes {
+	s.reservedMask = m.BitsMask(s.reservedBits)
+	if len(m.NUMAs().IDs()) <= maxTableNodes {
 		s.hintTable = newHintTable(m)
 	}
 	return s, nil
@@ -113,11 +125,11 @@ func (s *Static) Topology() *topology.Topology { return s.topo }
 // NewState is the state of an idle machine: every online CPU shared, minus
 // the reserved ones under strict-cpu-reservation.
 func (s *Static) NewState() State {
-	def := s.m.all()
+	def := s.m.All()
 	if s.opts.StrictCPUReservation {
-		def = def.andNot(s.reservedBits)
+		def = def.AndNot(s.reservedBits)
 	}
-	return State{Default: s.m.bitsMask(def), Assignments: map[string]map[string]cpuset.CPUSet{}, Reusable: cpuset.New()}
+	return State{Default: s.m.BitsMask(def), Assignments: map[string]map[string]cpuset.CPUSet{}, Reusable: cpuset.New()}
 }
 
 // SharedCPUs is the cpuset of every shared-pool container (the default
@@ -138,17 +150,17 @@ func (s *Static) AvailableCPUs(st State) cpuset.CPUSet {
 // reusable returns the CPUs of the pod's finished init containers that its
 // next container may take, minus anything another pod holds (possible only
 // after an Assign) or that is reserved.
-func (s *Static) reusable(st State, pod string) bitset {
+func (s *Static) reusable(st State, pod string) take.Bits {
 	if st.ReusablePod != pod || st.Reusable.IsEmpty() {
-		return newBitset(s.m.n)
+		return take.NewBits(s.m.N())
 	}
-	r := s.m.toBits(st.Reusable).andNot(s.reservedBits)
+	r := s.m.ToBits(st.Reusable).AndNot(s.reservedBits)
 	for p, cs := range st.Assignments {
 		if p == pod {
 			continue
 		}
 		for _, c := range cs {
-			r = r.andNot(s.m.toBits(c))
+			r = r.AndNot(s.m.ToBits(c))
 		}
 	}
 	return r
@@ -175,30 +187,30 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 		return next, cur, nil
 	}
 	m := s.m
-	var def bitset
+	var def take.Bits
 	if s.opts.FullPCPUsOnly {
-		if n%m.cpusPerCore != 0 {
-			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore}
+		if n%m.CPUsPerCore() != 0 {
+			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.CPUsPerCore()}
 		}
-		def = m.maskBits(st.Default)
-		availPhys := def.andNotCount(s.reservedPhysBits)
+		def = m.MaskBits(st.Default)
+		availPhys := def.AndNotCount(s.reservedPhysBits)
 		if n > availPhys {
-			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.cpusPerCore, AvailablePhysicalCPUs: availPhys, CausedByPhysicalCPUs: true}
+			return st, cpuset.New(), &SMTAlignmentError{RequestedCPUs: n, CpusPerCore: m.CPUsPerCore(), AvailablePhysicalCPUs: availPhys, CausedByPhysicalCPUs: true}
 		}
 	}
 	if def == nil {
-		def = m.maskBits(st.Default)
+		def = m.MaskBits(st.Default)
 	}
 	// As the kubelet, every assignable CPU may go: the shared pool empties
 	// when the reserved CPUs are outside it (strict-cpu-reservation) or
 	// none are reserved. Where its containers then run is the caller's
 	// business (policy.Engine.SharedCPUs).
-	allocatable := def.andNot(s.reservedBits).or(s.reusable(st, req.Pod))
-	avail := allocatable.count()
+	allocatable := def.AndNot(s.reservedBits).Or(s.reusable(st, req.Pod))
+	avail := allocatable.Count()
 	if n > avail {
 		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
 	}
-	var result bitset
+	var result take.Bits
 	if s.strict() {
 		var err error
 		if result, err = s.placeStrict(def, allocatable, s.reusable(st, req.Pod), n, affinity.Affinity); err != nil {
@@ -207,10 +219,10 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 	} else if result = s.place(allocatable, n, affinity.Affinity); result == nil {
 		return st, cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail}
 	}
-	newDef := def.andNot(result)
-	cpus := m.toSet(result)
+	newDef := def.AndNot(result)
+	cpus := m.ToSet(result)
 	next := withAssignment(st, req.Pod, req.Container, cpus)
-	next.Default = m.bitsMask(newDef)
+	next.Default = m.BitsMask(newDef)
 	next.ReusablePod, next.Reusable = updateReuse(st, req, cpus)
 	return next, cpus, nil
 }
@@ -218,15 +230,15 @@ func (s *Static) Allocate(st State, req Request, affinity hints.Hint) (State, cp
 // place is the kubelet's allocateCPUs choice: min(n, aligned) CPUs from
 // the hinted nodes with takeByTopology, then the rest from all the other
 // allocatable CPUs. nil when n cannot be met.
-func (s *Static) place(allocatable bitset, n int, aff hints.Mask) bitset {
+func (s *Static) place(allocatable take.Bits, n int, aff hints.Mask) take.Bits {
 	m := s.m
-	if allocatable.count() < n {
+	if allocatable.Count() < n {
 		return nil
 	}
-	result := newBitset(m.n)
+	result := take.NewBits(m.N())
 	if aff != 0 {
-		aligned := allocatable.and(s.alignedMask(aff))
-		k := aligned.count()
+		aligned := allocatable.And(s.alignedMask(aff))
+		k := aligned.Count()
 		if n < k {
 			k = n
 		}
@@ -236,40 +248,41 @@ func (s *Static) place(allocatable bitset, n int, aff hints.Mask) bitset {
 		}
 		result = got
 	}
-	if rest := n - result.count(); rest > 0 {
-		got := takeByTopology(m, s.opts, allocatable.andNot(result), rest, 0)
+	if rest := n - result.Count(); rest > 0 {
+		got := takeByTopology(m, s.opts, allocatable.AndNot(result), rest, 0)
 		if got == nil {
 			return nil
 		}
-		result = result.or(got)
+		result = result.Or(got)
 	}
 	return result
 }
 
 // alignedMask is the CPUs of the hinted NUMA nodes, widened to their
 // sockets under align-by-socket.
-func (s *Static) alignedMask(aff hints.Mask) bitset {
+func (s *Static) alignedMask(aff hints.Mask) take.Bits {
 	m := s.m
-	out := newBitset(m.n)
+	numas := m.NUMAs()
+	out := take.NewBits(m.N())
 	if s.opts.AlignBySocket {
-		socks := make([]bool, len(m.socks.ids))
-		for g, id := range m.numas.ids {
+		socks := make([]bool, len(m.Sockets().IDs()))
+		for g, id := range numas.IDs() {
 			if aff.IsSet(id) {
-				for _, p := range m.numas.cpus[g] {
-					socks[m.sockOf[p]] = true
+				for _, p := range numas.CPUs(g) {
+					socks[m.SocketOf(p)] = true
 				}
 			}
 		}
 		for g, on := range socks {
 			if on {
-				out = out.or(m.socks.mask[g])
+				out = out.Or(m.Sockets().Mask(g))
 			}
 		}
 		return out
 	}
-	for g, id := range m.numas.ids {
+	for g, id := range numas.IDs() {
 		if aff.IsSet(id) {
-			out = out.or(m.numas.mask[g])
+			out = out.Or(numas.Mask(g))
 		}
 	}
 	return out
@@ -348,7 +361,7 @@ func (s *Static) Release(st State, pod, container string) State {
 	}
 	next := withoutAssignment(st, pod, container)
 	freed := cpus.Difference(inUse)
-	next.Default = st.Default.Union(s.m.setMask(freed))
+	next.Default = st.Default.Union(s.m.SetMask(freed))
 	// CPUs back in the shared pool are no longer the pod's to reuse.
 	if next.ReusablePod == pod && !next.Reusable.IsEmpty() {
 		next.Reusable = next.Reusable.Difference(freed)
@@ -409,7 +422,7 @@ func (s *Static) assign(st State, pod, container string, cpus cpuset.CPUSet, sam
 	}
 	next := s.Release(st, pod, container)
 	next = withAssignment(next, pod, container, cpus)
-	next.Default = next.Default.Difference(s.m.setMask(cpus))
+	next.Default = next.Default.Difference(s.m.SetMask(cpus))
 	if next.ReusablePod != pod && !next.Reusable.IsEmpty() {
 		next.Reusable = next.Reusable.Difference(cpus)
 	}
@@ -504,13 +517,13 @@ func (s *Static) Take(from cpuset.CPUSet, n int, aff hints.Mask) (cpuset.CPUSet,
 	if n < 1 {
 		return cpuset.New(), nil
 	}
-	avail := s.m.toBits(from.Intersection(s.topo.CPUs()))
-	if c := avail.count(); c < n {
+	avail := s.m.ToBits(from.Intersection(s.topo.CPUs()))
+	if c := avail.Count(); c < n {
 		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: c}
 	}
 	got := takeByTopology(s.m, s.opts, avail, n, aff.Count())
 	if got == nil {
-		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail.count()}
+		return cpuset.New(), &InsufficientCPUsError{Requested: n, Available: avail.Count()}
 	}
-	return s.m.toSet(got), nil
+	return s.m.ToSet(got), nil
 }

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/utils/cpuset"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator/take"
 	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
@@ -48,7 +49,7 @@ func key(c topology.CPUInfo) [5]int { return [5]int{c.CPU, c.Core, c.Socket, c.N
 // idle EPYC 9754.
 func BenchmarkTakeByTopology(b *testing.B) {
 	topo := sysfstest.Load(b, "epyc-9754")
-	m := newMachine(topo)
+	m := take.NewMachine(topo)
 	for _, mode := range []struct {
 		name string
 		o    Options
@@ -58,7 +59,7 @@ func BenchmarkTakeByTopology(b *testing.B) {
 		{"across-numa", Options{DistributeCPUsAcrossNUMA: true}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
-			avail := m.all()
+			avail := m.All()
 			b.ReportAllocs()
 			for b.Loop() {
 				if takeByTopology(m, mode.o, avail, 8, 0) == nil {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nri-cpualign/nri-cpualign/pkg/allocator/take"
 	"github.com/nri-cpualign/nri-cpualign/pkg/hints"
 	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
 )
@@ -119,30 +120,20 @@ func (s *Static) strict() bool { return s.opts.StrictUncoreCache != UncoreStrict
 // StrictUncore is the strict-align-cpus-by-uncorecache setting.
 func (s *Static) StrictUncore() UncoreStrictness { return s.opts.StrictUncoreCache }
 
-// largestL3 is the CPUs of the largest uncore cache.
-func (m *machine) largestL3() int {
-	n := 0
-	for g := range m.l3s.ids {
-		if sz := m.l3s.size(g); sz > n {
-			n = sz
-		}
-	}
-	return n
-}
-
 // strictAvail is the CPUs a strict placement may use: the allocatable
 // ones, minus under full-pcpus-only every core not wholly allocatable, and
 // minus under "exclusive" every cache in which a CPU is held by an
 // exclusive container (other than the pod's reusable init-container CPUs).
-func (s *Static) strictAvail(def, allocatable, reusable bitset) bitset {
+func (s *Static) strictAvail(def, allocatable, reusable take.Bits) take.Bits {
 	m := s.m
 	avail := allocatable
 	if s.opts.FullPCPUsOnly {
-		avail = avail.clone()
-		for c, cpus := range m.cores.cpus {
-			if !m.coreWithin(c, allocatable) {
-				for _, p := range cpus {
-					avail.clear(p)
+		avail = avail.Clone()
+		cores := m.Cores()
+		for c := range cores.IDs() {
+			if !m.CoreWithin(c, allocatable) {
+				for _, p := range cores.CPUs(c) {
+					avail.Clear(p)
 				}
 			}
 		}
@@ -150,160 +141,44 @@ func (s *Static) strictAvail(def, allocatable, reusable bitset) bitset {
 	if s.opts.StrictUncoreCache == UncoreStrictExclusive {
 		// Every CPU that is neither shared nor reserved is some
 		// container's exclusive CPU.
-		held := m.all().andNot(def).andNot(s.reservedBits).andNot(reusable)
-		for g := range m.l3s.ids {
-			if held.intersects(m.l3s.mask[g]) {
-				avail = avail.andNot(m.l3s.mask[g])
+		held := m.All().AndNot(def).AndNot(s.reservedBits).AndNot(reusable)
+		l3s := m.L3s()
+		for g := range l3s.IDs() {
+			if held.Intersects(l3s.Mask(g)) {
+				avail = avail.AndNot(l3s.Mask(g))
 			}
 		}
 	}
 	return avail
 }
 
-// wholeCores is the CPUs of the cores set holds entirely.
-func (m *machine) wholeCores(set bitset) bitset {
-	whole := newBitset(m.n)
-	for c := range m.cores.cpus {
-		if m.coreWithin(c, set) {
-			whole = whole.or(m.cores.mask[c])
-		}
-	}
-	return whole
-}
-
-func (m *machine) coreWithin(c int, set bitset) bool {
-	for _, p := range m.cores.cpus[c] {
-		if !set.has(p) {
-			return false
-		}
-	}
-	return true
-}
-
-// strictPlan is a strict placement: whole caches plus at most one partly
-// used cache (partial -1 when none) from which k CPUs are taken.
-type strictPlan struct {
-	whole      []int
-	partial, k int
-}
-
-// planStrict chooses the caches for n CPUs out of avail; ok false when the
-// strict rules cannot be met. It looks at counts only, so hint generation
-// can ask it for every NUMA node combination.
-func (m *machine) planStrict(avail bitset, n int) (strictPlan, bool, *UncoreCacheAlignmentError) {
-	nl := len(m.l3s.ids)
-	free := make([]int, nl)
-	for g := range free {
-		free[g] = avail.andCount(m.l3s.mask[g])
-	}
-	// Walk order: NUMA nodes by ascending assignable CPUs then id (the
-	// kubelet's best fit), each cache under its lowest NUMA node, then by
-	// ascending assignable CPUs and id.
-	nodeFree := make([]int, len(m.numas.ids))
-	for g := range nodeFree {
-		nodeFree[g] = avail.andCount(m.numas.mask[g])
-	}
-	nodes := make([]int, 0, len(nodeFree))
-	for g := range nodeFree {
-		nodes = append(nodes, g)
-	}
-	sortByFree(nodes, nodeFree)
-	seen := make([]bool, nl)
-	order := make([]int, 0, nl)
-	for _, nd := range nodes {
-		start := len(order)
-		for _, u := range m.numaL3[nd] {
-			if !seen[u] && free[u] > 0 {
-				seen[u] = true
-				order = append(order, u)
-			}
-		}
-		sortByFree(order[start:], free)
-	}
-	fail := &UncoreCacheAlignmentError{RequestedCPUs: n, CacheCPUs: m.largestL3()}
-	for _, u := range order {
-		if free[u] > fail.Largest {
-			fail.Largest = free[u]
-		}
-		if free[u] == m.l3s.size(u) {
-			fail.WholeFree++
-		}
-	}
-	// bestFit is the cache with the fewest assignable CPUs >= need, ties
-	// in walk order.
-	bestFit := func(need int, skip []bool) int {
-		best := -1
-		for _, u := range order {
-			if skip[u] || free[u] < need {
-				continue
-			}
-			if best < 0 || free[u] < free[best] {
-				best = u
-			}
-		}
-		return best
-	}
-	taken := make([]bool, nl)
-	var plan strictPlan
-	need := n
-	if n > fail.CacheCPUs {
-		for _, u := range order {
-			if sz := m.l3s.size(u); free[u] == sz && need >= sz {
-				plan.whole = append(plan.whole, u)
-				taken[u] = true
-				need -= sz
-			}
-		}
-	}
-	plan.partial = -1
-	if need > 0 {
-		u := bestFit(need, taken)
-		if u < 0 {
-			return strictPlan{}, false, fail
-		}
-		plan.partial, plan.k = u, need
-	}
-	return plan, true, nil
-}
-
-// takeStrict turns a plan into CPUs: the whole caches, and the packed best
-// fit (whole cores first) inside the partly used cache.
-func (m *machine) takeStrict(avail bitset, p strictPlan, v137 bool) bitset {
-	out := newBitset(m.n)
-	for _, u := range p.whole {
-		out = out.or(m.l3s.mask[u])
-	}
-	if p.partial >= 0 {
-		got := m.takePacked(avail.and(m.l3s.mask[p.partial]), p.k, fit{v137: v137})
-		if got == nil {
-			return nil
-		}
-		out = out.or(got)
-	}
-	return out
+// uncoreError is the refusal of n CPUs that a strict plan missed.
+func (s *Static) uncoreError(n int, miss take.StrictMiss) *UncoreCacheAlignmentError {
+	return &UncoreCacheAlignmentError{RequestedCPUs: n, CacheCPUs: s.m.LargestL3(),
+		Exclusive: s.opts.StrictUncoreCache == UncoreStrictExclusive,
+		Largest:   miss.Largest, WholeFree: miss.WholeFree}
 }
 
 // placeStrict is Allocate's choice under the strict option: inside the
 // hinted NUMA nodes if the rules can be met there, else anywhere, else an
 // *UncoreCacheAlignmentError.
-func (s *Static) placeStrict(def, allocatable, reusable bitset, n int, aff hints.Mask) (bitset, error) {
+func (s *Static) placeStrict(def, allocatable, reusable take.Bits, n int, aff hints.Mask) (take.Bits, error) {
 	avail := s.strictAvail(def, allocatable, reusable)
 	if aff != 0 {
-		inHint := avail.and(s.alignedMask(aff))
-		if plan, ok, _ := s.m.planStrict(inHint, n); ok {
-			if got := s.m.takeStrict(inHint, plan, s.opts.KubeletVersion == kubever.V137); got != nil {
+		inHint := avail.And(s.alignedMask(aff))
+		if plan, ok, _ := s.m.PlanStrict(inHint, n); ok {
+			if got := s.m.TakeStrict(inHint, plan, s.opts.KubeletVersion == kubever.V137); got != nil {
 				return got, nil
 			}
 		}
 	}
-	plan, ok, fail := s.m.planStrict(avail, n)
+	plan, ok, miss := s.m.PlanStrict(avail, n)
 	if !ok {
-		fail.Exclusive = s.opts.StrictUncoreCache == UncoreStrictExclusive
-		return nil, fail
+		return nil, s.uncoreError(n, miss)
 	}
-	got := s.m.takeStrict(avail, plan, s.opts.KubeletVersion == kubever.V137)
+	got := s.m.TakeStrict(avail, plan, s.opts.KubeletVersion == kubever.V137)
 	if got == nil {
-		return nil, &InsufficientCPUsError{Requested: n, Available: allocatable.count()}
+		return nil, &InsufficientCPUsError{Requested: n, Available: allocatable.Count()}
 	}
 	return got, nil
 }
@@ -322,23 +197,22 @@ func (s *Static) CheckStrictUncore(st State, req Request) error {
 		return nil
 	}
 	m := s.m
-	def := m.maskBits(st.Default)
+	def := m.MaskBits(st.Default)
 	if s.opts.FullPCPUsOnly {
-		if req.CPUs%m.cpusPerCore != 0 {
-			return &SMTAlignmentError{RequestedCPUs: req.CPUs, CpusPerCore: m.cpusPerCore}
+		if req.CPUs%m.CPUsPerCore() != 0 {
+			return &SMTAlignmentError{RequestedCPUs: req.CPUs, CpusPerCore: m.CPUsPerCore()}
 		}
-		if availPhys := def.andNotCount(s.reservedPhysBits); req.CPUs > availPhys {
-			return &SMTAlignmentError{RequestedCPUs: req.CPUs, CpusPerCore: m.cpusPerCore, AvailablePhysicalCPUs: availPhys, CausedByPhysicalCPUs: true}
+		if availPhys := def.AndNotCount(s.reservedPhysBits); req.CPUs > availPhys {
+			return &SMTAlignmentError{RequestedCPUs: req.CPUs, CpusPerCore: m.CPUsPerCore(), AvailablePhysicalCPUs: availPhys, CausedByPhysicalCPUs: true}
 		}
 	}
 	reusable := s.reusable(st, req.Pod)
-	allocatable := def.andNot(s.reservedBits).or(reusable)
-	if avail := allocatable.count(); req.CPUs > avail {
+	allocatable := def.AndNot(s.reservedBits).Or(reusable)
+	if avail := allocatable.Count(); req.CPUs > avail {
 		return &InsufficientCPUsError{Requested: req.CPUs, Available: avail}
 	}
-	if _, ok, fail := m.planStrict(s.strictAvail(def, allocatable, reusable), req.CPUs); !ok {
-		fail.Exclusive = s.opts.StrictUncoreCache == UncoreStrictExclusive
-		return fail
+	if _, ok, miss := m.PlanStrict(s.strictAvail(def, allocatable, reusable), req.CPUs); !ok {
+		return s.uncoreError(req.CPUs, miss)
 	}
 	return nil
 }
@@ -349,12 +223,12 @@ func (s *Static) CheckStrictUncore(st State, req Request) error {
 // Preference is left as generated.
 func (s *Static) strictHints(st State, req Request, in []hints.Hint) []hints.Hint {
 	m := s.m
-	def := m.maskBits(st.Default)
+	def := m.MaskBits(st.Default)
 	reusable := s.reusable(st, req.Pod)
-	avail := s.strictAvail(def, def.andNot(s.reservedBits).or(reusable), reusable)
+	avail := s.strictAvail(def, def.AndNot(s.reservedBits).Or(reusable), reusable)
 	out := in[:0:0]
 	for _, h := range in {
-		if _, ok, _ := m.planStrict(avail.and(s.alignedMask(h.Affinity)), req.CPUs); ok {
+		if _, ok, _ := m.PlanStrict(avail.And(s.alignedMask(h.Affinity)), req.CPUs); ok {
 			out = append(out, h)
 		}
 	}
@@ -367,10 +241,11 @@ func (s *Static) UncoreCaches(st State, pod, container string) []int {
 	if !ok {
 		return nil
 	}
-	b := s.m.toBits(cpus)
+	b := s.m.ToBits(cpus)
+	l3s := s.m.L3s()
 	var out []int
-	for g, id := range s.m.l3s.ids {
-		if b.intersects(s.m.l3s.mask[g]) {
+	for g, id := range l3s.IDs() {
+		if b.Intersects(l3s.Mask(g)) {
 			out = append(out, id)
 		}
 	}

@@ -1,4 +1,4 @@
-package allocator
+package take
 
 import (
 	"math/bits"
@@ -10,18 +10,23 @@ import (
 	"github.com/nri-cpualign/nri-cpualign/pkg/topology"
 )
 
-// bitset is a set of CPU positions (indexes into machine.cpuID). The
-// allocator works on bitsets internally and converts to cpuset.CPUSet only
-// at its API boundary: a 256-CPU machine is four words.
-type bitset []uint64
+// Bits is a set of CPU positions (indexes into a Machine's online CPUs,
+// ascending by id). The allocator works on Bits internally and converts to
+// cpuset.CPUSet only at its API boundary: a 256-CPU machine is four words.
+// Operations on two sets need them of the same Machine.
+type Bits []uint64
 
-func newBitset(n int) bitset { return make(bitset, (n+63)/64) }
+// NewBits is an empty set of n positions (Machine.N).
+func NewBits(n int) Bits { return make(Bits, (n+63)/64) }
 
-func (b bitset) has(i int) bool { return b[i>>6]&(1<<uint(i&63)) != 0 }
-func (b bitset) set(i int)      { b[i>>6] |= 1 << uint(i&63) }
-func (b bitset) clear(i int)    { b[i>>6] &^= 1 << uint(i&63) }
+func (b Bits) has(i int) bool { return b[i>>6]&(1<<uint(i&63)) != 0 }
 
-func (b bitset) count() int {
+// Set and Clear add and remove position i.
+func (b Bits) Set(i int)   { b[i>>6] |= 1 << uint(i&63) }
+func (b Bits) Clear(i int) { b[i>>6] &^= 1 << uint(i&63) }
+
+// Count is the number of positions in b.
+func (b Bits) Count() int {
 	n := 0
 	for _, w := range b {
 		n += bits.OnesCount64(w)
@@ -29,10 +34,11 @@ func (b bitset) count() int {
 	return n
 }
 
-func (b bitset) clone() bitset { return append(bitset(nil), b...) }
+// Clone is a copy of b.
+func (b Bits) Clone() Bits { return append(Bits(nil), b...) }
 
-// intersects reports whether b and o share a position.
-func (b bitset) intersects(o bitset) bool {
+// Intersects reports whether b and o share a position.
+func (b Bits) Intersects(o Bits) bool {
 	for i, w := range b {
 		if w&o[i] != 0 {
 			return true
@@ -41,8 +47,8 @@ func (b bitset) intersects(o bitset) bool {
 	return false
 }
 
-// andCount is |b ∩ o|, without building the set.
-func (b bitset) andCount(o bitset) int {
+// AndCount is |b ∩ o|, without building the set.
+func (b Bits) AndCount(o Bits) int {
 	n := 0
 	for i, w := range b {
 		n += bits.OnesCount64(w & o[i])
@@ -50,8 +56,8 @@ func (b bitset) andCount(o bitset) int {
 	return n
 }
 
-// andNotCount is |b − o|, without building the set.
-func (b bitset) andNotCount(o bitset) int {
+// AndNotCount is |b − o|, without building the set.
+func (b Bits) AndNotCount(o Bits) int {
 	n := 0
 	for i, w := range b {
 		n += bits.OnesCount64(w &^ o[i])
@@ -59,35 +65,35 @@ func (b bitset) andNotCount(o bitset) int {
 	return n
 }
 
-// and returns b ∩ o as a new bitset.
-func (b bitset) and(o bitset) bitset {
-	out := make(bitset, len(b))
+// And returns b ∩ o as a new set.
+func (b Bits) And(o Bits) Bits {
+	out := make(Bits, len(b))
 	for i, w := range b {
 		out[i] = w & o[i]
 	}
 	return out
 }
 
-// andNot returns b − o as a new bitset.
-func (b bitset) andNot(o bitset) bitset {
-	out := make(bitset, len(b))
+// AndNot returns b − o as a new set.
+func (b Bits) AndNot(o Bits) Bits {
+	out := make(Bits, len(b))
 	for i, w := range b {
 		out[i] = w &^ o[i]
 	}
 	return out
 }
 
-// or returns b ∪ o as a new bitset.
-func (b bitset) or(o bitset) bitset {
-	out := make(bitset, len(b))
+// Or returns b ∪ o as a new set.
+func (b Bits) Or(o Bits) Bits {
+	out := make(Bits, len(b))
 	for i, w := range b {
 		out[i] = w | o[i]
 	}
 	return out
 }
 
-// forEach calls f for every position, ascending.
-func (b bitset) forEach(f func(i int)) {
+// ForEach calls f for every position, ascending.
+func (b Bits) ForEach(f func(i int)) {
 	for wi, w := range b {
 		for w != 0 {
 			t := bits.TrailingZeros64(w)
@@ -97,31 +103,43 @@ func (b bitset) forEach(f func(i int)) {
 	}
 }
 
-// level is one grouping of the machine's CPUs (cores, sockets, NUMA nodes
+// Level is one grouping of the machine's CPUs (cores, sockets, NUMA nodes
 // or uncore caches), indexed densely in ascending id order so that "lowest
-// id first" tie-breaks compare indexes.
-type level struct {
-	ids  []int    // index -> group id
-	cpus [][]int  // index -> CPU positions, ascending
-	mask []bitset // index -> the same CPUs as a bitset
+// id first" tie-breaks compare indexes. Its slices are the Machine's own:
+// read them, never write them.
+type Level struct {
+	ids  []int   // index -> group id
+	cpus [][]int // index -> CPU positions, ascending
+	mask []Bits  // index -> the same CPUs as a set
 }
 
-func (l *level) size(g int) int { return len(l.cpus[g]) }
+// IDs is the group ids by index.
+func (l *Level) IDs() []int { return l.ids }
 
-// machine is the allocator's precomputed view of a Topology: every
-// grouping the kubelet's accumulator queries, built once in NewStatic so a
-// decision costs time linear in the CPUs and allocates little.
-type machine struct {
+// CPUs is group g's CPU positions, ascending.
+func (l *Level) CPUs(g int) []int { return l.cpus[g] }
+
+// Mask is group g's CPUs as a set.
+func (l *Level) Mask(g int) Bits { return l.mask[g] }
+
+// Size is group g's CPU count.
+func (l *Level) Size(g int) int { return len(l.cpus[g]) }
+
+// Machine is the allocator's precomputed view of a Topology: every
+// grouping the kubelet's accumulator queries, built once per policy so a
+// decision costs time linear in the CPUs and allocates little. It is
+// immutable after NewMachine and safe for concurrent use.
+type Machine struct {
 	topo  *topology.Topology
 	n     int   // online CPUs
 	cpuID []int // position -> CPU id, ascending
 	posOf []int // CPU id -> position, -1 for ids that are not online
-	// identity: CPU ids are exactly 0..n-1, so a position bitset and a
+	// identity: CPU ids are exactly 0..n-1, so a position set and a
 	// cpumask.Mask have the same words (the common case: no CPU offline).
 	identity bool
 
 	coreOf, sockOf, numaOf, l3Of []int // position -> group index
-	cores, socks, numas, l3s     level
+	cores, socks, numas, l3s     Level
 
 	cpusPerCore   int // machine averages, as the kubelet computes them
 	cpusPerSocket int
@@ -136,22 +154,23 @@ type machine struct {
 	// each first-level group, the second-level groups sharing CPUs with it
 	// and l1KidMask those shared CPUs. l2Cores lists each second-level
 	// group's cores.
-	l1, l2    *level
+	l1, l2    *Level
 	l1Kids    [][]int
-	l1KidMask [][]bitset
+	l1KidMask [][]Bits
 	l2Cores   [][]int
 	// numaL3 lists each NUMA node's uncore caches and numaL3Mask the CPUs
 	// they share; l3Cores each uncore cache's cores.
 	numaL3     [][]int
-	numaL3Mask [][]bitset
+	numaL3Mask [][]Bits
 	l3Cores    [][]int
 
 	accs sync.Pool // of *accumulator sized for this machine
 }
 
-func newMachine(t *topology.Topology) *machine {
+// NewMachine precomputes the groupings of t.
+func NewMachine(t *topology.Topology) *Machine {
 	details := t.Details()
-	m := &machine{topo: t, n: len(details)}
+	m := &Machine{topo: t, n: len(details)}
 	maxID := 0
 	for _, c := range details {
 		if c.CPU > maxID {
@@ -196,8 +215,29 @@ func newMachine(t *topology.Topology) *machine {
 	return m
 }
 
+// N is the number of online CPUs (positions 0..N-1).
+func (m *Machine) N() int { return m.n }
+
+// Cores, Sockets, NUMAs and L3s are the machine's groupings.
+func (m *Machine) Cores() *Level   { return &m.cores }
+func (m *Machine) Sockets() *Level { return &m.socks }
+func (m *Machine) NUMAs() *Level   { return &m.numas }
+func (m *Machine) L3s() *Level     { return &m.l3s }
+
+// CoreOf, SocketOf and NUMAOf are position p's group indexes.
+func (m *Machine) CoreOf(p int) int   { return m.coreOf[p] }
+func (m *Machine) SocketOf(p int) int { return m.sockOf[p] }
+func (m *Machine) NUMAOf(p int) int   { return m.numaOf[p] }
+
+// Pos is an online CPU's position.
+func (m *Machine) Pos(cpu int) int { return m.posOf[cpu] }
+
+// CPUsPerCore is the machine average (CPUs / cores), as the kubelet
+// computes it: full-pcpus-only's unit.
+func (m *Machine) CPUsPerCore() int { return m.cpusPerCore }
+
 // buildLevel groups the CPUs by key into lv and returns position -> index.
-func buildLevel(lv *level, details []topology.CPUInfo, key func(topology.CPUInfo) int) []int {
+func buildLevel(lv *Level, details []topology.CPUInfo, key func(topology.CPUInfo) int) []int {
 	seen := map[int]bool{}
 	for _, c := range details {
 		if k := key(c); !seen[k] {
@@ -211,7 +251,7 @@ func buildLevel(lv *level, details []topology.CPUInfo, key func(topology.CPUInfo
 		idx[id] = i
 	}
 	lv.cpus = make([][]int, len(lv.ids))
-	lv.mask = make([]bitset, len(lv.ids))
+	lv.mask = make([]Bits, len(lv.ids))
 	of := make([]int, len(details))
 	for p, c := range details {
 		g := idx[key(c)]
@@ -219,9 +259,9 @@ func buildLevel(lv *level, details []topology.CPUInfo, key func(topology.CPUInfo
 		lv.cpus[g] = append(lv.cpus[g], p)
 	}
 	for g, cpus := range lv.cpus {
-		lv.mask[g] = newBitset(len(details))
+		lv.mask[g] = NewBits(len(details))
 		for _, p := range cpus {
-			lv.mask[g].set(p)
+			lv.mask[g].Set(p)
 		}
 	}
 	return of
@@ -229,9 +269,9 @@ func buildLevel(lv *level, details []topology.CPUInfo, key func(topology.CPUInfo
 
 // crossing lists, for each group of an outer level, the inner-level groups
 // that share CPUs with it (ascending) and the shared CPUs.
-func (m *machine) crossing(nOuter, nInner int, outerOf, innerOf []int) ([][]int, [][]bitset) {
+func (m *Machine) crossing(nOuter, nInner int, outerOf, innerOf []int) ([][]int, [][]Bits) {
 	kids := make([][]int, nOuter)
-	masks := make([][]bitset, nOuter)
+	masks := make([][]Bits, nOuter)
 	slot := make([]map[int]int, nOuter)
 	for o := range slot {
 		slot[o] = map[int]int{}
@@ -243,9 +283,9 @@ func (m *machine) crossing(nOuter, nInner int, outerOf, innerOf []int) ([][]int,
 			k = len(kids[o])
 			slot[o][in] = k
 			kids[o] = append(kids[o], in)
-			masks[o] = append(masks[o], newBitset(m.n))
+			masks[o] = append(masks[o], NewBits(m.n))
 		}
-		masks[o][k].set(p)
+		masks[o][k].Set(p)
 	}
 	for o := range kids {
 		// Sort kids ascending, keeping masks parallel.
@@ -261,7 +301,7 @@ func (m *machine) crossing(nOuter, nInner int, outerOf, innerOf []int) ([][]int,
 
 // members lists, for each group of a level, the cores with a CPU in it
 // (ascending core index).
-func (m *machine) members(nGroups int, groupOf []int) [][]int {
+func (m *Machine) members(nGroups int, groupOf []int) [][]int {
 	out := make([][]int, nGroups)
 	for c, cpus := range m.cores.cpus {
 		seen := map[int]bool{}
@@ -283,28 +323,28 @@ func sortInts(a []int) {
 	}
 }
 
-// toBits converts a CPUSet; CPUs that are not online are ignored (callers
+// ToBits converts a CPUSet; CPUs that are not online are ignored (callers
 // validate first where that matters).
-func (m *machine) toBits(s cpuset.CPUSet) bitset {
-	b := newBitset(m.n)
+func (m *Machine) ToBits(s cpuset.CPUSet) Bits {
+	b := NewBits(m.n)
 	for _, cpu := range s.UnsortedList() {
 		if cpu >= 0 && cpu < len(m.posOf) && m.posOf[cpu] >= 0 {
-			b.set(m.posOf[cpu])
+			b.Set(m.posOf[cpu])
 		}
 	}
 	return b
 }
 
-// toSet converts back to a CPUSet.
-func (m *machine) toSet(b bitset) cpuset.CPUSet {
-	ids := make([]int, 0, b.count())
-	b.forEach(func(p int) { ids = append(ids, m.cpuID[p]) })
+// ToSet converts back to a CPUSet.
+func (m *Machine) ToSet(b Bits) cpuset.CPUSet {
+	ids := make([]int, 0, b.Count())
+	b.ForEach(func(p int) { ids = append(ids, m.cpuID[p]) })
 	return cpuset.New(ids...)
 }
 
-// maskBits converts a Mask; CPUs that are not online are ignored.
-func (m *machine) maskBits(s cpumask.Mask) bitset {
-	b := newBitset(m.n)
+// MaskBits converts a Mask; CPUs that are not online are ignored.
+func (m *Machine) MaskBits(s cpumask.Mask) Bits {
+	b := NewBits(m.n)
 	if m.identity {
 		for i := range b {
 			b[i] = s.Word(i)
@@ -316,15 +356,15 @@ func (m *machine) maskBits(s cpumask.Mask) bitset {
 	}
 	s.ForEach(func(cpu int) {
 		if cpu < len(m.posOf) && m.posOf[cpu] >= 0 {
-			b.set(m.posOf[cpu])
+			b.Set(m.posOf[cpu])
 		}
 	})
 	return b
 }
 
-// bitsMask converts back to a Mask. Topology bounds CPU ids by
+// BitsMask converts back to a Mask. Topology bounds CPU ids by
 // MaxCPUID, which is cpumask.MaxID, so the conversion cannot fail.
-func (m *machine) bitsMask(b bitset) cpumask.Mask {
+func (m *Machine) BitsMask(b Bits) cpumask.Mask {
 	var (
 		out cpumask.Mask
 		err error
@@ -332,8 +372,8 @@ func (m *machine) bitsMask(b bitset) cpumask.Mask {
 	if m.identity {
 		out, err = cpumask.FromWords(b)
 	} else {
-		ids := make([]int, 0, b.count())
-		b.forEach(func(p int) { ids = append(ids, m.cpuID[p]) })
+		ids := make([]int, 0, b.Count())
+		b.ForEach(func(p int) { ids = append(ids, m.cpuID[p]) })
 		out, err = cpumask.New(ids...)
 	}
 	if err != nil {
@@ -344,14 +384,14 @@ func (m *machine) bitsMask(b bitset) cpumask.Mask {
 	return out
 }
 
-// setMask converts a CPUSet of online CPUs to a Mask (others are dropped).
-func (m *machine) setMask(s cpuset.CPUSet) cpumask.Mask { return m.bitsMask(m.toBits(s)) }
+// SetMask converts a CPUSet of online CPUs to a Mask (others are dropped).
+func (m *Machine) SetMask(s cpuset.CPUSet) cpumask.Mask { return m.BitsMask(m.ToBits(s)) }
 
-// all returns every online CPU.
-func (m *machine) all() bitset {
-	b := newBitset(m.n)
+// All returns every online CPU.
+func (m *Machine) All() Bits {
+	b := NewBits(m.n)
 	for p := 0; p < m.n; p++ {
-		b.set(p)
+		b.Set(p)
 	}
 	return b
 }

@@ -1,52 +1,40 @@
-package allocator
+package take
 
-import (
-	"math/bits"
-
-	"github.com/nri-cpualign/nri-cpualign/pkg/kubever"
-)
+import "math/bits"
 
 // accumulator is one run of the kubelet's topology-aware best fit: it claims
 // CPUs from the free set, whole groups first, until need reaches zero. It
-// lives for one takeByTopology call, between newAccumulator and finish.
+// lives for one Packed or Distributed call, between newAccumulator and
+// finish.
 type accumulator struct {
-	m      *machine
-	free   bitset // CPUs that may still be claimed
-	result bitset // CPUs claimed so far
+	m      *Machine
+	free   Bits // CPUs that may still be claimed
+	result Bits // CPUs claimed so far
 	need   int
-	v137   bool // kubelet v1.37.2's rules (fit.v137)
+	v137   bool // kubelet v1.37.2's rules (Fit.V137)
 
 	coreFree, sockFree, numaFree, l3Free []int // free CPUs per group
 	l1Free, l2Free                       []int // aliases by hierarchy level
 }
 
-// fit is what one best-fit run reads besides the free CPUs and the need:
-// the options that steer it and the kubelet release whose rules it follows.
-type fit struct {
-	spread   bool // distribute-cpus-across-cores
-	uncore   bool // prefer-align-cpus-by-uncorecache (packed only)
-	bySocket bool // align-by-socket (distributed only)
-	v137     bool // kubelet v1.37.2's rules; false: v1.38's
-	// hintNUMAs is the topology manager hint's NUMA node count, the least
+// Fit is what one best-fit run reads besides the free CPUs and the need:
+// the static-policy options that steer it and the kubelet release whose
+// rules it follows.
+type Fit struct {
+	Spread   bool // distribute-cpus-across-cores
+	Uncore   bool // prefer-align-cpus-by-uncorecache (packed only)
+	BySocket bool // align-by-socket (distributed only)
+	V137     bool // kubelet v1.37.2's rules; false: v1.38's
+	// HintNUMAs is the topology manager hint's NUMA node count, the least
 	// number of nodes a distributed fit spreads over (v1.38; 0 = none).
-	hintNUMAs int
-}
-
-// fitOf is the fit of the static-policy options, without a hint.
-func fitOf(o Options) fit {
-	return fit{
-		spread:   o.DistributeCPUsAcrossCores,
-		uncore:   o.PreferAlignByUncoreCache,
-		bySocket: o.AlignBySocket,
-		v137:     o.KubeletVersion == kubever.V137,
-	}
+	HintNUMAs int
 }
 
 // packedPart is the fit of the packed runs a distributed fit makes inside
 // single NUMA nodes: neither the uncore step nor the hint applies there.
-func (f fit) packedPart() fit { return fit{spread: f.spread, v137: f.v137} }
+func (f Fit) packedPart() Fit { return Fit{Spread: f.Spread, V137: f.V137} }
 
-func (m *machine) newAccumulator(avail bitset, need int, v137 bool) *accumulator {
+func (m *Machine) newAccumulator(avail Bits, need int, v137 bool) *accumulator {
 	// Accumulators are recycled through the machine's pool: their counters
 	// are most of a decision's garbage, and garbage is what makes the
 	// collector run and the slowest decisions slow.
@@ -54,8 +42,8 @@ func (m *machine) newAccumulator(avail bitset, need int, v137 bool) *accumulator
 	if a == nil {
 		nc, ns, nn, nl := len(m.cores.ids), len(m.socks.ids), len(m.numas.ids), len(m.l3s.ids)
 		counts := make([]int, nc+ns+nn+nl)
-		w := (m.n + 63) / 64 // words of a bitset of m.n positions
-		words := make(bitset, 2*w)
+		w := (m.n + 63) / 64 // words of a Bits of m.n positions
+		words := make(Bits, 2*w)
 		a = &accumulator{
 			m:        m,
 			free:     words[:w:w],
@@ -94,24 +82,24 @@ func (m *machine) newAccumulator(avail bitset, need int, v137 bool) *accumulator
 
 // finish ends the run: a copy of the claimed CPUs when ok, else nil. The
 // accumulator goes back to the pool and must not be used again.
-func (a *accumulator) finish(ok bool) bitset {
-	var out bitset
+func (a *accumulator) finish(ok bool) Bits {
+	var out Bits
 	if ok {
-		out = a.result.clone()
+		out = a.result.Clone()
 	}
 	a.m.accs.Put(a)
 	return out
 }
 
 func (a *accumulator) satisfied() bool         { return a.need < 1 }
-func (a *accumulator) failed() bool            { return a.need > a.free.count() }
+func (a *accumulator) failed() bool            { return a.need > a.free.Count() }
 func (a *accumulator) needsAtLeast(n int) bool { return a.need >= n }
 
 // take claims one CPU position (it must be free).
 func (a *accumulator) take(p int) {
 	m := a.m
-	a.free.clear(p)
-	a.result.set(p)
+	a.free.Clear(p)
+	a.result.Set(p)
 	a.coreFree[m.coreOf[p]]--
 	a.sockFree[m.sockOf[p]]--
 	a.numaFree[m.numaOf[p]]--
@@ -163,7 +151,7 @@ func (a *accumulator) sortedL2(l1 []int) []int {
 	for _, g1 := range l1 {
 		start := len(out)
 		for k, g2 := range m.l1Kids[g1] {
-			if seen[g2] || a.l2Free[g2] == 0 || !m.l1KidMask[g1][k].intersects(a.free) {
+			if seen[g2] || a.l2Free[g2] == 0 || !m.l1KidMask[g1][k].Intersects(a.free) {
 				continue
 			}
 			seen[g2] = true
@@ -223,8 +211,8 @@ func (a *accumulator) sortedSockets() []int {
 // takeFullNUMANodes claims whole free NUMA nodes (free = all its CPUs free)
 // while the need is at least a node's size.
 func (a *accumulator) takeFullNUMANodes() {
-	for _, g := range a.freeGroups(a.sortedNUMA(), a.numaFree, func(g int) int { return a.m.numas.size(g) }) {
-		if a.needsAtLeast(a.m.numas.size(g)) {
+	for _, g := range a.freeGroups(a.sortedNUMA(), a.numaFree, func(g int) int { return a.m.numas.Size(g) }) {
+		if a.needsAtLeast(a.m.numas.Size(g)) {
 			a.takeAll(a.m.numas.cpus[g])
 		}
 	}
@@ -236,7 +224,7 @@ func (a *accumulator) takeFullNUMANodes() {
 // socket of the average size counted as free with CPUs busy elsewhere.
 func (a *accumulator) takeFullSockets() {
 	for _, g := range a.freeGroups(a.sortedSockets(), a.sockFree, a.socketFull) {
-		if a.needsAtLeast(a.m.socks.size(g)) {
+		if a.needsAtLeast(a.m.socks.Size(g)) {
 			a.takeAll(a.m.socks.cpus[g])
 		}
 	}
@@ -248,7 +236,7 @@ func (a *accumulator) socketFull(g int) int {
 	if a.v137 {
 		return a.m.cpusPerSocket
 	}
-	return a.m.socks.size(g)
+	return a.m.socks.Size(g)
 }
 
 // coreIsFree is the kubelet's isCoreFree: every CPU of the core is free
@@ -259,7 +247,7 @@ func (a *accumulator) coreIsFree(c int) bool {
 	if a.v137 {
 		return a.coreFree[c] == a.m.cpusPerCore
 	}
-	return a.coreFree[c] == a.m.cores.size(c)
+	return a.coreFree[c] == a.m.cores.Size(c)
 }
 
 // takeFullCores claims whole free cores (coreIsFree) while the need is at
@@ -276,7 +264,7 @@ func (a *accumulator) takeFullCores() {
 		if a.need < smallest {
 			return false
 		}
-		if a.coreIsFree(c) && a.needsAtLeast(m.cores.size(c)) {
+		if a.coreIsFree(c) && a.needsAtLeast(m.cores.Size(c)) {
 			a.takeAll(m.cores.cpus[c])
 		}
 		return true
@@ -344,7 +332,7 @@ func (a *accumulator) takeRemainingCPUsSpread() {
 // order is fixed before any CPU is taken, as the kubelet sorts once.
 func (a *accumulator) spreadOrder() []int {
 	m := a.m
-	out := make([]int, 0, a.free.count())
+	out := make([]int, 0, a.free.Count())
 	var cores []int
 	for _, s := range a.sortedSockets() {
 		cores = cores[:0]
@@ -400,7 +388,7 @@ func (a *accumulator) sortedUncore() []int {
 			if seen != nil && seen[u] {
 				continue // v1.38: listed under an earlier node
 			}
-			if a.l3Free[u] > 0 && m.numaL3Mask[n][k].intersects(a.free) {
+			if a.l3Free[u] > 0 && m.numaL3Mask[n][k].Intersects(a.free) {
 				out = append(out, u)
 				if seen != nil {
 					seen[u] = true
@@ -421,7 +409,7 @@ func (a *accumulator) takeUncoreCache() {
 	if !a.v137 {
 		order := a.sortedUncore()
 		for _, u := range order {
-			if sz := a.m.l3s.size(u); a.l3Free[u] == sz && a.needsAtLeast(sz) {
+			if sz := a.m.l3s.Size(u); a.l3Free[u] == sz && a.needsAtLeast(sz) {
 				a.takeAll(a.m.l3s.cpus[u])
 			}
 			if a.satisfied() {
@@ -457,7 +445,7 @@ func (a *accumulator) takeFullUncore() {
 	order := a.sortedUncore()
 	var seen []bool
 	for _, u := range order {
-		if a.l3Free[u] != m.l3s.size(u) || !a.needsAtLeast(m.l3s.size(u)) {
+		if a.l3Free[u] != m.l3s.Size(u) || !a.needsAtLeast(m.l3s.Size(u)) {
 			continue
 		}
 		if seen == nil {
@@ -507,11 +495,11 @@ func (a *accumulator) takePartialUncore(u int) {
 	}
 }
 
-// takePacked is the kubelet's takeByTopologyNUMAPacked. It returns nil when
+// Packed is the kubelet's takeByTopologyNUMAPacked. It returns nil when
 // the request cannot be met from avail.
-func (m *machine) takePacked(avail bitset, n int, f fit) bitset {
-	a := m.newAccumulator(avail, n, f.v137)
-	return a.finish(a.packed(f.spread, f.uncore))
+func (m *Machine) Packed(avail Bits, n int, f Fit) Bits {
+	a := m.newAccumulator(avail, n, f.V137)
+	return a.finish(a.packed(f.Spread, f.Uncore))
 }
 
 // packed runs the packed best fit; it reports whether the need was met.

@@ -1,33 +1,33 @@
-package allocator
+package take
 
 import "math"
 
-// takeDistributed is distribute-cpus-across-numa (KEP-2902) as the kubelet
+// Distributed is distribute-cpus-across-numa (KEP-2902) as the kubelet
 // implements it (takeByTopologyNUMADistributed): spread the request evenly,
 // in groups of groupSize CPUs, over the fewest NUMA nodes that can hold it,
 // the remainder striped to the subset that leaves the free CPUs best
 // balanced. Falls back to packed when no combination works. Returns nil
-// when the request cannot be met. f.bySocket is align-by-socket, which
+// when the request cannot be met. f.BySocket is align-by-socket, which
 // since kubelet v1.37 prefers NUMA combinations within one socket and caps
-// each node's share at its free CPUs in whole groups; f.hintNUMAs (v1.38)
+// each node's share at its free CPUs in whole groups; f.HintNUMAs (v1.38)
 // raises the fewest nodes to the topology manager hint's node count.
-func (m *machine) takeDistributed(avail bitset, n, groupSize int, f fit) bitset {
+func (m *Machine) Distributed(avail Bits, n, groupSize int, f Fit) Bits {
 	if n%groupSize != 0 {
-		return m.takePacked(avail, n, f.packedPart())
+		return m.Packed(avail, n, f.packedPart())
 	}
-	a := m.newAccumulator(avail, n, f.v137)
+	a := m.newAccumulator(avail, n, f.V137)
 	ok, fallback := a.distributed(groupSize, f)
 	got := a.finish(ok)
 	if fallback {
-		return m.takePacked(avail, n, f.packedPart())
+		return m.Packed(avail, n, f.packedPart())
 	}
 	return got
 }
 
 // distributed runs the distributed fit: ok when the need was met, fallback
 // when no NUMA combination works and the packed fit should be used.
-func (a *accumulator) distributed(groupSize int, f fit) (ok, fallback bool) {
-	m, n, bySocket := a.m, a.need, f.bySocket
+func (a *accumulator) distributed(groupSize int, f Fit) (ok, fallback bool) {
+	m, n, bySocket := a.m, a.need, f.BySocket
 	if a.satisfied() {
 		return true, false
 	}
@@ -35,8 +35,8 @@ func (a *accumulator) distributed(groupSize int, f fit) (ok, fallback bool) {
 		return false, false
 	}
 	numas := a.sortedNUMA()
-	hint := f.hintNUMAs
-	if f.v137 {
+	hint := f.HintNUMAs
+	if f.V137 {
 		hint = 0 // v1.37 takes no hint
 	}
 	minK, maxK := a.rangeNUMANodesNeeded(groupSize, hint)
@@ -58,7 +58,7 @@ func (a *accumulator) distributed(groupSize int, f fit) (ok, fallback bool) {
 		bestBalance := math.MaxFloat64
 		var bestCombo, bestRemainder []int
 		bestInOneSocket := false
-		iterateCombinations(numas, k, func(combo []int) bool {
+		IterateCombinations(numas, k, func(combo []int) bool {
 			// A perfect balance ends the search, under align-by-socket
 			// only once it is within one socket.
 			if bestBalance == 0 && (!bySocket || bestInOneSocket) {
@@ -97,7 +97,7 @@ func (a *accumulator) distributed(groupSize int, f fit) (ok, fallback bool) {
 				bestLocal = standardDeviation(after)
 			}
 			for kk := len(remainderCombo); remainder > 0 && kk >= 1; kk-- {
-				iterateCombinations(remainderCombo, kk, func(subset []int) bool {
+				IterateCombinations(remainderCombo, kk, func(subset []int) bool {
 					copy(scratch, after)
 					sum := 0
 					for _, g := range subset {
@@ -148,11 +148,11 @@ func (a *accumulator) distributed(groupSize int, f fit) (ok, fallback bool) {
 		}
 		distribution := a.share(bestCombo, n, groupSize, bySocket)
 		for _, g := range bestCombo {
-			got := m.takePacked(a.free.and(m.numas.mask[g]), distribution, f.packedPart())
+			got := m.Packed(a.free.And(m.numas.mask[g]), distribution, f.packedPart())
 			if got == nil {
 				return false, false
 			}
-			got.forEach(a.take)
+			got.ForEach(a.take)
 		}
 		remainder := n - distribution*len(bestCombo)
 		for remainder > 0 {
@@ -164,11 +164,11 @@ func (a *accumulator) distributed(groupSize int, f fit) (ok, fallback bool) {
 				if a.numaFree[g] < groupSize {
 					continue
 				}
-				got := m.takePacked(a.free.and(m.numas.mask[g]), groupSize, f.packedPart())
+				got := m.Packed(a.free.And(m.numas.mask[g]), groupSize, f.packedPart())
 				if got == nil {
 					return false, false
 				}
-				got.forEach(a.take)
+				got.ForEach(a.take)
 				remainder -= groupSize
 				progress = true
 			}
@@ -200,7 +200,7 @@ func (a *accumulator) share(combo []int, n, groupSize int, bySocket bool) int {
 
 // numasInOneSocket reports whether every CPU of the NUMA nodes (group
 // indexes) is in one socket: the kubelet's AreNUMANodesInSameSocket.
-func (m *machine) numasInOneSocket(nodes []int) bool {
+func (m *Machine) numasInOneSocket(nodes []int) bool {
 	sock := -1
 	for _, g := range nodes {
 		for _, p := range m.numas.cpus[g] {
@@ -289,10 +289,10 @@ func (a *accumulator) rangeNUMANodesNeeded(groupSize, hint int) (int, int) {
 	return minK, maxK
 }
 
-// iterateCombinations calls f with every k-element combination of items in
+// IterateCombinations calls f with every k-element combination of items in
 // lexicographic order of positions, until f returns false. The slice passed
 // to f is reused; copy it to keep it.
-func iterateCombinations(items []int, k int, f func([]int) bool) {
+func IterateCombinations(items []int, k int, f func([]int) bool) {
 	if k < 1 || k > len(items) {
 		return
 	}
