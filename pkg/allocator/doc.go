@@ -8,12 +8,14 @@
 //
 // The choice follows the kubelet's observable rules (its static policy,
 // k8s.io/kubernetes pkg/kubelet/cm/cpumanager) so that a pod gets the CPUs
-// the kubelet would give it: takeByTopology is the NUMA-packed best fit (whole NUMA
-// nodes and sockets, larger level first; with
-// prefer-align-cpus-by-uncorecache whole and then partial uncore caches;
-// whole cores unless distribute-cpus-across-cores; then single CPUs),
-// always from the most-used group that can satisfy, ties by lowest id; and
-// distribute-cpus-across-numa is the kubelet's balanced split with its
+// the kubelet would give it. takeByTopology (static.go) dispatches, as the
+// kubelet's does, to package take (pkg/allocator/take), whose functions
+// carry the kubelet's names: the NUMA-packed best fit (whole NUMA nodes
+// and sockets, larger level first; with prefer-align-cpus-by-uncorecache
+// whole and then partial uncore caches; whole cores unless
+// distribute-cpus-across-cores; then single CPUs), always from the
+// most-used group that can satisfy, ties by lowest id; and
+// distribute-cpus-across-numa, the kubelet's balanced split with its
 // rounded standard deviation. Allocation inside a hint takes min(n,
 // aligned) CPUs from the hinted NUMA nodes (their sockets under
 // align-by-socket) and the rest from everything else.
@@ -22,8 +24,10 @@
 //
 // Options.KubeletVersion (config key kubelet_version) picks the rule set:
 // kubever.V138 (the zero value, the default) follows kubelet
-// v1.38.0-beta.0, kubever.V137 follows v1.37.2. The rules that differ
-// (kubelet138_test.go holds the v1.38 rows, under both):
+// v1.38.0-beta.0, kubever.V137 follows v1.37.2 (take.Fit.V137). The rules
+// that differ (kubelet138_test.go, here for the static policy's rows and
+// in take for the best fit's, holds the v1.38 rows, under both; the
+// functions named are take's but for Allocate, Take and generateHints):
 //   - distribute-cpus-across-cores (takeRemainingCPUsSpread): v1.38 walks
 //     each socket's cores with free CPUs by ascending free CPUs then core
 //     id and takes one thread of each before any sibling (#140766); v1.37
@@ -62,7 +66,8 @@
 //     checks (Allocate): a restored container keeps its CPUs even when
 //     too few whole cores are free, or its count is not a multiple of the
 //     SMT level. v1.36 refused it with SMTAlignmentError.
-//   - distribute-cpus-across-numa with align-by-socket (takeDistributed):
+//   - distribute-cpus-across-numa with align-by-socket (take's
+//     Machine.Distributed):
 //     among the NUMA combinations of one size, any within one socket
 //     beats any that crosses sockets (balance decides within each kind),
 //     and each node's even share is capped at its free CPUs in whole
@@ -76,13 +81,14 @@
 // placement alone). Their new table rows, read from the
 // k8s.io/kubernetes@v1.37.2 module, are kubelet137_test.go.
 //
-// A Static precomputes every grouping once; a decision works on bitsets
-// over the online CPUs, so its cost is linear in the CPUs. The shared pool
-// in State is a cpumask.Mask (a word copy away from those bitsets): as a
-// map-based cpuset.CPUSet, converting it was most of a decision on large
-// machines. Exclusive sets, a few CPUs each, stay cpuset.CPUSet. The
-// scratch space of a placement is recycled through a sync.Pool held by the
-// Static, which changes no result.
+// A Static precomputes every grouping once (a take.Machine); a decision
+// works on bitsets (take.Bits) over the online CPUs, so its cost is linear
+// in the CPUs. The shared pool in State is a cpumask.Mask (a word copy
+// away from those bitsets): as a map-based cpuset.CPUSet, converting it
+// was most of a decision on large machines. Exclusive sets, a few CPUs
+// each, stay cpuset.CPUSet. The scratch space of a placement is recycled
+// through a sync.Pool held by the Static's take.Machine, which changes no
+// result.
 //
 // # Where this differs from the kubelet
 //
@@ -180,7 +186,8 @@
 //     corrupt file and will not start until the node is drained.
 //
 // strict-align-cpus-by-uncorecache is not a kubelet option but this
-// project's extension of KEP-4800 (uncore_strict.go): under it exclusive
+// project's extension of KEP-4800 (uncore_strict.go; the choice of caches
+// is take's PlanStrict, take/strict.go): under it exclusive
 // CPUs are chosen by the strict uncore rules instead of takeByTopology,
 // and a container they cannot place is refused (UncoreCacheAlignmentError).
 // Off, it changes nothing.
