@@ -1,7 +1,7 @@
 // Package archtest checks the layout docs/architecture.md describes: the
 // imports it forbids (read from the document's "imports" block, so the
-// page and the check cannot drift apart) and the size of the daemon's
-// structs.
+// page and the check cannot drift apart), the size of the daemon's
+// structs and of the binary's packages.
 package archtest
 
 import (
@@ -85,6 +85,8 @@ func docRules(t *testing.T, root string) []rule {
 // listed is one package as go list -deps -test -json prints it.
 type listed struct {
 	ImportPath string
+	Dir        string
+	GoFiles    []string
 	Standard   bool
 	ForTest    string
 	Imports    []string
@@ -188,5 +190,51 @@ func TestStructSize(t *testing.T) {
 				return true
 			})
 		}
+	}
+}
+
+// maxPackageLines is the most lines of non-test Go a package the plugin
+// is built from may have (issue 42: each can be read in one sitting).
+const maxPackageLines = 2500
+
+// TestPackageSize fails when a package of the plugin's binary
+// (`go list -deps ./cmd/nri-cpualign`, the module's own) has more than
+// maxPackageLines lines in its non-test Go files.
+func TestPackageSize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list over the binary's packages")
+	}
+	root := repoRoot(t)
+	cmd := exec.Command("go", "list", "-deps", "-json", "./cmd/nri-cpualign")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	seen := 0
+	for dec.More() {
+		var p listed
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Standard || !strings.HasPrefix(p.ImportPath, module) {
+			continue
+		}
+		seen++
+		lines := 0
+		for _, f := range p.GoFiles {
+			b, err := os.ReadFile(filepath.Join(p.Dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines += bytes.Count(b, []byte("\n"))
+		}
+		if lines > maxPackageLines {
+			t.Errorf("%s: %d lines of non-test Go, more than %d: split it along a seam docs/architecture.md can name", p.ImportPath, lines, maxPackageLines)
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("go list printed %d of the module's packages, want the binary's", seen)
 	}
 }
