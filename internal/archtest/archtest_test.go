@@ -102,22 +102,8 @@ func TestImportRules(t *testing.T) {
 	}
 	root := repoRoot(t)
 	rules := docRules(t, root)
-	cmd := exec.Command("go", "list", "-deps", "-test", "-json", "./...")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(out))
 	seen := 0
-	for dec.More() {
-		var p listed
-		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
-		}
-		if p.Standard || !strings.HasPrefix(p.ImportPath, module) {
-			continue
-		}
+	for _, p := range modulePackages(t, root, "-test", "./...") {
 		// "pkg [pkg.test]" is pkg built with its tests.
 		name, _, _ := strings.Cut(p.ImportPath, " ")
 		if strings.HasSuffix(name, ".test") {
@@ -139,6 +125,29 @@ func TestImportRules(t *testing.T) {
 	if seen == 0 {
 		t.Fatal("go list printed none of the module's packages")
 	}
+}
+
+// modulePackages is `go list -deps -json args...` run in root, the
+// module's own packages of it.
+func modulePackages(t *testing.T, root string, args ...string) []listed {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-deps", "-json"}, args...)...)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []listed
+	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
+		var p listed
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if !p.Standard && strings.HasPrefix(p.ImportPath, module) {
+			pkgs = append(pkgs, p)
+		}
+	}
+	return pkgs
 }
 
 // maxFields is the most fields a struct of the daemon's packages may
@@ -204,24 +213,8 @@ func TestPackageSize(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list over the binary's packages")
 	}
-	root := repoRoot(t)
-	cmd := exec.Command("go", "list", "-deps", "-json", "./cmd/nri-cpualign")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	seen := 0
-	for dec.More() {
-		var p listed
-		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
-		}
-		if p.Standard || !strings.HasPrefix(p.ImportPath, module) {
-			continue
-		}
-		seen++
+	pkgs := modulePackages(t, repoRoot(t), "./cmd/nri-cpualign")
+	for _, p := range pkgs {
 		lines := 0
 		for _, f := range p.GoFiles {
 			b, err := os.ReadFile(filepath.Join(p.Dir, f))
@@ -234,7 +227,7 @@ func TestPackageSize(t *testing.T) {
 			t.Errorf("%s: %d lines of non-test Go, more than %d: split it along a seam docs/architecture.md can name", p.ImportPath, lines, maxPackageLines)
 		}
 	}
-	if seen < 10 {
-		t.Fatalf("go list printed %d of the module's packages, want the binary's", seen)
+	if len(pkgs) < 10 {
+		t.Fatalf("go list printed %d of the module's packages, want the binary's", len(pkgs))
 	}
 }
