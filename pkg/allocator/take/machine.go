@@ -130,7 +130,6 @@ func (l *Level) Size(g int) int { return len(l.cpus[g]) }
 // decision costs time linear in the CPUs and allocates little. It is
 // immutable after NewMachine and safe for concurrent use.
 type Machine struct {
-	topo  *topology.Topology
 	n     int   // online CPUs
 	cpuID []int // position -> CPU id, ascending
 	posOf []int // CPU id -> position, -1 for ids that are not online
@@ -170,7 +169,7 @@ type Machine struct {
 // NewMachine precomputes the groupings of t.
 func NewMachine(t *topology.Topology) *Machine {
 	details := t.Details()
-	m := &Machine{topo: t, n: len(details)}
+	m := &Machine{n: len(details)}
 	maxID := 0
 	for _, c := range details {
 		if c.CPU > maxID {
