@@ -92,11 +92,29 @@ func TestPassFiles(t *testing.T) {
 		t.Fatalf("after the worker's end: count %d, %d held, %d files; want none", a.open, held(), len(a.files))
 	}
 
+	// openLimit under soft file limits set here, the hard one unchanged
+	// (the values past it are skipped).
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := openLimit(), int(min(uint64(maxOpenFiles), rl.Cur/4)); got != want || got > maxOpenFiles {
-		t.Errorf("openLimit() = %d with a file limit of %d, want %d", got, rl.Cur, want)
+	defer func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			t.Errorf("restoring the file limit: %v", err)
+		}
+	}()
+	for _, c := range []struct {
+		soft uint64
+		want int
+	}{{1000, 250}, {16384, 4096}, {16387, 4096}, {20000, 4096}} {
+		if c.soft > rl.Max {
+			continue
+		}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: c.soft, Max: rl.Max}); err != nil {
+			t.Fatal(err)
+		}
+		if got := openLimit(); got != c.want {
+			t.Errorf("openLimit() = %d under a file limit of %d, want %d", got, c.soft, c.want)
+		}
 	}
 }
