@@ -336,6 +336,11 @@ func (p *planner) placeUnknown() {
 				r.Since = ledger.StampOf(time.Unix(0, c.CreatedAt))
 			}
 			r.Exclusive = true
+			// The kubelet's memory manager state came with it: the
+			// container runs on its memory's nodes, as the kubelet ran it.
+			if p.e.MemoryPinned(p.plan.State, r.Pod, r.Name) {
+				r.Mems = p.e.MemsOf(p.plan.State, r.Pod, r.Name).String()
+			}
 			p.plan.Records[r.ID] = r
 			p.plan.Adopted = append(p.plan.Adopted, r.ID)
 			p.plan.Placed++

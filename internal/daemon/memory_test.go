@@ -140,16 +140,19 @@ func TestMemoryManagerDaemon(t *testing.T) {
 
 // A kubelet memory_manager_state next to cpu_manager_state is imported on
 // a first start (here the migration's copies, kubelet-cpu_manager_state
-// and kubelet-memory_manager_state); its container keeps its memory.
+// and kubelet-memory_manager_state); its containers keep their memory, a
+// shared-pool one and an exclusive one adopted with its CPUs alike, and
+// run on its node.
 func TestImportKubeletMemoryState(t *testing.T) {
 	dir := t.TempDir()
 	cpuState := filepath.Join(dir, "kubelet-cpu_manager_state")
-	if err := os.WriteFile(cpuState, []byte(`{"policyName":"static","defaultCpuSet":"0-23","checksum":0}`), 0o644); err != nil {
+	// Pod x's container db holds CPUs 6-7 (node 1 of ht-2s-6c).
+	if err := os.WriteFile(cpuState, []byte(`{"policyName":"static","defaultCpuSet":"0-5,8-23","entries":{"x":{"db":"6-7"}},"checksum":0}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The kubelet's file for ht-2s-6c with 1 GiB reserved per node and
-	// pod u's container app holding 2 GiB on node 1 (checksum 0: not
-	// verified, as the kubelet accepts it).
+	// The kubelet's file for ht-2s-6c with 1 GiB reserved per node, pod
+	// u's container app holding 2 GiB on node 1 and pod x's db 1 GiB there
+	// (checksum 0: not verified, as the kubelet accepts it).
 	const g = uint64(1) << 30
 	table := func(total, reserved, alloc, used uint64) string {
 		return fmt.Sprintf(`{"total":%d,"systemReserved":%d,"allocatable":%d,"reserved":%d,"free":%d}`, total, reserved, alloc, used, alloc-used)
@@ -158,8 +161,9 @@ func TestImportKubeletMemoryState(t *testing.T) {
 		return fmt.Sprintf(`"%d":{"numberOfAssignments":%d,"memoryMap":{"hugepages-1Gi":%s,"hugepages-2Mi":%s,"memory":%s},"cells":[%d]}`,
 			n, assigned, table(g, 0, g, 0), table(g, 0, g, 0), table(16*g, g, 13*g, used), n)
 	}
-	mem := `{"policyName":"Static","machineState":{` + node(0, 0, 0) + "," + node(1, 2*g, 1) +
-		`},"entries":{"u":{"app":[{"numaAffinity":[1],"type":"memory","size":` + fmt.Sprint(2*g) + `}]}},"checksum":0}`
+	mem := `{"policyName":"Static","machineState":{` + node(0, 0, 0) + "," + node(1, 3*g, 2) +
+		`},"entries":{"u":{"app":[{"numaAffinity":[1],"type":"memory","size":` + fmt.Sprint(2*g) + `}]},` +
+		`"x":{"db":[{"numaAffinity":[1],"type":"memory","size":` + fmt.Sprint(g) + `}]}},"checksum":0}`
 	if err := os.WriteFile(filepath.Join(dir, "kubelet-memory_manager_state"), []byte(mem), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -170,18 +174,30 @@ func TestImportKubeletMemoryState(t *testing.T) {
 	app := rt.newCtr(u, "app", 500, 500)
 	app.Linux.Resources.Memory = &api.LinuxMemory{Limit: &api.OptionalInt64{Value: 2 * gib}}
 	rt.CreateContainerAway(app)
+	// Pod x's db, exclusive with 2 CPUs and 1 GiB, as the kubelet ran it.
+	x := rt.addPod(podSpec{uid: "x", name: "x", qos: "guaranteed"})
+	db := rt.newCtr(x, "db", 2000, 2000)
+	db.Linux.Resources.Memory = &api.LinuxMemory{Limit: &api.OptionalInt64{Value: gib}}
+	rt.CreateContainerAway(db)
 	cfg := testConfig(t, rt, t.TempDir(), memoryConfig(t, "single-numa-node"))
 	r := startDaemon(t, rt, cfg, loadFixture(t, "ht-2s-6c"), WithKubeletState(cpuState))
 	blocks := readLedger(r.d, (*ledger.Tx).State).Memory.Blocks("u", "app")
 	if len(blocks) != 1 || blocks[0].Type != memorymanager.Memory || blocks[0].Size != 2*g || !reflect.DeepEqual(blocks[0].NUMAAffinity, []int{1}) {
 		t.Fatalf("imported blocks %+v", blocks)
 	}
-	if got := memFree(r.d.State(), 1, "memory"); got != int64(11*g) {
-		t.Errorf("node 1 free %d, want 11 GiB", got)
+	if blocks := readLedger(r.d, (*ledger.Tx).State).Memory.Blocks("x", "db"); len(blocks) != 1 || blocks[0].Size != g || !reflect.DeepEqual(blocks[0].NUMAAffinity, []int{1}) {
+		t.Fatalf("db's imported blocks %+v", blocks)
 	}
-	// Synchronize placed it on the shared pool with its memory's node.
+	if got := memFree(r.d.State(), 1, "memory"); got != int64(10*g) {
+		t.Errorf("node 1 free %d, want 10 GiB (13 allocatable less 2 and 1)", got)
+	}
+	// Synchronize placed app on the shared pool with its memory's node,
+	// and adopted db on its CPUs with its memory's node.
 	if got := rt.mems(app); got != "1" {
 		t.Errorf("app's mems %q, want 1", got)
+	}
+	if got, mems := rt.cpus(db), rt.mems(db); got != "6-7" || mems != "1" {
+		t.Errorf("db runs on cpus %q mems %q, want 6-7 and 1", got, mems)
 	}
 }
 

@@ -63,7 +63,8 @@ type setup struct {
 	// nodes that containers are given (devices_test.go); "containerd-2.3",
 	// a runtime whose NRI takes no unsolicited update (deferral_test.go);
 	// "memory", a /sys root with the machine's NUMA memory for the static
-	// memory manager (memory_test.go);
+	// memory manager (memory_test.go), and a first start that imports the
+	// kubelet's cpu_manager_state and memory_manager_state (import_test.go);
 	// "kubelet-import", a first start that imports the kubelet's state
 	// (import_test.go).
 	node string
@@ -323,6 +324,9 @@ type churn struct {
 	// memFresh are the pods and names whose next container may take its
 	// memory afresh beside the CPUs it keeps (memory_test.go).
 	memFresh map[invariant.Key]bool
+	// importedMemory is the memory the kubelet's memory_manager_state
+	// gave the containers of the first start ("memory" imports it).
+	importedMemory map[invariant.Key]kubeletPod
 }
 
 // dial is the plugin's dialer: it keeps the connection so that a runtime
@@ -407,7 +411,7 @@ func newChurn(t *testing.T, s setup, seed int64, totalOps int) *churn {
 	c.logger = logrus.New()
 	c.logger.SetOutput(c.logs)
 	var imported map[invariant.Key]cpuset.CPUSet
-	if s.node == "kubelet-import" {
+	if s.node == "kubelet-import" || s.node == "memory" {
 		imported = c.importNode(dir)
 	}
 	c.startDaemon()
