@@ -4,15 +4,12 @@ package bench_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 
-	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/test/bench"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
 )
@@ -34,30 +31,6 @@ func BenchmarkNRIFloor(b *testing.B) {
 	}
 }
 
-// floorPlugin answers every CreateContainer with the same adjustment,
-// after an append to j when j is set.
-type floorPlugin struct {
-	j       *checkpoint.Journal
-	payload []byte
-}
-
-func (p *floorPlugin) CreateContainer(context.Context, *api.PodSandbox, *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	if p.j != nil {
-		err := p.j.Append(p.payload)
-		if errors.Is(err, checkpoint.ErrJournalFull) {
-			p.j.Rewind()
-			err = p.j.Append(p.payload)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-	}
-	adj := &api.ContainerAdjustment{}
-	adj.SetLinuxCPUSetCPUs("2-3")
-	adj.SetLinuxCPUSetMems("0")
-	return adj, nil, nil
-}
-
 func benchFloor(b *testing.B, journal bool) {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "nri-floor-") // short: unix socket path limit
@@ -70,13 +43,15 @@ func benchFloor(b *testing.B, journal bool) {
 		b.Fatal(err)
 	}
 	defer rt.Stop()
-	p := &floorPlugin{payload: make([]byte, 400)}
+	journalDir := ""
 	if journal {
-		if p.j, err = checkpoint.CreateJournal(dir, "floor", checkpoint.DefaultJournalSize, 1); err != nil {
-			b.Fatal(err)
-		}
-		defer p.j.Close()
+		journalDir = dir
 	}
+	p, err := bench.NewFloor(journalDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
 	s, err := stub.New(p, stub.WithSocketPath(rt.Socket()), stub.WithPluginName("floor"), stub.WithPluginIdx("90"))
 	if err != nil {
 		b.Fatal(err)

@@ -27,7 +27,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -37,11 +36,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 
 	"github.com/nri-cpualign/nri-cpualign/internal/nritest"
-	"github.com/nri-cpualign/nri-cpualign/pkg/checkpoint"
 	"github.com/nri-cpualign/nri-cpualign/pkg/sysfs/sysfstest"
 	"github.com/nri-cpualign/nri-cpualign/test/bench"
 	"github.com/nri-cpualign/nri-cpualign/test/e2e/framework"
@@ -242,40 +239,12 @@ reconcile_period = "0"
 	return nil
 }
 
-// floor answers every CreateContainer with the same adjustment, after one
-// durable append to j when j is set (BenchmarkNRIFloor's plugin).
-type floor struct {
-	j       *checkpoint.Journal
-	payload []byte
-}
-
-func (p *floor) CreateContainer(context.Context, *api.PodSandbox, *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	if p.j != nil {
-		err := p.j.Append(p.payload)
-		if errors.Is(err, checkpoint.ErrJournalFull) {
-			p.j.Rewind()
-			err = p.j.Append(p.payload)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-	}
-	adj := &api.ContainerAdjustment{}
-	adj.SetLinuxCPUSetCPUs("2-3")
-	adj.SetLinuxCPUSetMems("0")
-	return adj, nil, nil
-}
-
 func runFloor(socket, journal string) error {
-	p := &floor{payload: make([]byte, 400)}
-	if journal != "" {
-		j, err := checkpoint.CreateJournal(journal, "floor", checkpoint.DefaultJournalSize, 1)
-		if err != nil {
-			return err
-		}
-		defer j.Close()
-		p.j = j
+	p, err := bench.NewFloor(journal)
+	if err != nil {
+		return err
 	}
+	defer p.Close()
 	s, err := stub.New(p, stub.WithSocketPath(socket), stub.WithPluginName("floor"), stub.WithPluginIdx("90"))
 	if err != nil {
 		return err
