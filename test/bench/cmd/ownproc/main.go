@@ -81,6 +81,9 @@ func run(o options) error {
 	if o.state != "disk" && o.state != "tmpfs" {
 		return fmt.Errorf("-state %q: want disk or tmpfs", o.state)
 	}
+	if o.sync != "none" && o.sync != "journal" {
+		return fmt.Errorf("-sync %q: want none or journal", o.sync)
+	}
 	if o.n < 1 {
 		return fmt.Errorf("-n %d: want at least 1", o.n)
 	}
@@ -149,12 +152,8 @@ reconcile_period = "0"
 			return err
 		}
 		journal := ""
-		switch o.sync {
-		case "journal":
+		if o.sync == "journal" {
 			journal = state
-		case "none":
-		default:
-			return fmt.Errorf("-sync %q: want none or journal", o.sync)
 		}
 		cmd = exec.Command(self, "-floor-socket", rt.Socket(), "-floor-journal", journal)
 	default:
